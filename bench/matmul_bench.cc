@@ -1,0 +1,132 @@
+// MatMul throughput at SmolLM2-135M shapes, per SIMD level and thread count, with a read-only
+// memory-bandwidth probe in the same binary so the GB/s of weights read has its physical limit
+// printed beside it.
+//
+//   magicpig_matmul_bench [--benchmark_filter=...]   (threads: 1 and 2, via tbb::task_arena)
+//
+// "weights" counters are bytes of quantised weights read per second (decimal G = 1e9).
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "common/cpu_features.h"
+#include "common/quant/matmul.h"
+#include "tbb/blocked_range.h"
+#include "tbb/parallel_reduce.h"
+#include "tbb/task_arena.h"
+#include "tests/testing/quantize_reference.h"
+
+namespace magicpig {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t rows;  // output features
+  int64_t cols;  // input features
+};
+
+constexpr Shape kShapes[] = {
+    {"attn_576x576", 576, 576},
+    {"ffn_up_576to1536", 1536, 576},
+    {"ffn_down_1536to576", 576, 1536},
+    {"lm_head_49152x576", 49152, 576},
+};
+
+std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<uint8_t> out;
+  out.reserve(static_cast<size_t>(rows * GgmlRowBytes(type, cols)));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = normal(rng);
+    absl::StatusOr<std::vector<uint8_t>> q = testing::QuantizeReference(type, row.data(), cols);
+    out.insert(out.end(), q->begin(), q->end());
+  }
+  return out;
+}
+
+void BM_MatMul(benchmark::State& state, GgmlType type, Shape shape, int64_t n_tokens,
+               SimdLevel level, int threads) {
+  const std::vector<uint8_t> w = RandomWeights(type, shape.rows, shape.cols);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<size_t>(n_tokens * shape.cols));
+  for (float& v : x) v = normal(rng);
+  std::vector<float> y(static_cast<size_t>(n_tokens * shape.rows));
+  const QuantMatrix m{type, w.data(), shape.rows, shape.cols};
+  tbb::task_arena arena(threads);
+  for (auto _ : state) {
+    arena.execute([&] {
+      absl::Status s = MatMul(m, x.data(), shape.cols, n_tokens, y.data(), shape.rows, level);
+      if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
+    });
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weights"] = benchmark::Counter(static_cast<double>(w.size()),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP"] =
+      benchmark::Counter(2.0 * static_cast<double>(shape.rows * shape.cols * n_tokens) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Sums a 1 GiB buffer (far larger than any cache): the read bandwidth a matvec can hope for.
+void BM_ReadBandwidth(benchmark::State& state, int threads) {
+  static const std::vector<uint64_t>* buffer = new std::vector<uint64_t>((1u << 30) / 8, 1);
+  tbb::task_arena arena(threads);
+  for (auto _ : state) {
+    uint64_t sum = arena.execute([&] {
+      return tbb::parallel_reduce(
+          tbb::blocked_range<size_t>(0, buffer->size(), 1 << 20), uint64_t{0},
+          [&](const tbb::blocked_range<size_t>& r, uint64_t acc) {
+            for (size_t i = r.begin(); i < r.end(); ++i) acc += (*buffer)[i];
+            return acc;
+          },
+          [](uint64_t a, uint64_t b) { return a + b; });
+    });
+    benchmark::DoNotOptimize(sum);
+  }
+  state.counters["read"] = benchmark::Counter(static_cast<double>(buffer->size() * 8),
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void RegisterAll() {
+  for (int threads : {1, 2}) {
+    benchmark::RegisterBenchmark(("ReadBandwidth_1GiB/threads:" + std::to_string(threads)).c_str(),
+                                 BM_ReadBandwidth, threads)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    for (const Shape& shape : kShapes) {
+      if (shape.rows == 49152 && type != GgmlType::kQ8_0) continue;  // the tied head is Q8_0
+      for (int64_t n_tokens : {1, 64}) {
+        for (SimdLevel level : SupportedSimdLevels()) {
+          for (int threads : {1, 2}) {
+            const std::string name = std::string(GgmlTypeName(type)) + "/" + shape.name +
+                                     "/tokens:" + std::to_string(n_tokens) + "/" +
+                                     std::string(SimdLevelName(level)) +
+                                     "/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, type, shape, n_tokens, level,
+                                         threads)
+                ->UseRealTime()
+                ->Unit(benchmark::kMicrosecond);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace magicpig
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  magicpig::RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,54 @@
+// Private interface between the MatMul dispatcher (matmul.cc, baseline ISA) and the per-ISA kernel
+// translation units (matmul_scalar.cc, matmul_avx2.cc, matmul_avx512.cc).
+//
+// Only plain pointers and integers cross this boundary: intrinsic types must never appear in a
+// header that baseline code includes, or the baseline objects could pick up wider instructions.
+#ifndef MAGICPIG_COMMON_QUANT_MATMUL_KERNELS_H_
+#define MAGICPIG_COMMON_QUANT_MATMUL_KERNELS_H_
+
+#include <cstdint>
+
+#include "common/quant/ggml_type.h"
+
+namespace magicpig::quant_internal {
+
+// Activations quantised to 8 bits per block of kActBlock values (the Q8_1 idea of llama.cpp, in
+// our own layout): value ~= d * q, with q in [-127, 127].
+inline constexpr int64_t kActBlock = 32;
+// Block scales are stored replicated this many times so a SIMD kernel loads a ready scale vector.
+inline constexpr int64_t kScaleRepeat = 8;
+
+struct MatMulArgs {
+  GgmlType type = GgmlType::kF32;
+  const uint8_t* w = nullptr;  // row r at w + r * row_bytes
+  int64_t row_bytes = 0;
+  int64_t cols = 0;
+  int64_t n_tokens = 0;
+  // Float activations, token t at x + t * ldx (used by float and K-quant types).
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  // Quantised activations (used by 32-block integer types); nb = cols / kActBlock.
+  const int8_t* xq = nullptr;  // token t at xq + t * cols
+  const float* xd = nullptr;   // scale of token t block b at xd + ((t * nb) + b) * kScaleRepeat
+  const float* xs = nullptr;   // d * sum(q) of token t block b at xs + t * nb + b
+  float* y = nullptr;          // y[t * ldy + r]
+  int64_t ldy = 0;
+};
+
+// Quantises one token's activations (cols a multiple of kActBlock): per block, d = max|x| / 127,
+// q = round(x / d); writes q[cols], d replicated kScaleRepeat times per block, and s = d * sum(q).
+void QuantizeActivationRow(const float* x, int64_t cols, int8_t* q, float* d_rep, float* s);
+
+// True for the types whose kernels use the quantised activations (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
+bool UsesQuantizedActivations(GgmlType type);
+
+// Each computes y for rows [row_begin, row_end) and all tokens. The type must be supported and
+// the arguments validated by the caller.
+void MatMulRowsScalar(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
+void MatMulRowsAvx2(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
+// use_vnni: the CPU has AVX512-VNNI (vpdpbusd); otherwise vpmaddubsw/vpmaddwd are used.
+void MatMulRowsAvx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end, bool use_vnni);
+
+}  // namespace magicpig::quant_internal
+
+#endif  // MAGICPIG_COMMON_QUANT_MATMUL_KERNELS_H_

@@ -1,0 +1,298 @@
+// Tests for MatMul/GetRow at every SIMD level this CPU supports, against a float64 product of the
+// reference-dequantised weights with the raw float activations.
+//
+// Tolerance for the integer types: activations are rounded to q = round(x/d) with d = amax/127 per
+// block of 32, so |x - d*q| <= d/2 = amax_b/254, and the product can move by at most
+// sum_b (amax_b/254) * sum_{i in b} |w_i|. On top of that, float32 accumulation gets a relative
+// allowance of 2e-5 of sum_b max|w_b| * sum|x_b| (terms before cancellation). Float types only
+// get the float32 allowance.
+#include "common/quant/matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/quant/dequantize.h"
+#include "common/quant/matmul_kernels.h"
+#include "gtest/gtest.h"
+#include "tests/testing/quantize_reference.h"
+
+namespace magicpig {
+namespace {
+
+struct Case {
+  GgmlType type;
+  int64_t rows;
+  int64_t cols;
+};
+
+struct Problem {
+  std::vector<uint8_t> bytes;
+  std::vector<float> w;  // dequantised weights, rows x cols
+  std::vector<float> x;  // n_tokens x ldx
+  QuantMatrix m;
+  int64_t ldx;
+};
+
+Problem MakeProblem(const Case& c, int64_t n_tokens, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  Problem p;
+  std::vector<float> raw(static_cast<size_t>(c.rows * c.cols));
+  for (float& v : raw) v = normal(rng) + 0.3f;  // an offset so Q4_1/Q5_1 minima matter
+  for (int64_t r = 0; r < c.rows; ++r) {
+    absl::StatusOr<std::vector<uint8_t>> q =
+        testing::QuantizeReference(c.type, raw.data() + r * c.cols, c.cols);
+    EXPECT_TRUE(q.ok());
+    p.bytes.insert(p.bytes.end(), q->begin(), q->end());
+  }
+  p.w.resize(raw.size());
+  const int64_t row_bytes = GgmlRowBytes(c.type, c.cols);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    EXPECT_TRUE(
+        DequantizeRow(c.type, p.bytes.data() + r * row_bytes, p.w.data() + r * c.cols, c.cols)
+            .ok());
+  }
+  p.ldx = c.cols + 3;  // a padded leading dimension catches stride mistakes
+  p.x.assign(static_cast<size_t>(n_tokens * p.ldx), 1e30f);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t k = 0; k < c.cols; ++k) p.x[t * p.ldx + k] = normal(rng) * (k % 7 == 0 ? 4 : 1);
+  }
+  p.m = QuantMatrix{c.type, p.bytes.data(), c.rows, c.cols};
+  return p;
+}
+
+bool IsIntegerType(GgmlType t) { return quant_internal::UsesQuantizedActivations(t); }
+
+struct Allowance {
+  double activation_rounding;  // integer types only
+  double float_sum;
+};
+
+// |y - exact| allowed for output (t, r), in two parts; see the file comment.
+Allowance Tolerance(const Problem& p, GgmlType type, int64_t t, int64_t r) {
+  const int64_t cols = p.m.cols;
+  const float* w = p.w.data() + r * cols;
+  const float* x = p.x.data() + t * p.ldx;
+  double act = 0, magnitude = 0;
+  for (int64_t b = 0; b < cols; b += 32) {
+    const int64_t len = std::min<int64_t>(32, cols - b);
+    double amax_x = 0, sum_w = 0, max_w = 0, sum_x = 0;
+    for (int64_t i = b; i < b + len; ++i) {
+      amax_x = std::max(amax_x, std::fabs(static_cast<double>(x[i])));
+      sum_w += std::fabs(w[i]);
+      max_w = std::max(max_w, std::fabs(static_cast<double>(w[i])));
+      sum_x += std::fabs(x[i]);
+    }
+    act += amax_x / 254 * sum_w;
+    magnitude += max_w * sum_x;
+  }
+  return {IsIntegerType(type) ? act : 0.0, 2e-5 * magnitude + 1e-6};
+}
+
+std::vector<float> RunMatMul(const Problem& p, int64_t n_tokens, SimdLevel level) {
+  const int64_t ldy = p.m.rows + 1;
+  std::vector<float> y(static_cast<size_t>(n_tokens * ldy), -7.0f);
+  EXPECT_TRUE(MatMul(p.m, p.x.data(), p.ldx, n_tokens, y.data(), ldy, level).ok());
+  for (int64_t t = 0; t < n_tokens; ++t) EXPECT_EQ(y[t * ldy + p.m.rows], -7.0f) << "overwrite";
+  return y;
+}
+
+// d * q for every activation, as QuantizeActivationRow produces them (n_tokens x cols).
+std::vector<double> DequantizedActivations(const Problem& p, int64_t n_tokens) {
+  using quant_internal::kActBlock;
+  using quant_internal::kScaleRepeat;
+  const int64_t cols = p.m.cols, nb = cols / kActBlock;
+  std::vector<int8_t> q(cols);
+  std::vector<float> d(nb * kScaleRepeat), s(nb);
+  std::vector<double> out(static_cast<size_t>(n_tokens * cols));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    quant_internal::QuantizeActivationRow(p.x.data() + t * p.ldx, cols, q.data(), d.data(),
+                                          s.data());
+    for (int64_t k = 0; k < cols; ++k) {
+      out[t * cols + k] = static_cast<double>(d[(k / kActBlock) * kScaleRepeat]) * q[k];
+    }
+  }
+  return out;
+}
+
+TEST(QuantizeActivationRowTest, RoundingWithinHalfStep) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(96);
+  for (float& v : x) v = normal(rng);
+  for (int i = 64; i < 96; ++i) x[i] = 0.0f;  // an all-zero block must give q = 0, s = 0
+  std::vector<int8_t> q(96);
+  std::vector<float> d(3 * quant_internal::kScaleRepeat), s(3);
+  quant_internal::QuantizeActivationRow(x.data(), 96, q.data(), d.data(), s.data());
+  for (int b = 0; b < 3; ++b) {
+    double amax = 0;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i)
+      amax = std::max(amax, std::fabs(static_cast<double>(x[32 * b + i])));
+    const float db = d[b * quant_internal::kScaleRepeat];
+    for (int r = 0; r < quant_internal::kScaleRepeat; ++r) {
+      EXPECT_EQ(d[b * quant_internal::kScaleRepeat + r], db);
+    }
+    EXPECT_NEAR(db, amax / 127, 1e-6 * amax);
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_LE(std::abs(q[32 * b + i]), 127);
+      EXPECT_LE(std::fabs(db * q[32 * b + i] - x[32 * b + i]), amax / 254 * (1 + 1e-5));
+      sum += q[32 * b + i];
+    }
+    EXPECT_FLOAT_EQ(s[b], db * sum);
+  }
+  EXPECT_EQ(s[2], 0.0f);
+}
+
+class MatMulTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MatMulTest, MatchesFloat64ProductAtEveryLevel) {
+  const Case c = GetParam();
+  for (int64_t n_tokens : {1, 3, 7, 64}) {
+    const Problem p = MakeProblem(c, n_tokens, static_cast<uint32_t>(c.rows * 31 + n_tokens));
+    std::vector<std::vector<float>> per_level;
+    for (SimdLevel level : SupportedSimdLevels()) {
+      const std::vector<float> y = RunMatMul(p, n_tokens, level);
+      const int64_t ldy = c.rows + 1;
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < c.rows; ++r) {
+          double exact = 0;
+          for (int64_t k = 0; k < c.cols; ++k) {
+            exact += static_cast<double>(p.w[r * c.cols + k]) * p.x[t * p.ldx + k];
+          }
+          const Allowance tol = Tolerance(p, c.type, t, r);
+          ASSERT_NEAR(y[t * ldy + r], exact, tol.activation_rounding + tol.float_sum)
+              << GgmlTypeName(c.type) << " level " << SimdLevelName(level) << " tokens " << n_tokens
+              << " t " << t << " r " << r;
+        }
+      }
+      if (IsIntegerType(c.type)) {
+        // Tighter: against float64 with the activations as the kernels see them (d * q), only
+        // the float allowance remains. The rounding itself is checked in the next test.
+        const std::vector<double> xdq = DequantizedActivations(p, n_tokens);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t r = 0; r < c.rows; ++r) {
+            double exact = 0;
+            for (int64_t k = 0; k < c.cols; ++k) {
+              exact += static_cast<double>(p.w[r * c.cols + k]) * xdq[t * c.cols + k];
+            }
+            ASSERT_NEAR(y[t * ldy + r], exact, Tolerance(p, c.type, t, r).float_sum)
+                << GgmlTypeName(c.type) << " level " << SimdLevelName(level) << " t " << t << " r "
+                << r;
+          }
+        }
+      }
+      per_level.push_back(y);
+    }
+    // Levels share the quantised activations and the exact int32 block sums; they differ only in
+    // float summation order, so they must agree within the float allowance alone (for integer
+    // types far tighter than the activation-rounding allowance against float64).
+    for (size_t l = 1; l < per_level.size(); ++l) {
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < c.rows; ++r) {
+          const int64_t i = t * (c.rows + 1) + r;
+          ASSERT_NEAR(per_level[l][i], per_level[0][i], Tolerance(p, c.type, t, r).float_sum)
+              << GgmlTypeName(c.type) << " level " << l << " t " << t << " r " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MatMulTest, GetRowMatchesDequantizeRow) {
+  const Case c = GetParam();
+  const Problem p = MakeProblem(c, 1, 99);
+  std::vector<float> row(static_cast<size_t>(c.cols));
+  for (int64_t r : {int64_t{0}, c.rows / 2, c.rows - 1}) {
+    ASSERT_TRUE(GetRow(p.m, r, row.data()).ok());
+    for (int64_t k = 0; k < c.cols; ++k) ASSERT_EQ(row[k], p.w[r * c.cols + k]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MatMulTest,
+    ::testing::Values(Case{GgmlType::kQ4_0, 37, 576}, Case{GgmlType::kQ4_1, 37, 576},
+                      Case{GgmlType::kQ4_1, 5, 96}, Case{GgmlType::kQ5_0, 37, 576},
+                      Case{GgmlType::kQ5_0, 3, 96}, Case{GgmlType::kQ5_1, 37, 576},
+                      Case{GgmlType::kQ5_1, 5, 32}, Case{GgmlType::kQ8_0, 37, 576},
+                      Case{GgmlType::kQ8_0, 300, 96}, Case{GgmlType::kQ4_K, 13, 512},
+                      Case{GgmlType::kQ6_K, 13, 768}, Case{GgmlType::kF32, 37, 576},
+                      Case{GgmlType::kF32, 9, 37}, Case{GgmlType::kF16, 37, 576},
+                      Case{GgmlType::kF16, 9, 45}, Case{GgmlType::kBF16, 37, 576},
+                      Case{GgmlType::kBF16, 9, 13}),
+    [](const auto& info) {
+      return std::string(GgmlTypeName(info.param.type)) + "_" + std::to_string(info.param.rows) +
+             "x" + std::to_string(info.param.cols);
+    });
+
+// VNNI (vpdpbusd) and vpmaddubsw/vpmaddwd paths compute the same exact int32 sums and then do the
+// same float operations in the same order, so their outputs must be bit-identical.
+TEST(MatMulAvx512Test, VnniAndNonVnniAreBitIdentical) {
+  if (DetectedSimdLevel() != SimdLevel::kAvx512 || !CpuHasAvx512Vnni()) {
+    GTEST_SKIP() << "needs AVX512-VNNI";
+  }
+  using quant_internal::kActBlock;
+  using quant_internal::kScaleRepeat;
+  for (GgmlType type :
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0}) {
+    const int64_t n_tokens = 7, cols = 608;  // 19 blocks: exercises the odd-block tail
+    const Problem p = MakeProblem(Case{type, 21, cols}, n_tokens, 5);
+    const int64_t nb = cols / kActBlock;
+    std::vector<int8_t> xq(n_tokens * cols);
+    std::vector<float> xd(n_tokens * nb * kScaleRepeat), xs(n_tokens * nb);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      quant_internal::QuantizeActivationRow(p.x.data() + t * p.ldx, cols, xq.data() + t * cols,
+                                            xd.data() + t * nb * kScaleRepeat, xs.data() + t * nb);
+    }
+    std::vector<float> y1(n_tokens * 21), y2(n_tokens * 21);
+    quant_internal::MatMulArgs a;
+    a.type = type;
+    a.w = p.bytes.data();
+    a.row_bytes = GgmlRowBytes(type, cols);
+    a.cols = cols;
+    a.n_tokens = n_tokens;
+    a.xq = xq.data();
+    a.xd = xd.data();
+    a.xs = xs.data();
+    a.ldy = 21;
+    a.y = y1.data();
+    quant_internal::MatMulRowsAvx512(a, 0, 21, /*use_vnni=*/true);
+    a.y = y2.data();
+    quant_internal::MatMulRowsAvx512(a, 0, 21, /*use_vnni=*/false);
+    for (size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << i;
+  }
+}
+
+TEST(MatMulBadInputTest, ReturnsInvalidArgument) {
+  std::vector<uint8_t> data(4096);
+  std::vector<float> x(1024), y(1024);
+  auto code = [&](QuantMatrix m, int64_t ldx, int64_t n, int64_t ldy) {
+    return MatMul(m, x.data(), ldx, n, y.data(), ldy).code();
+  };
+  EXPECT_EQ(code({GgmlType::kQ2_K, data.data(), 2, 256}, 256, 1, 2),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({GgmlType::kQ4_0, data.data(), 2, 33}, 33, 1, 2),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({GgmlType::kQ4_K, data.data(), 2, 32}, 32, 1, 2),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({static_cast<GgmlType>(4), data.data(), 2, 32}, 32, 1, 2),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({GgmlType::kQ8_0, data.data(), 2, 64}, 32, 1, 2),  // ldx < cols
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({GgmlType::kQ8_0, data.data(), 2, 64}, 64, -1, 2),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({GgmlType::kQ8_0, data.data(), 4, 64}, 64, 1, 2),  // ldy < rows
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({GgmlType::kQ8_0, nullptr, 2, 64}, 64, 1, 2), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MatMul({GgmlType::kQ8_0, data.data(), 2, 64}, x.data(), 64, 0, y.data(), 2).ok());
+  float row[64];
+  EXPECT_EQ(GetRow({GgmlType::kQ8_0, data.data(), 2, 64}, 2, row).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GetRow({GgmlType::kQ2_K, data.data(), 2, 256}, 0, row).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace magicpig
