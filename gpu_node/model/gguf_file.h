@@ -48,11 +48,11 @@ enum class GgufValueType : uint32_t {
 struct GgufValue {
   GgufValueType type = GgufValueType::kU8;
   // Exactly one of these is meaningful, by `type`:
-  int64_t int_value = 0;      // all integer types except u64 above INT64_MAX (rejected) and bool
-  uint64_t uint_value = 0;    // u64 (and copies of non-negative ints)
-  double float_value = 0.0;   // f32, f64
-  bool bool_value = false;    // bool
-  std::string string_value;   // string
+  int64_t int_value = 0;     // integer types; 0 for a u64 above INT64_MAX (GetInt rejects it)
+  uint64_t uint_value = 0;   // u64 (and copies of non-negative ints)
+  double float_value = 0.0;  // f32, f64
+  bool bool_value = false;   // bool
+  std::string string_value;  // string
   GgufValueType array_type = GgufValueType::kU8;  // for arrays
   std::vector<GgufValue> array;                   // for arrays
 };
@@ -61,7 +61,7 @@ struct GgufTensor {
   std::string name;
   std::vector<int64_t> dims;  // innermost (contiguous) first, as in the file
   GgmlType type = GgmlType::kF32;
-  uint64_t offset = 0;        // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
   uint64_t size_bytes = 0;
   const uint8_t* data = nullptr;  // inside the mapping; valid while the GgufFile lives
   int64_t num_elements() const;
@@ -106,11 +106,11 @@ class GgufFile {
   GgufFile() = default;
   absl::Status Parse();
 
-  // Either a read-only mapping (Open) or an owned copy (FromBytes).
+  // Either a read-only mapping (Open) or an owned, 64-byte aligned exact-size copy (FromBytes).
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
   void* mapping_ = nullptr;
-  std::string owned_;
+  uint8_t* owned_ = nullptr;
 
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
