@@ -29,7 +29,7 @@ uint16_t FloatToFp16(float f) {
   std::memcpy(&bits, &f, sizeof(bits));
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: inf
   if (abs_bits < 0x38800000u) {
     // Result is subnormal or zero: round(|f| * 2^24) with ties to even (nearbyint, default mode).

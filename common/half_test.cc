@@ -43,12 +43,12 @@ TEST(HalfTest, FloatToFp16MatchesCompilerRounding) {
     }
   }
   // Exact halfway cases between fp16 neighbours round to even.
-  EXPECT_EQ(FloatToFp16(1.0f + 1.0f / 2048), 0x3c00);          // tie -> even (1.0)
-  EXPECT_EQ(FloatToFp16(1.0f + 3.0f / 2048), 0x3c02);          // tie -> even (1+2/1024)
+  EXPECT_EQ(FloatToFp16(1.0f + 1.0f / 2048), 0x3c00);  // tie -> even (1.0)
+  EXPECT_EQ(FloatToFp16(1.0f + 3.0f / 2048), 0x3c02);  // tie -> even (1+2/1024)
   EXPECT_EQ(FloatToFp16(65504.0f), 0x7bff);
   EXPECT_EQ(FloatToFp16(65520.0f), 0x7c00);
-  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);       // tie below min subnormal -> 0
-  EXPECT_EQ(FloatToFp16(std::ldexp(3.0f, -25)), 0x0002);       // 1.5 ulp -> 2
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);  // tie below min subnormal -> 0
+  EXPECT_EQ(FloatToFp16(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 ulp -> 2
 }
 
 TEST(HalfTest, Bf16RoundTripAndRounding) {

@@ -11,9 +11,9 @@
 #define MAGICPIG_STATUS_CONCAT_INNER(a, b) a##b
 #define MAGICPIG_STATUS_CONCAT(a, b) MAGICPIG_STATUS_CONCAT_INNER(a, b)
 
-#define MAGICPIG_RETURN_IF_ERROR(expr)                 \
-  do {                                                 \
-    ::absl::Status magicpig_status_ = (expr);          \
+#define MAGICPIG_RETURN_IF_ERROR(expr)                   \
+  do {                                                   \
+    ::absl::Status magicpig_status_ = (expr);            \
     if (!magicpig_status_.ok()) return magicpig_status_; \
   } while (0)
 

@@ -47,7 +47,7 @@ enum class GgmlType : uint32_t {
 };
 
 struct GgmlTypeInfo {
-  std::string_view name;
+  const char* name;  // const char* (not string_view): absl::StrCat takes it directly
   int64_t block_size;   // values per block
   int64_t block_bytes;  // bytes per block
   bool supported;       // magicpig can dequantise and multiply it
@@ -60,7 +60,7 @@ std::optional<GgmlTypeInfo> LookupGgmlType(uint32_t code);
 const GgmlTypeInfo& GetGgmlTypeInfo(GgmlType type);
 
 inline int64_t GgmlBlockSize(GgmlType t) { return GetGgmlTypeInfo(t).block_size; }
-inline std::string_view GgmlTypeName(GgmlType t) { return GetGgmlTypeInfo(t).name; }
+inline const char* GgmlTypeName(GgmlType t) { return GetGgmlTypeInfo(t).name; }
 
 // Bytes of a row of n values (n a multiple of the block size).
 inline int64_t GgmlRowBytes(GgmlType t, int64_t n) {

@@ -35,6 +35,14 @@ struct QuantMatrix {
 absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
                     int64_t ldy, SimdLevel level = ActiveSimdLevel());
 
+// The same product with float32 activations for every type: each weight row is dequantised once
+// per call and dotted with every token in float32. Several times slower than MatMul for integer
+// types; it exists so the engine's arithmetic can be checked against a float64 reference without
+// the 8-bit activation rounding (whose noise makes long greedy runs diverge on near-ties).
+absl::Status MatMulFloatActivations(const QuantMatrix& w, const float* x, int64_t ldx,
+                                    int64_t n_tokens, float* y, int64_t ldy,
+                                    SimdLevel level = ActiveSimdLevel());
+
 // Copies row `row` of w, dequantised, into dst[0..cols) (embedding lookup).
 absl::Status GetRow(const QuantMatrix& w, int64_t row, float* dst);
 

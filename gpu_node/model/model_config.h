@@ -27,8 +27,8 @@ struct ModelConfig {
   int64_t n_ff = 0;
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
-  int64_t head_dim = 0;    // n_embd / n_head unless attention.key_length says otherwise
-  int64_t n_rot = 0;       // rope.dimension_count (defaults to head_dim)
+  int64_t head_dim = 0;  // n_embd / n_head unless attention.key_length says otherwise
+  int64_t n_rot = 0;     // rope.dimension_count (defaults to head_dim)
   int64_t n_vocab = 0;
   int64_t context_length = 0;
   double rope_freq_base = 10000.0;

@@ -1,0 +1,80 @@
+// The compute backend: the dense operations of a transformer step, behind one interface.
+//
+// The CPU backend (cpu/) is the reference and the default; a CUDA backend implements the same
+// interface and is tested against it. Data convention: activations are row-major float32
+// [n_tokens][dim]; weights are QuantMatrix views in their file format; the KV cache is IEEE fp16,
+// laid out [position][n_head_kv][head_dim] per layer.
+//
+// Thread-safety: a Backend runs one batch at a time (Execute is not reentrant). Operations must be
+// called from inside Execute, which runs them on the backend's own threads.
+#ifndef MAGICPIG_GPU_NODE_BACKEND_BACKEND_H_
+#define MAGICPIG_GPU_NODE_BACKEND_BACKEND_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/quant/matmul.h"
+
+namespace magicpig::backend {
+
+enum class RopePairing {
+  kAdjacent,    // (x[2i], x[2i+1]) — llama GGUFs
+  kHalfOffset,  // (x[i], x[i + n_rot/2]) — "NEOX": qwen2, gemma
+};
+
+struct RopeParams {
+  RopePairing pairing = RopePairing::kAdjacent;
+  int64_t n_rot = 0;  // rotated dims per head (even, <= head_dim)
+  double freq_base = 10000.0;
+};
+
+// One layer's KV cache (not owned). Rows are positions; row p holds n_head_kv * head_dim values.
+struct KvLayerView {
+  uint16_t* k = nullptr;  // fp16 bits
+  uint16_t* v = nullptr;
+  int64_t capacity = 0;  // rows allocated
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // Runs `batch` (a sequence of the operations below) on the backend's threads.
+  virtual absl::Status Execute(absl::FunctionRef<absl::Status()> batch) = 0;
+
+  // y[n_tokens][w.rows] = x[n_tokens][w.cols] · Wᵀ
+  virtual absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;
+  // out[i][0..table.cols) = row ids[i] of the table, dequantised.
+  virtual absl::Status Embed(const QuantMatrix& table, absl::Span<const int32_t> ids,
+                             float* out) = 0;
+  // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight
+  virtual void RmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
+                       float eps, float* out) = 0;
+  // x[t][0..dim) += bias
+  virtual void AddBias(float* x, const float* bias, int64_t n_tokens, int64_t dim) = 0;
+  // y[i] += x[i]
+  virtual void Add(const float* x, float* y, int64_t n) = 0;
+  // Rotates each head of x[t] ([n_heads][head_dim]) by position positions[t].
+  virtual void Rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                    const int32_t* positions, const RopeParams& params) = 0;
+  // out[i] = silu(gate[i]) * up[i]
+  virtual void SwiGlu(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // Writes k, v ([n_tokens][n_head_kv * head_dim]) into cache rows first_pos.. (must fit).
+  virtual void StoreKv(const float* k, const float* v, int64_t n_tokens, int64_t first_pos,
+                       const KvLayerView& cache) = 0;
+  // Exact causal attention for n_tokens queries at positions first_pos.. over cache rows
+  // [0, first_pos + t] for query t. q and out are [n_tokens][n_head * head_dim]; query head h
+  // reads kv head h / (n_head / n_head_kv). scale multiplies q·k. No n² buffer is formed.
+  virtual void CausalAttention(const float* q, int64_t n_tokens, int64_t first_pos, int64_t n_head,
+                               float scale, const KvLayerView& cache, float* out) = 0;
+};
+
+}  // namespace magicpig::backend
+
+#endif  // MAGICPIG_GPU_NODE_BACKEND_BACKEND_H_

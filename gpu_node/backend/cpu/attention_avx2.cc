@@ -1,0 +1,39 @@
+// AVX2 + FMA + F16C build of the attention tile kernel (compiled with those flags only here).
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace magicpig::backend::cpu_internal::avx2 {
+constexpr int64_t kLanes = 16;
+struct V {
+  __m256 lo, hi;
+};
+inline V Zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline V Set1(float a) { return {_mm256_set1_ps(a), _mm256_set1_ps(a)}; }
+inline V LoadF32(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline V LoadF16(const uint16_t* p) {
+  return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
+}
+inline void Store(float* p, V v) {
+  _mm256_storeu_ps(p, v.lo);
+  _mm256_storeu_ps(p + 8, v.hi);
+}
+inline V Fma(V a, V b, V c) {
+  return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+}
+inline float ReduceAdd(V v) {
+  __m256 s = _mm256_add_ps(v.lo, v.hi);
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+}  // namespace magicpig::backend::cpu_internal::avx2
+
+#define MAGICPIG_ATTN_NS avx2
+#include "gpu_node/backend/cpu/attention_kernel-inl.h"
+
+namespace magicpig::backend::cpu_internal {
+void AttentionTileAvx2(const AttentionTile& tile) { avx2::RunTile(tile); }
+}  // namespace magicpig::backend::cpu_internal

@@ -1,0 +1,50 @@
+// Baseline (x86-64) build of the attention tile kernel: a 16-float "vector" in plain C++.
+#include <cstdint>
+
+#include "common/half.h"
+
+namespace magicpig::backend::cpu_internal::scalar {
+constexpr int64_t kLanes = 16;
+struct V {
+  float x[16];
+};
+inline V Zero() {
+  V v;
+  for (float& f : v.x) f = 0.0f;
+  return v;
+}
+inline V Set1(float a) {
+  V v;
+  for (float& f : v.x) f = a;
+  return v;
+}
+inline V LoadF32(const float* p) {
+  V v;
+  for (int i = 0; i < 16; ++i) v.x[i] = p[i];
+  return v;
+}
+inline V LoadF16(const uint16_t* p) {
+  V v;
+  for (int i = 0; i < 16; ++i) v.x[i] = Fp16ToFloat(p[i]);
+  return v;
+}
+inline void Store(float* p, V v) {
+  for (int i = 0; i < 16; ++i) p[i] = v.x[i];
+}
+inline V Fma(V a, V b, V c) {
+  for (int i = 0; i < 16; ++i) c.x[i] += a.x[i] * b.x[i];
+  return c;
+}
+inline float ReduceAdd(V v) {
+  float s = 0.0f;
+  for (float f : v.x) s += f;
+  return s;
+}
+}  // namespace magicpig::backend::cpu_internal::scalar
+
+#define MAGICPIG_ATTN_NS scalar
+#include "gpu_node/backend/cpu/attention_kernel-inl.h"
+
+namespace magicpig::backend::cpu_internal {
+void AttentionTileScalar(const AttentionTile& tile) { scalar::RunTile(tile); }
+}  // namespace magicpig::backend::cpu_internal

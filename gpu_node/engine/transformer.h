@@ -1,0 +1,61 @@
+// Transformer: the forward pass of a llama/qwen2 decoder over a Backend.
+//
+// Forward() runs a chunk of tokens of one sequence at positions kv.size().. through every layer,
+// layer-major: all tokens pass layer l (in sub-chunks of at most `max_chunk` tokens, so activation
+// memory is bounded) before any token enters layer l+1. Attention is exact and causal over the
+// sequence's KV cache. Decoding is the same call with one token.
+//
+// Thread-safety: one Forward at a time per Transformer (it owns scratch buffers).
+#ifndef MAGICPIG_GPU_NODE_ENGINE_TRANSFORMER_H_
+#define MAGICPIG_GPU_NODE_ENGINE_TRANSFORMER_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "gpu_node/backend/backend.h"
+#include "gpu_node/engine/kv_cache.h"
+#include "gpu_node/model/model_weights.h"
+
+namespace magicpig::engine {
+
+enum class LogitsMode {
+  kNone,  // no LM head (intermediate prefill chunks)
+  kLast,  // logits of the last token only: [n_vocab]
+  kAll,   // logits of every token: [n_tokens][n_vocab]
+};
+
+struct ForwardOptions {
+  LogitsMode logits = LogitsMode::kLast;
+  int64_t max_chunk = 256;
+  // Called after each layer with (layer index, n_layer); for progress reporting.
+  std::function<void(int64_t, int64_t)> on_layer_done;
+};
+
+class Transformer {
+ public:
+  Transformer(const model::ModelWeights* weights, backend::Backend* backend);
+
+  const model::ModelConfig& config() const { return weights_->config(); }
+
+  // Appends `tokens` to the sequence whose cache is `kv` and fills `logits` per options.logits.
+  // INVALID_ARGUMENT for out-of-vocabulary ids; OUT_OF_RANGE if the cache would overflow.
+  absl::Status Forward(absl::Span<const int32_t> tokens, KvCache& kv, const ForwardOptions& options,
+                       std::vector<float>* logits);
+
+ private:
+  absl::Status LayerChunk(int64_t layer, float* x, int64_t n, int64_t first_pos, KvCache& kv);
+
+  const model::ModelWeights* weights_;
+  backend::Backend* backend_;
+  backend::RopeParams rope_;
+  // Scratch, sized to the largest chunk seen.
+  std::vector<float> norm_, q_, k_, v_, attn_, gate_, up_;
+  std::vector<int32_t> positions_;
+};
+
+}  // namespace magicpig::engine
+
+#endif  // MAGICPIG_GPU_NODE_ENGINE_TRANSFORMER_H_

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# CTest driver: engine logits and greedy tokens vs the float64 NumPy reference, on the real model
+# (see compare_reference.py for the criteria). Exit 77 (skipped) when the model or the Python
+# environment is missing.
+set -euo pipefail
+SRC=$1 DUMP_BIN=$2
+MODEL=$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf
+PY=$SRC/.venv/bin/python
+if [ ! -f "$MODEL" ]; then echo "SKIP: $MODEL missing (run scripts/fetch-model)"; exit 77; fi
+if ! "$PY" -c "import numpy, gguf" 2>/dev/null; then
+  echo "SKIP: .venv with numpy and gguf missing (run scripts/python-env)"; exit 77
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+mkdir "$out/float" "$out/q8"
+"$DUMP_BIN" "$MODEL" "$SRC/tests/e2e/reference_prompts.txt" "$out/float" 32 float
+"$DUMP_BIN" "$MODEL" "$SRC/tests/e2e/reference_prompts.txt" "$out/q8" 32 q8
+n=$(ls "$out"/float/*.ids | wc -l)
+PYTHONPATH=$SRC/tests/reference "$PY" "$SRC/tests/e2e/compare_reference.py" "$MODEL" \
+  "$out/float" "$out/q8" "$n" 32

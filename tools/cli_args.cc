@@ -1,0 +1,76 @@
+#include "tools/cli_args.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace magicpig::tools {
+
+absl::StatusOr<CliArgs> CliArgs::Parse(const std::vector<std::string>& args,
+                                       const std::set<std::string>& value_flags,
+                                       const std::set<std::string>& bool_flags) {
+  CliArgs out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
+    }
+    std::string name = a.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (bool_flags.count(name)) {
+      if (has_value && value != "true" && value != "false") {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
+      }
+      out.values_[name].push_back(has_value ? value : "true");
+      continue;
+    }
+    if (!value_flags.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      }
+      value = args[++i];
+    }
+    out.values_[name].push_back(value);
+  }
+  return out;
+}
+
+std::string CliArgs::Get(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second.back();
+}
+
+std::vector<std::string> CliArgs::GetAll(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+absl::StatusOr<int64_t> CliArgs::GetInt(const std::string& name, int64_t fallback) const {
+  if (!Has(name)) return fallback;
+  int64_t v;
+  if (!absl::SimpleAtoi(Get(name), &v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " must be an integer, got '", Get(name), "'"));
+  }
+  return v;
+}
+
+absl::StatusOr<double> CliArgs::GetDouble(const std::string& name, double fallback) const {
+  if (!Has(name)) return fallback;
+  double v;
+  if (!absl::SimpleAtod(Get(name), &v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " must be a number, got '", Get(name), "'"));
+  }
+  return v;
+}
+
+}  // namespace magicpig::tools

@@ -1,0 +1,35 @@
+// A small command-line parser for the `magicpig` tool: `--name value`, `--name=value` and bare
+// boolean `--name`; repeated flags accumulate. Unknown flags are an error naming the flag.
+#ifndef MAGICPIG_TOOLS_CLI_ARGS_H_
+#define MAGICPIG_TOOLS_CLI_ARGS_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace magicpig::tools {
+
+class CliArgs {
+ public:
+  // value_flags take a value; bool_flags do not.
+  static absl::StatusOr<CliArgs> Parse(const std::vector<std::string>& args,
+                                       const std::set<std::string>& value_flags,
+                                       const std::set<std::string>& bool_flags);
+
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string Get(const std::string& name, const std::string& fallback = "") const;
+  std::vector<std::string> GetAll(const std::string& name) const;
+  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback) const;
+  absl::StatusOr<double> GetDouble(const std::string& name, double fallback) const;
+
+ private:
+  std::map<std::string, std::vector<std::string>> values_;
+};
+
+}  // namespace magicpig::tools
+
+#endif  // MAGICPIG_TOOLS_CLI_ARGS_H_

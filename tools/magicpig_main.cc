@@ -1,0 +1,21 @@
+// The `magicpig` command: dispatches to its subcommands.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tools/run_command.h"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help") {
+    std::cout << "usage: magicpig <command> [flags]\n"
+                 "commands:\n"
+                 "  run    generate text with the embedded engine (magicpig run --help)\n";
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "run") return magicpig::tools::RunCommand(args);
+  std::cerr << "magicpig: unknown command '" << command << "'\n";
+  return 2;
+}

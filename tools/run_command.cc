@@ -1,0 +1,122 @@
+#include "tools/run_command.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "gpu_node/engine/engine.h"
+#include "tools/cli_args.h"
+
+namespace magicpig::tools {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: magicpig run --model FILE.gguf (--prompt TEXT | --prompt-file FILE) [options]\n"
+    "  --chat                 wrap the prompt as a user message in the model's chat template\n"
+    "  --system TEXT          system message (with --chat)\n"
+    "  --max-tokens N         tokens to generate (default 128)\n"
+    "  --temperature T        0 = greedy (default 0)\n"
+    "  --top-k K  --top-p P   sampling filters (default off)\n"
+    "  --seed S               sampling seed (default 0)\n"
+    "  --stop TEXT            stop string (repeatable)\n"
+    "  --ignore-eos           keep generating past end-of-sequence\n"
+    "  --threads N            CPU threads (default: all cores)\n"
+    "  --ctx N                context length (default: the model's)\n";
+
+int Fail(const absl::Status& s) {
+  std::cerr << "magicpig run: " << s.message() << "\n";
+  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& args) {
+  auto parsed = CliArgs::Parse(args,
+                               {"model", "prompt", "prompt-file", "system", "max-tokens",
+                                "temperature", "top-k", "top-p", "seed", "stop", "threads", "ctx"},
+                               {"chat", "ignore-eos", "help"});
+  if (!parsed.ok()) {
+    std::cerr << "magicpig run: " << parsed.status().message() << "\n" << kUsage;
+    return 2;
+  }
+  const CliArgs& a = *parsed;
+  if (a.Has("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (!a.Has("model") || (a.Has("prompt") == a.Has("prompt-file"))) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  std::string prompt = a.Get("prompt");
+  if (a.Has("prompt-file")) {
+    std::ifstream in(a.Get("prompt-file"), std::ios::binary);
+    if (!in) return Fail(absl::NotFoundError("cannot read --prompt-file " + a.Get("prompt-file")));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    prompt = ss.str();
+  }
+  engine::EngineOptions options;
+  options.model_path = a.Get("model");
+  auto threads = a.GetInt("threads", 0);
+  auto ctx = a.GetInt("ctx", 0);
+  auto max_tokens = a.GetInt("max-tokens", 128);
+  auto temperature = a.GetDouble("temperature", 0.0);
+  auto top_k = a.GetInt("top-k", 0);
+  auto top_p = a.GetDouble("top-p", 1.0);
+  auto seed = a.GetInt("seed", 0);
+  for (const absl::Status& s :
+       {threads.status(), ctx.status(), max_tokens.status(), temperature.status(), top_k.status(),
+        top_p.status(), seed.status()}) {
+    if (!s.ok()) return Fail(s);
+  }
+  options.num_threads = static_cast<int>(*threads);
+  options.context_length = *ctx;
+  auto engine = engine::Engine::Load(options);
+  if (!engine.ok()) return Fail(engine.status());
+  engine::Engine& e = **engine;
+
+  engine::GenerateRequest request;
+  if (a.Has("chat")) {
+    std::vector<model::ChatMessage> messages;
+    if (a.Has("system")) messages.push_back({"system", a.Get("system")});
+    messages.push_back({"user", prompt});
+    auto ids = e.EncodeChat(messages);
+    if (!ids.ok()) return Fail(ids.status());
+    request.prompt = *std::move(ids);
+  } else {
+    request.prompt = e.tokenizer().Encode(prompt, /*parse_special=*/true);
+  }
+  request.max_tokens = *max_tokens;
+  request.sampling.temperature = static_cast<float>(*temperature);
+  request.sampling.top_k = static_cast<int32_t>(*top_k);
+  request.sampling.top_p = static_cast<float>(*top_p);
+  request.sampling.seed = static_cast<uint64_t>(*seed);
+  request.stop = a.GetAll("stop");
+  request.ignore_eos = a.Has("ignore-eos");
+
+  const bool show_progress = request.prompt.size() >= 512;
+  engine::GenerateCallbacks callbacks;
+  callbacks.on_text = [](std::string_view piece) { std::cout << piece << std::flush; };
+  if (show_progress) {
+    callbacks.on_prefill_layer = [n = request.prompt.size()](int64_t layer, int64_t n_layer) {
+      std::cerr << absl::StrFormat("\rprefill: %zu tokens, layer %d/%d", n, layer + 1, n_layer)
+                << (layer + 1 == n_layer ? "\n" : "") << std::flush;
+    };
+  }
+  auto result = e.Generate(request, callbacks);
+  if (!result.ok()) return Fail(result.status());
+  std::cout << "\n" << std::flush;
+  const engine::GenerateStats& st = result->stats;
+  std::cerr << absl::StrFormat(
+      "[magicpig] prompt tokens: %d | prefill: %.1f tok/s | decode: %.1f tok/s | generated: %d "
+      "(%s) | threads: %d\n",
+      st.prompt_tokens, st.prefill_tokens_per_second(), st.decode_tokens_per_second(),
+      st.generated_tokens, std::string(engine::FinishReasonName(result->finish)),
+      options.num_threads);
+  return 0;
+}
+
+}  // namespace magicpig::tools
