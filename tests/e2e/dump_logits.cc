@@ -3,11 +3,12 @@
 //   magicpig_dump_logits MODEL PROMPTS_FILE OUT_DIR GREEDY_TOKENS [float|q8]
 //
 // The last argument picks the activation precision of weight products (default q8, the fast
-// path; float = MatMulFloatActivations).
+// path; float = MatMulFloatActivations). MAGICPIG_PREFILL_CHUNK overrides the prefill chunk.
 //
 // PROMPTS_FILE holds prompts separated by lines "=====". For prompt i it writes OUT_DIR/i.ids
 // (prompt token ids, one line), OUT_DIR/i.logits (float32 little-endian, [n_prompt][n_vocab],
 // every position), and OUT_DIR/i.greedy (GREEDY_TOKENS greedy continuation ids, one line).
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -56,6 +57,10 @@ int main(int argc, char** argv) {
   magicpig::engine::EngineOptions options;
   options.model_path = argv[1];
   options.float_activations = argc == 6 && std::string(argv[5]) == "float";
+  // Small chunks exercise multi-chunk layer-major prefill on short prompts.
+  if (const char* chunk = std::getenv("MAGICPIG_PREFILL_CHUNK")) {
+    options.prefill_chunk = std::atoi(chunk);
+  }
   auto engine = magicpig::engine::Engine::Load(options);
   if (!engine.ok()) {
     std::cerr << engine.status() << "\n";

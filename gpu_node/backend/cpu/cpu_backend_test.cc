@@ -1,0 +1,153 @@
+#include "gpu_node/backend/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/half.h"
+#include "gtest/gtest.h"
+
+namespace magicpig::backend {
+namespace {
+
+std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+struct AttentionCase {
+  int64_t n_head, n_head_kv, head_dim, first_pos, n_tokens;
+};
+
+// Naive float64 causal attention over the fp16-rounded cache: the independent reference.
+std::vector<double> NaiveAttention(const std::vector<float>& q, const std::vector<uint16_t>& k,
+                                   const std::vector<uint16_t>& v, const AttentionCase& c,
+                                   double scale) {
+  const int64_t hd = c.head_dim, group = c.n_head / c.n_head_kv;
+  std::vector<double> out(c.n_tokens * c.n_head * hd, 0.0);
+  for (int64_t t = 0; t < c.n_tokens; ++t) {
+    const int64_t pos = c.first_pos + t;
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      const int64_t g = h / group;
+      std::vector<double> s(pos + 1);
+      double m = -INFINITY;
+      for (int64_t j = 0; j <= pos; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < hd; ++d) {
+          dot += static_cast<double>(q[(t * c.n_head + h) * hd + d]) *
+                 Fp16ToFloat(k[(j * c.n_head_kv + g) * hd + d]);
+        }
+        s[j] = dot * scale;
+        m = std::max(m, s[j]);
+      }
+      double z = 0;
+      for (double& x : s) z += x = std::exp(x - m);
+      for (int64_t j = 0; j <= pos; ++j) {
+        for (int64_t d = 0; d < hd; ++d) {
+          out[(t * c.n_head + h) * hd + d] +=
+              s[j] / z * Fp16ToFloat(v[(j * c.n_head_kv + g) * hd + d]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(AttentionTest, MatchesFloat64AtEverySimdLevel) {
+  const AttentionCase c = GetParam();
+  const int64_t rows = c.first_pos + c.n_tokens, kv_row = c.n_head_kv * c.head_dim;
+  // Scale 2 makes some softmaxes peaked, so the online max-rescaling path is exercised.
+  std::vector<float> kf = Random(rows * kv_row, 1, 2.0f), vf = Random(rows * kv_row, 2);
+  std::vector<float> q = Random(c.n_tokens * c.n_head * c.head_dim, 3, 2.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  for (SimdLevel level : SupportedSimdLevels()) {
+    CpuBackend backend(2, level);
+    std::vector<uint16_t> k(rows * kv_row), v(rows * kv_row);
+    KvLayerView view{k.data(), v.data(), rows, c.n_head_kv, c.head_dim};
+    std::vector<float> out(q.size(), NAN);
+    ASSERT_TRUE(backend
+                    .Execute([&] {
+                      // Fill the prefix as earlier calls would have, then this call's rows.
+                      backend.StoreKv(kf.data(), vf.data(), rows, 0, view);
+                      backend.CausalAttention(q.data(), c.n_tokens, c.first_pos, c.n_head, scale,
+                                              view, out.data());
+                      return absl::OkStatus();
+                    })
+                    .ok());
+    for (int64_t i = 0; i < rows * kv_row; ++i) {
+      ASSERT_EQ(k[i], FloatToFp16(kf[i]));
+      ASSERT_EQ(v[i], FloatToFp16(vf[i]));
+    }
+    std::vector<double> expected = NaiveAttention(q, k, v, c, scale);
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(out[i], expected[i], 2e-5 + 2e-5 * std::fabs(expected[i]))
+          << "level " << SimdLevelName(level) << " index " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTest,
+    ::testing::Values(AttentionCase{9, 3, 64, 0, 1},      // first token
+                      AttentionCase{9, 3, 64, 0, 70},     // prefill: several query and key tiles
+                      AttentionCase{9, 3, 64, 200, 1},    // decode at depth
+                      AttentionCase{4, 4, 128, 31, 33},   // MHA, chunk straddling a key tile
+                      AttentionCase{8, 1, 16, 5, 17},     // MQA, smallest head_dim
+                      AttentionCase{2, 2, 256, 64, 3}));  // largest head_dim
+
+TEST(CpuBackendTest, RopePairings) {
+  // One head of 8 dims, n_rot 6 (the last two dims are not rotated), position 3, base 100.
+  const int32_t pos = 3;
+  for (RopePairing pairing : {RopePairing::kAdjacent, RopePairing::kHalfOffset}) {
+    std::vector<float> x = Random(8, 9);
+    std::vector<float> y = x;
+    CpuBackend backend(1);
+    backend.Rope(y.data(), 1, 1, 8, &pos, RopeParams{pairing, 6, 100.0});
+    for (int i = 0; i < 3; ++i) {
+      const double theta = pos * std::pow(100.0, -2.0 * i / 6);
+      const int a = pairing == RopePairing::kAdjacent ? 2 * i : i;
+      const int b = pairing == RopePairing::kAdjacent ? 2 * i + 1 : i + 3;
+      EXPECT_NEAR(y[a], x[a] * std::cos(theta) - x[b] * std::sin(theta), 1e-6);
+      EXPECT_NEAR(y[b], x[a] * std::sin(theta) + x[b] * std::cos(theta), 1e-6);
+    }
+    EXPECT_EQ(y[6], x[6]);
+    EXPECT_EQ(y[7], x[7]);
+  }
+}
+
+TEST(CpuBackendTest, RmsNormAndSwiGlu) {
+  CpuBackend backend(1);
+  std::vector<float> x = {1, -2, 3, -4, 0.5f, 0.25f}, w = {1, 2, 3}, out(6);
+  backend.RmsNorm(x.data(), w.data(), 2, 3, 1e-5f, out.data());
+  for (int t = 0; t < 2; ++t) {
+    double ms = 0;
+    for (int i = 0; i < 3; ++i) ms += x[t * 3 + i] * x[t * 3 + i] / 3.0;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_NEAR(out[t * 3 + i], x[t * 3 + i] / std::sqrt(ms + 1e-5) * w[i], 1e-6);
+    }
+  }
+  std::vector<float> g = {-30, -1, 0, 2, 30}, u = {1, 2, 3, 4, 5}, s(5);
+  backend.SwiGlu(g.data(), u.data(), 5, s.data());
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_NEAR(s[i], g[i] / (1 + std::exp(-static_cast<double>(g[i]))) * u[i], 1e-5);
+  }
+}
+
+TEST(CpuBackendTest, EmbedRejectsOutOfVocabularyIds) {
+  CpuBackend backend(1);
+  std::vector<float> table = Random(4 * 32, 5), out(32);
+  QuantMatrix m{GgmlType::kF32, table.data(), 4, 32};
+  const int32_t bad[1] = {4};
+  EXPECT_EQ(backend.Embed(m, bad, out.data()).code(), absl::StatusCode::kInvalidArgument);
+  const int32_t good[1] = {2};
+  ASSERT_TRUE(backend.Embed(m, good, out.data()).ok());
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(out[i], table[2 * 32 + i]);
+}
+
+}  // namespace
+}  // namespace magicpig::backend
