@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/bench_command.h"
 #include "tools/run_command.h"
 
 int main(int argc, char** argv) {
@@ -10,12 +11,14 @@ int main(int argc, char** argv) {
   if (args.empty() || args[0] == "help" || args[0] == "--help") {
     std::cout << "usage: magicpig <command> [flags]\n"
                  "commands:\n"
-                 "  run    generate text with the embedded engine (magicpig run --help)\n";
+                 "  run    generate text with the embedded engine (magicpig run --help)\n"
+                 "  bench  prefill/decode throughput at several context depths\n";
     return args.empty() ? 2 : 0;
   }
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "run") return magicpig::tools::RunCommand(args);
+  if (command == "bench") return magicpig::tools::BenchCommand(args);
   std::cerr << "magicpig: unknown command '" << command << "'\n";
   return 2;
 }

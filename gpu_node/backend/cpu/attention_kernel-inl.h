@@ -42,9 +42,12 @@ inline float FastExp(float x) {
   return r;
 }
 
-void RunTile(const AttentionTile& a) {
+// kChunks = head_dim / 16 when known at compile time (the loops over a row then unroll and the
+// converted key/value row stays in registers), or 0 for any multiple of 16 read at run time.
+template <int kChunks>
+void RunTileImpl(const AttentionTile& a) {
   const int64_t hd = a.head_dim;
-  const int64_t chunks = hd / kLanes;
+  const int64_t chunks = kChunks > 0 ? kChunks : hd / kLanes;
   const int64_t group = a.n_head / a.n_head_kv;
   const int64_t n_rows = (a.t1 - a.t0) * group;
   const int64_t q_stride = a.n_head * hd;
@@ -137,6 +140,19 @@ void RunTile(const AttentionTile& a) {
       float* dst = a.out + t * q_stride + h * hd;
       for (int64_t d = 0; d < hd; ++d) dst[d] = ar[d] * inv;
     }
+  }
+}
+
+void RunTile(const AttentionTile& a) {
+  switch (a.head_dim / kLanes) {
+    case 2:
+      return RunTileImpl<2>(a);
+    case 4:
+      return RunTileImpl<4>(a);
+    case 8:
+      return RunTileImpl<8>(a);
+    default:
+      return RunTileImpl<0>(a);
   }
 }
 
