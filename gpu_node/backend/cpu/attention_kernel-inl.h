@@ -75,9 +75,11 @@ void RunTileImpl(const AttentionTile& a) {
   }
   const int64_t first_row_pos = a.first_pos + a.t0;
   const int64_t last_pos = a.first_pos + a.t1 - 1;
+  // Keys [key_begin, key_end) of the sequence; key_end <= 0 means "through last_pos".
+  const int64_t key_end = a.key_end > 0 ? Min(a.key_end, last_pos + 1) : last_pos + 1;
   V row[kMaxChunks];
-  for (int64_t k0 = 0; k0 <= last_pos; k0 += kKeyTile) {
-    const int64_t nk = Min(kKeyTile, last_pos + 1 - k0);
+  for (int64_t k0 = a.key_begin; k0 < key_end; k0 += kKeyTile) {
+    const int64_t nk = Min(kKeyTile, key_end - k0);
     // Rows whose position is < k0 see nothing of this tile; rows are ordered by position.
     const int64_t first_row = k0 > first_row_pos ? (k0 - first_row_pos) * group : 0;
     // Scores: one converted key row against every query row.
@@ -135,10 +137,15 @@ void RunTileImpl(const AttentionTile& a) {
     for (int64_t gi = 0; gi < group; ++gi) {
       const int64_t r = (t - a.t0) * group + gi;
       const int64_t h = a.kv_head * group + gi;
-      const float inv = 1.0f / l[r];
+      // A row that saw no key of its range (possible only for a key segment) has l = 0:
+      // its partial is o = 0 with lse = -inf, which the merge weighs by 0.
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
       const float* ar = acc + r * hd;
       float* dst = a.out + t * q_stride + h * hd;
       for (int64_t d = 0; d < hd; ++d) dst[d] = ar[d] * inv;
+      if (a.lse != nullptr) {
+        a.lse[t * a.n_head + h] = l[r] > 0.0f ? m[r] + __builtin_logf(l[r]) : neg_inf;
+      }
     }
   }
 }

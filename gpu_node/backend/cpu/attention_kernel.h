@@ -22,6 +22,12 @@ struct AttentionTile {
   int64_t t0, t1;     // token range of this tile
   int64_t first_pos;  // position of token 0
   float scale;
+  // Optional key segment [key_begin, key_end) (key_begin a multiple of 32; key_end 0 = all keys
+  // the queries see). With a segment, `out` receives the segment's normalised partial and `lse`
+  // ([n_tokens][n_head], natural log) its log-sum-exp, for an exact merge across segments.
+  int64_t key_begin = 0;
+  int64_t key_end = 0;
+  float* lse = nullptr;
   float* scratch;  // AttentionScratchFloats(...) floats, owned by the caller
 };
 

@@ -1,6 +1,8 @@
 #include "gpu_node/backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -132,30 +134,76 @@ void CpuBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t first
   auto* kernel = AttentionKernelFor(level_);
   const int64_t n_tiles = (n_tokens + kQueryTile - 1) / kQueryTile;
   const int64_t group = n_head / cache.n_head_kv;
-  const int64_t items = n_tiles * cache.n_head_kv;
+  const int64_t n_keys = first_pos + n_tokens;
+  // Decode-sized calls have only n_head_kv work items; split their keys into segments (aligned to
+  // the kernel's 32-key tiles) so every thread streams part of the cache, then merge the
+  // segments' partials exactly by log-sum-exp ("flash decoding").
+  int64_t segments = 1;
+  if (n_tiles == 1 && n_keys >= 512) {
+    const int64_t want = (2 * num_threads_ + cache.n_head_kv - 1) / cache.n_head_kv;
+    segments = std::clamp<int64_t>(want, 1, n_keys / 256);
+  }
+  const int64_t seg_len = ((n_keys + segments - 1) / segments + 31) / 32 * 32;
+  segments = (n_keys + seg_len - 1) / seg_len;
+  const int64_t row = n_head * cache.head_dim;
+  std::vector<float> partial_out, partial_lse;
+  if (segments > 1) {
+    partial_out.resize(segments * n_tokens * row);
+    partial_lse.resize(segments * n_tokens * n_head);
+  }
+  const int64_t items = n_tiles * cache.n_head_kv * segments;
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, items, 1), [&](const auto& range) {
     std::vector<float> scratch(
         cpu_internal::AttentionScratchFloats(kQueryTile * group, cache.head_dim));
     for (int64_t item = range.begin(); item < range.end(); ++item) {
+      const int64_t seg = item % segments;
+      const int64_t rest = item / segments;
       // Later tiles see more keys: hand them out first for better load balance.
-      const int64_t tile = n_tiles - 1 - item / cache.n_head_kv;
+      const int64_t tile = n_tiles - 1 - rest / cache.n_head_kv;
       AttentionTile a;
       a.q = q;
-      a.out = out;
+      a.out = segments > 1 ? partial_out.data() + seg * n_tokens * row : out;
       a.k = cache.k;
       a.v = cache.v;
       a.n_head = n_head;
       a.n_head_kv = cache.n_head_kv;
       a.head_dim = cache.head_dim;
-      a.kv_head = item % cache.n_head_kv;
+      a.kv_head = rest % cache.n_head_kv;
       a.t0 = tile * kQueryTile;
       a.t1 = std::min(n_tokens, a.t0 + kQueryTile);
       a.first_pos = first_pos;
       a.scale = scale;
+      if (segments > 1) {
+        a.key_begin = seg * seg_len;
+        a.key_end = std::min(n_keys, a.key_begin + seg_len);
+        a.lse = partial_lse.data() + seg * n_tokens * n_head;
+      }
       a.scratch = scratch.data();
       kernel(a);
     }
   });
+  if (segments == 1) return;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t h = 0; h < n_head; ++h) {
+      float max_lse = -std::numeric_limits<float>::infinity();
+      for (int64_t s = 0; s < segments; ++s) {
+        max_lse = std::max(max_lse, partial_lse[(s * n_tokens + t) * n_head + h]);
+      }
+      float* dst = out + t * row + h * cache.head_dim;
+      std::fill(dst, dst + cache.head_dim, 0.0f);
+      float total = 0;
+      for (int64_t s = 0; s < segments; ++s) {
+        const float lse = partial_lse[(s * n_tokens + t) * n_head + h];
+        if (lse == -std::numeric_limits<float>::infinity()) continue;
+        const float w = std::exp(lse - max_lse);
+        total += w;
+        AxpyF32(w, partial_out.data() + s * n_tokens * row + t * row + h * cache.head_dim, dst,
+                cache.head_dim, level_);
+      }
+      const float inv = 1.0f / total;
+      for (int64_t d = 0; d < cache.head_dim; ++d) dst[d] *= inv;
+    }
+  }
 }
 
 }  // namespace magicpig::backend

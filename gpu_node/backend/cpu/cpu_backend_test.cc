@@ -96,6 +96,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(AttentionCase{9, 3, 64, 0, 1},      // first token
                       AttentionCase{9, 3, 64, 0, 70},     // prefill: several query and key tiles
                       AttentionCase{9, 3, 64, 200, 1},    // decode at depth
+                      AttentionCase{9, 3, 64, 1500, 1},   // decode split into key segments
+                      AttentionCase{4, 2, 128, 1300, 5},  // a few tokens, key segments
                       AttentionCase{4, 4, 128, 31, 33},   // MHA, chunk straddling a key tile
                       AttentionCase{8, 1, 16, 5, 17},     // MQA, smallest head_dim
                       AttentionCase{2, 2, 256, 64, 3}));  // largest head_dim
