@@ -1,6 +1,7 @@
 // Synthetic llama/qwen2 GGUF models for unit tests (see synthetic_model.h).
 #include "tests/testing/synthetic_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -256,12 +257,17 @@ absl::StatusOr<std::string> BuildSyntheticModel(const SyntheticModelOptions& o) 
   str("tokenizer.chat_template", kChatTemplate);
   u32("general.quantization_version", 2);
 
+  auto omitted_tensor = [&](const std::string& name) {
+    return std::find(o.omit_tensors.begin(), o.omit_tensors.end(), name) != o.omit_tensors.end();
+  };
   uint32_t tensor_seed = o.seed * 1000003u;
   auto matrix = [&](std::string name, int64_t cols, int64_t rows, GgmlType type) -> absl::Status {
     auto bytes = RandomTensorBytes(type, cols * rows, tensor_seed++);
     if (!bytes.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": ", bytes.status().message()));
     }
+    if (omitted_tensor(name)) return absl::OkStatus();
+    if (name == o.transposed_tensor) std::swap(cols, rows);
     w.AddTensor(std::move(name), {cols, rows}, type, *std::move(bytes));
     return absl::OkStatus();
   };
@@ -273,7 +279,7 @@ absl::StatusOr<std::string> BuildSyntheticModel(const SyntheticModelOptions& o) 
       const float f = dist(rng);
       std::memcpy(&bytes[static_cast<size_t>(i) * 4], &f, 4);
     }
-    w.AddTensor(std::move(name), {n}, GgmlType::kF32, std::move(bytes));
+    if (!omitted_tensor(name)) w.AddTensor(std::move(name), {n}, GgmlType::kF32, std::move(bytes));
   };
 
   absl::Status s = matrix("token_embd.weight", o.n_embd, o.n_vocab, o.embd_type);

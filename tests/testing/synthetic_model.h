@@ -36,6 +36,9 @@ struct SyntheticModelOptions {
   uint32_t seed = 1;
   // Keys to leave out (to test missing-key reporting).
   std::vector<std::string> omit_keys;
+  // Tensors to leave out, and one matrix written with its two dims swapped (to test tensor checks).
+  std::vector<std::string> omit_tensors;
+  std::string transposed_tensor;
 };
 
 // 3 specials + 256 byte tokens + the built-in merges.
