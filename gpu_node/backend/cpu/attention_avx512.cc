@@ -14,6 +14,21 @@ inline V LoadF16(const uint16_t* p) {
 }
 inline void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
 inline V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline V Max(V a, V b) { return _mm512_max_ps(a, b); }
+inline V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
+inline V Floor(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+inline V ScaleByPow2(V p, V e) {
+  return _mm512_castsi512_ps(
+      _mm512_add_epi32(_mm512_castps_si512(p), _mm512_slli_epi32(_mm512_cvtps_epi32(e), 23)));
+}
+inline float ReduceMax(V v) {
+  __m256 s = _mm256_max_ps(_mm512_castps512_ps256(v),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_max_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
 inline float ReduceAdd(V v) {
   __m256 s = _mm256_add_ps(_mm512_castps512_ps256(v),
                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));

@@ -1,7 +1,8 @@
 // Template body of the attention tile kernel; included once per ISA translation unit, after that
 // unit defines, in namespace magicpig::backend::cpu_internal::MAGICPIG_ATTN_NS, a 16-float vector
 // type `V` with: Zero(), Set1(float), LoadF32(const float*), LoadF16(const uint16_t*),
-// Store(float*, V), Fma(a, b, c) = a*b + c, ReduceAdd(V), and kLanes == 16.
+// Store(float*, V), Fma(a, b, c) = a*b + c, Max(a, b), Sub(a, b), Floor(V), ScaleByPow2(p, e) =
+// p * 2^e (e integral), ReduceAdd(V), ReduceMax(V), and kLanes == 16.
 //
 // Online softmax (flash-attention style) over key tiles of kKeyTile rows: no n² buffer. Each key
 // and value row is converted from fp16 once per tile and used by every query row of the item (all
@@ -40,6 +41,22 @@ inline float FastExp(float x) {
   float r;
   std::memcpy(&r, &bits, 4);
   return r;
+}
+
+// FastExp on 16 lanes (same polynomial).
+inline V ExpV(V x) {
+  x = Max(x, Set1(-87.0f));
+  const V t = Fma(x, Set1(1.44269504088896341f), Zero());
+  const V fi = Floor(t);
+  const V f = Sub(t, fi);
+  V p = Set1(1.535336188319500e-4f);
+  p = Fma(p, f, Set1(1.339887440266574e-3f));
+  p = Fma(p, f, Set1(9.618437357674640e-3f));
+  p = Fma(p, f, Set1(5.550332471162809e-2f));
+  p = Fma(p, f, Set1(2.402264791363012e-1f));
+  p = Fma(p, f, Set1(6.931472028550421e-1f));
+  p = Fma(p, f, Set1(1.0f));
+  return ScaleByPow2(p, fi);
 }
 
 // kChunks = head_dim / 16 when known at compile time (the loops over a row then unroll and the
@@ -98,16 +115,28 @@ void RunTileImpl(const AttentionTile& a) {
       const int64_t pos = first_row_pos + r / group;
       const int64_t visible = Min(nk, pos - k0 + 1);
       float* sr = s + r * kKeyTile;
-      float tile_max = neg_inf;
-      for (int64_t j = 0; j < visible; ++j) tile_max = Max(tile_max, sr[j]);
-      const float new_m = Max(m[r], tile_max);
-      const float correction = FastExp(m[r] - new_m);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < visible; ++j) {
-        sr[j] = FastExp(sr[j] - new_m);
-        sum += sr[j];
+      float new_m, correction, sum = 0.0f;
+      if (visible == kKeyTile) {
+        // Full tile: two 16-lane vectors.
+        const V s0 = LoadF32(sr), s1 = LoadF32(sr + kLanes);
+        new_m = Max(m[r], ReduceMax(Max(s0, s1)));
+        correction = FastExp(m[r] - new_m);
+        const V mv = Set1(new_m);
+        const V p0 = ExpV(Sub(s0, mv)), p1 = ExpV(Sub(s1, mv));
+        Store(sr, p0);
+        Store(sr + kLanes, p1);
+        sum = ReduceAdd(Fma(p0, Set1(1.0f), p1));
+      } else {
+        float tile_max = neg_inf;
+        for (int64_t j = 0; j < visible; ++j) tile_max = Max(tile_max, sr[j]);
+        new_m = Max(m[r], tile_max);
+        correction = FastExp(m[r] - new_m);
+        for (int64_t j = 0; j < visible; ++j) {
+          sr[j] = FastExp(sr[j] - new_m);
+          sum += sr[j];
+        }
+        for (int64_t j = visible; j < nk; ++j) sr[j] = 0.0f;
       }
-      for (int64_t j = visible; j < nk; ++j) sr[j] = 0.0f;
       l[r] = l[r] * correction + sum;
       m[r] = new_m;
       if (correction != 1.0f) {

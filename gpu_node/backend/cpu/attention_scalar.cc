@@ -35,6 +35,27 @@ inline V Fma(V a, V b, V c) {
   for (int i = 0; i < 16; ++i) c.x[i] += a.x[i] * b.x[i];
   return c;
 }
+inline V Max(V a, V b) {
+  for (int i = 0; i < 16; ++i) a.x[i] = a.x[i] > b.x[i] ? a.x[i] : b.x[i];
+  return a;
+}
+inline V Sub(V a, V b) {
+  for (int i = 0; i < 16; ++i) a.x[i] -= b.x[i];
+  return a;
+}
+inline V Floor(V a) {
+  for (int i = 0; i < 16; ++i) a.x[i] = __builtin_floorf(a.x[i]);
+  return a;
+}
+inline V ScaleByPow2(V p, V e) {
+  for (int i = 0; i < 16; ++i) p.x[i] = __builtin_ldexpf(p.x[i], static_cast<int>(e.x[i]));
+  return p;
+}
+inline float ReduceMax(V v) {
+  float m = v.x[0];
+  for (int i = 1; i < 16; ++i) m = m > v.x[i] ? m : v.x[i];
+  return m;
+}
 inline float ReduceAdd(V v) {
   float s = 0.0f;
   for (float f : v.x) s += f;
