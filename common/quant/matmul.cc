@@ -2,6 +2,8 @@
 // per-ISA kernel. Compiled at the x86-64 baseline; the SIMD code lives in matmul_<isa>.cc.
 #include "common/quant/matmul.h"
 
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -12,6 +14,8 @@
 #include "common/quant/matmul_kernels.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
+#include "tbb/partitioner.h"
+#include "tbb/task_arena.h"
 
 namespace magicpig {
 namespace {
@@ -42,21 +46,36 @@ namespace quant_internal {
 // Rounding here is the only approximation the integer kernels make; every level uses this one
 // function, so all levels see identical integer inputs.
 void QuantizeActivationRow(const float* x, int64_t cols, int8_t* q, float* d_rep, float* s) {
+  // SSE2 (x86-64 baseline), 4 values at a time: _mm_cvtps_epi32 rounds with MXCSR, i.e. half to
+  // even like std::nearbyint in the default mode, without nearbyint's per-value library call.
+  // Clamping before rounding is equivalent to clamping after, since +-127 are integers.
   const int64_t nb = cols / kActBlock;
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
+  const __m128 lim = _mm_set1_ps(127.0f), neg_lim = _mm_set1_ps(-127.0f);
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = x + b * kActBlock;
-    float amax = 0.0f;
-    for (int64_t i = 0; i < kActBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    __m128 m = _mm_setzero_ps();
+    for (int64_t i = 0; i < kActBlock; i += 4)
+      m = _mm_max_ps(m, _mm_and_ps(_mm_loadu_ps(xb + i), abs_mask));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    const float amax = _mm_cvtss_f32(m);
     const float d = amax / 127.0f;
-    const float id = d > 0.0f ? 1.0f / d : 0.0f;
-    int sum = 0;
-    for (int64_t i = 0; i < kActBlock; ++i) {
-      const int v = std::clamp(static_cast<int>(std::nearbyint(xb[i] * id)), -127, 127);
-      q[b * kActBlock + i] = static_cast<int8_t>(v);
-      sum += v;
+    const __m128 id = _mm_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+    __m128i sum = _mm_setzero_si128();
+    for (int64_t i = 0; i < kActBlock; i += 8) {
+      const __m128i a = _mm_cvtps_epi32(
+          _mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_loadu_ps(xb + i), id), neg_lim), lim));
+      const __m128i c = _mm_cvtps_epi32(
+          _mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_loadu_ps(xb + i + 4), id), neg_lim), lim));
+      sum = _mm_add_epi32(sum, _mm_add_epi32(a, c));
+      const __m128i packed = _mm_packs_epi16(_mm_packs_epi32(a, c), _mm_setzero_si128());
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + b * kActBlock + i), packed);
     }
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
     for (int64_t i = 0; i < kScaleRepeat; ++i) d_rep[b * kScaleRepeat + i] = d;
-    s[b] = d * static_cast<float>(sum);
+    s[b] = d * static_cast<float>(_mm_cvtsi128_si32(sum));
   }
 }
 
@@ -65,11 +84,17 @@ void QuantizeActivationRow(const float* x, int64_t cols, int8_t* q, float* d_rep
 namespace {
 
 // Rows per task: enough that a task reads a few tens of KiB of weights (TBB overhead is a few
-// microseconds per task), few enough that decode-sized matrices still split over the cores.
-int64_t RowGrain(int64_t row_bytes, int64_t n_tokens) {
+// microseconds per task), few enough that every thread gets several tasks (decode matrices of
+// only 192 rows must still keep both cores busy). Prefill tasks are capped at 64 rows so their
+// weights stay in L2 while the kernel walks blocks of tokens.
+int64_t RowGrain(int64_t rows, int64_t row_bytes, int64_t n_tokens) {
   constexpr int64_t kTargetWork = 32 * 1024;
   const int64_t work_per_row = row_bytes * std::max<int64_t>(1, n_tokens);
-  return std::clamp<int64_t>(kTargetWork / std::max<int64_t>(1, work_per_row), 4, 256);
+  const int64_t by_work =
+      std::clamp<int64_t>(kTargetWork / std::max<int64_t>(1, work_per_row), 4, 256);
+  const int64_t threads = std::max(1, tbb::this_task_arena::max_concurrency());
+  const int64_t by_balance = std::max<int64_t>(4, rows / (4 * threads));
+  return n_tokens > 1 ? std::clamp<int64_t>(by_balance, 4, 64) : std::min(by_work, by_balance);
 }
 
 }  // namespace
@@ -119,15 +144,22 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
   std::vector<float> xd, xs;
   if (quant_internal::UsesQuantizedActivations(w.type)) {
     const int64_t nb = w.cols / kActBlock;
-    xq.resize(static_cast<size_t>(n_tokens * w.cols));
-    xd.resize(static_cast<size_t>(n_tokens * nb * kScaleRepeat));
-    xs.resize(static_cast<size_t>(n_tokens * nb));
+    const bool avx512 = level == SimdLevel::kAvx512;
+    // Per-token strides of the layout the chosen kernels read (see matmul_kernels.h).
+    const int64_t q_stride = avx512 ? quant_internal::Avx512QStride(w.cols) : w.cols;
+    const int64_t d_stride = avx512 ? quant_internal::Avx512DStride(w.cols) : nb * kScaleRepeat;
+    const int64_t s_stride = avx512 ? quant_internal::Avx512SStride(w.cols) : nb;
+    xq.resize(static_cast<size_t>(n_tokens * q_stride));
+    xd.resize(static_cast<size_t>(n_tokens * d_stride));
+    xs.resize(static_cast<size_t>(n_tokens * s_stride));
     auto quantize = [&](int64_t t) {
-      quant_internal::QuantizeActivationRow(x + t * ldx, w.cols, xq.data() + t * w.cols,
-                                            xd.data() + t * nb * kScaleRepeat, xs.data() + t * nb);
+      (avx512 ? quant_internal::QuantizeActivationRowAvx512
+              : quant_internal::QuantizeActivationRow)(
+          x + t * ldx, w.cols, xq.data() + t * q_stride, xd.data() + t * d_stride,
+          xs.data() + t * s_stride);
     };
-    if (n_tokens == 1) {
-      quantize(0);
+    if (n_tokens <= 16) {
+      for (int64_t t = 0; t < n_tokens; ++t) quantize(t);
     } else {
       tbb::parallel_for(int64_t{0}, n_tokens, quantize);
     }
@@ -150,12 +182,16 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
         break;
     }
   };
-  const int64_t grain = RowGrain(args.row_bytes, n_tokens);
+  const int64_t grain = RowGrain(w.rows, args.row_bytes, n_tokens);
   if (w.rows <= grain) {
     run(0, w.rows);
   } else {
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, w.rows, grain),
-                      [&](const tbb::blocked_range<int64_t>& r) { run(r.begin(), r.end()); });
+    // simple_partitioner: chunks of grain/2..grain rows exactly as chosen above (the auto
+    // partitioner would merge them into one chunk per thread and lose the balancing).
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, w.rows, grain),
+        [&](const tbb::blocked_range<int64_t>& r) { run(r.begin(), r.end()); },
+        tbb::simple_partitioner());
   }
   return absl::OkStatus();
 }

@@ -1,11 +1,14 @@
 // AVX-512 (F/BW/VL/DQ, optionally VNNI) MatMul kernels; the -m flags are set on this file only.
 //
-// Integer types: two 32-value weight blocks fill one 512-bit register; products with the 8-bit
-// activations use vpdpbusd when the CPU has VNNI (chosen by the caller, once per call), otherwise
-// vpmaddubsw + vpmaddwd. Both give the same exact int32 lane sums. Float types: FMA with masked
-// tails.
+// Integer types: the activations are quantised into a layout (matmul_kernels.h) where two 512-bit
+// registers hold 4 whole blocks with each 128-bit lane belonging to one block, so two vpdpbusd
+// (VNNI; otherwise vpmaddubsw + vpmaddwd, the same exact int32 sums) give per-block int32 lanes
+// that need one convert + one FMA per 4 blocks. A 2-row x 4-token register tile reuses every
+// unpacked weight register 4 times and every activation load twice; fp16 block scales are
+// converted once per row. Float types: FMA with masked tails.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -16,12 +19,6 @@ namespace magicpig::quant_internal {
 namespace {
 
 constexpr int kMaxTokens = 4;  // tokens per pass over a weight row
-
-float LoadF16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, sizeof(h));
-  return _cvtsh_ss(h);
-}
 
 template <GgmlType T>
 struct Block;
@@ -46,127 +43,276 @@ struct Block<GgmlType::kQ8_0> {
   static constexpr int kBytes = 34, kQs = 2;
 };
 
-// 16 packed bytes -> 32 values in block order (low nibbles first), as a 256-bit half.
-__m256i Nibbles(const uint8_t* qs) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
-}
-
 uint32_t LoadU32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
-// Weights of blocks b0 (low half) and b1 (high half); unsigned except Q8_0 (signed).
+__m128i Load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// Weights of 4 blocks in the activation layout of matmul_kernels.h: lo holds values 0..15 of each
+// block (one 128-bit lane per block), hi values 16..31. Unsigned except Q8_0, where the weights are
+// made non-negative and their signs returned in neg_lo/neg_hi (to be moved onto the activations).
 template <GgmlType T>
-__m512i UnpackPair(const uint8_t* b0, const uint8_t* b1) {
+void UnpackQuad(const uint8_t* const* blk, __m512i* lo, __m512i* hi, __mmask64* neg_lo,
+                __mmask64* neg_hi) {
   if constexpr (T == GgmlType::kQ8_0) {
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + Block<T>::kQs));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + Block<T>::kQs));
-    return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
+    const __m512i z01 = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0] + 2))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1] + 2)), 1);
+    const __m512i z23 = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2] + 2))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[3] + 2)), 1);
+    const __m512i l = _mm512_shuffle_i64x2(z01, z23, 0x88);  // 128-bit lanes 0, 2 of each
+    const __m512i h = _mm512_shuffle_i64x2(z01, z23, 0xDD);  // lanes 1, 3
+    *neg_lo = _mm512_movepi8_mask(l);
+    *neg_hi = _mm512_movepi8_mask(h);
+    *lo = _mm512_abs_epi8(l);  // -128 becomes 0x80 = 128 as unsigned: still exact
+    *hi = _mm512_abs_epi8(h);
   } else {
-    __m512i w = _mm512_inserti64x4(_mm512_zextsi256_si512(Nibbles(b0 + Block<T>::kQs)),
-                                   Nibbles(b1 + Block<T>::kQs), 1);
+    const __m256i q01 =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(Load128(blk[0] + Block<T>::kQs)),
+                                Load128(blk[1] + Block<T>::kQs), 1);
+    const __m256i q23 =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(Load128(blk[2] + Block<T>::kQs)),
+                                Load128(blk[3] + Block<T>::kQs), 1);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q01), q23, 1);
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    __m512i l = _mm512_and_si512(z, nibble);
+    __m512i h = _mm512_and_si512(_mm512_srli_epi16(z, 4), nibble);
     if constexpr (T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1) {
-      // Bit i of the 64-bit mask is the fifth bit of value i of the pair.
-      const __mmask64 high = static_cast<__mmask64>(LoadU32(b0 + Block<T>::kQh)) |
-                             (static_cast<__mmask64>(LoadU32(b1 + Block<T>::kQh)) << 32);
-      w = _mm512_or_si512(w, _mm512_maskz_mov_epi8(high, _mm512_set1_epi8(0x10)));
+      // Bit i of qh is the fifth bit of value i: bits 0..15 go to lo, 16..31 to hi.
+      uint64_t ml = 0, mh = 0;
+      for (int j = 0; j < 4; ++j) {
+        const uint64_t qh = LoadU32(blk[j] + Block<T>::kQh);
+        ml |= (qh & 0xFFFF) << (16 * j);
+        mh |= (qh >> 16) << (16 * j);
+      }
+      const __m512i bit4 = _mm512_set1_epi8(0x10);
+      l = _mm512_mask_add_epi8(l, ml, l, bit4);
+      h = _mm512_mask_add_epi8(h, mh, h, bit4);
     }
-    return w;
+    *lo = l;
+    *hi = h;
   }
 }
 
-template <GgmlType T>
-float OffsetCoef(const uint8_t* b, float d) {
-  if constexpr (T == GgmlType::kQ4_0) return -8.0f * d;
-  if constexpr (T == GgmlType::kQ5_0) return -16.0f * d;
-  if constexpr (T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1) return LoadF16(b + 2);
-  return 0.0f;
-}
-
-// Exact int32 lane sums of u8 * s8 (4 products per lane).
+// Exact int32 lane sums of u8 * s8 (4 products per lane) added to acc.
 template <bool kVnni>
-__m512i DotU8S8(__m512i u, __m512i s) {
+__m512i DotU8S8(__m512i acc, __m512i u, __m512i s) {
   if constexpr (kVnni) {
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
+    return _mm512_dpbusd_epi32(acc, u, s);
   } else {
-    return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
+    return _mm512_add_epi32(acc,
+                            _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
   }
 }
 
-template <GgmlType T, bool kVnni, int NT>
-void IntegerRow(const MatMulArgs& a, int64_t r, int64_t t0) {
+// Per-row constants, converted from fp16 once per row instead of once per (row, token): the
+// weight scales replicated 4 times (matching the activation d layout; 0 in padding groups, so
+// padded blocks contribute exactly 0) and the offset coefficients (0-padded to SStride).
+struct RowConsts {
+  const float* dw;
+  const float* c;
+};
+
+// dw needs 4 * Avx512SStride(cols) floats and c Avx512SStride(cols): both are written in whole
+// chunks of 16 blocks, zero beyond the last block. One gather of the 16 leading u32s of 16 blocks
+// (d, and m for Q4_1/Q5_1) replaces 16 scalar loads and conversions; masked-off lanes read 0.
+template <GgmlType T>
+void PrepareRow(const uint8_t* row, int64_t cols, float* dw, float* c) {
+  const int64_t nb = cols / kActBlock;
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(Block<T>::kBytes));
+  for (int64_t b = 0; b < nb; b += 16) {
+    const __mmask16 m = nb - b >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (nb - b)) - 1);
+    const __m512i head = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets,
+                                                     row + b * Block<T>::kBytes, 1);
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+    for (int k = 0; k < 4; ++k) {
+      const __m512i idx =
+          _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                           _mm512_set1_epi32(4 * k));
+      _mm512_storeu_ps(dw + 4 * b + 16 * k, _mm512_permutexvar_ps(idx, d));
+    }
+    if constexpr (T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1) {
+      _mm512_storeu_ps(c + b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))));
+    } else if constexpr (T == GgmlType::kQ4_0) {
+      _mm512_storeu_ps(c + b, _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)));
+    } else if constexpr (T == GgmlType::kQ5_0) {
+      _mm512_storeu_ps(c + b, _mm512_mul_ps(d, _mm512_set1_ps(-16.0f)));
+    }
+  }
+}
+
+// y for R rows x NT tokens: each unpacked weight register is used for NT tokens and each
+// activation load for R rows. Accumulators hold per-block float partial sums; the offset term
+// (sum_b c[b] * s[b]) is a vector dot product added before the single horizontal reduction.
+template <GgmlType T, bool kVnni, int R, int NT>
+void IntegerTile(const MatMulArgs& a, int64_t r, const RowConsts* rc, int64_t t0) {
   const int64_t nb = a.cols / kActBlock;
-  const uint8_t* row = a.w + r * a.row_bytes;
-  __m512 acc[NT];
-  float offset[NT];
-  const int8_t* xq[NT];
-  const float* xd[NT];
-  const float* xs[NT];
-  for (int t = 0; t < NT; ++t) {
-    acc[t] = _mm512_setzero_ps();
-    offset[t] = 0.0f;
-    xq[t] = a.xq + (t0 + t) * a.cols;
-    xd[t] = a.xd + (t0 + t) * nb * kScaleRepeat;
-    xs[t] = a.xs + (t0 + t) * nb;
+  const int64_t ng = Avx512Groups(a.cols);
+  const int64_t q_stride = Avx512QStride(a.cols), d_stride = Avx512DStride(a.cols);
+  const uint8_t* row[R];
+  for (int i = 0; i < R; ++i) row[i] = a.w + (r + i) * a.row_bytes;
+  const int8_t* xq = a.xq + t0 * q_stride;
+  const float* xd = a.xd + t0 * d_stride;
+  __m512 acc[R][NT];
+  for (int i = 0; i < R; ++i) {
+    for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_setzero_ps();
   }
-  for (int64_t b = 0; b < nb; b += 2) {
-    // An odd last block is paired with itself and its second half masked to zero below.
-    const bool pair = b + 1 < nb;
-    const uint8_t* blk0 = row + b * Block<T>::kBytes;
-    const uint8_t* blk1 = pair ? blk0 + Block<T>::kBytes : blk0;
-    __m512i w = UnpackPair<T>(blk0, blk1);
-    __mmask64 negative = 0;
-    if constexpr (T == GgmlType::kQ8_0) {
-      negative = _mm512_movepi8_mask(w);
-      w = _mm512_abs_epi8(w);  // -128 becomes 0x80 = 128 as unsigned: still exact
+  auto group = [&](int64_t g, bool tail) __attribute__((always_inline)) {
+    __m512i lo[R], hi[R];
+    __mmask64 neg_lo[R], neg_hi[R];
+    __m512 dw[R];
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* blk[4];
+      for (int j = 0; j < 4; ++j) {
+        // Padding blocks of the last group re-read a real block; their dw is 0.
+        const int64_t b = tail ? std::min<int64_t>(4 * g + j, nb - 1) : 4 * g + j;
+        blk[j] = row[i] + b * Block<T>::kBytes;
+      }
+      UnpackQuad<T>(blk, &lo[i], &hi[i], &neg_lo[i], &neg_hi[i]);
+      dw[i] = _mm512_loadu_ps(rc[i].dw + 16 * g);
     }
-    const __mmask64 lanes = pair ? ~__mmask64{0} : __mmask64{0xFFFFFFFFu};
-    const float d0 = LoadF16(blk0), d1 = LoadF16(blk1);
-    const __m512 dv = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(d0)),
-                                         _mm256_set1_ps(pair ? d1 : 0.0f), 1);
-    const float c0 = OffsetCoef<T>(blk0, d0), c1 = pair ? OffsetCoef<T>(blk1, d1) : 0.0f;
     for (int t = 0; t < NT; ++t) {
-      __m512i xv = _mm512_maskz_loadu_epi8(lanes, xq[t] + b * kActBlock);
-      if constexpr (T == GgmlType::kQ8_0) {
-        xv = _mm512_mask_sub_epi8(xv, negative, _mm512_setzero_si512(), xv);
+      const int8_t* xp = xq + t * q_stride + 128 * g;
+      const __m512i xl = _mm512_loadu_si512(xp), xh = _mm512_loadu_si512(xp + 64);
+      const __m512 dx = _mm512_loadu_ps(xd + t * d_stride + 16 * g);
+      for (int i = 0; i < R; ++i) {
+        __m512i l = xl, h = xh;
+        if constexpr (T == GgmlType::kQ8_0) {
+          l = _mm512_mask_sub_epi8(xl, neg_lo[i], _mm512_setzero_si512(), xl);
+          h = _mm512_mask_sub_epi8(xh, neg_hi[i], _mm512_setzero_si512(), xh);
+        }
+        const __m512i dot =
+            DotU8S8<kVnni>(DotU8S8<kVnni>(_mm512_setzero_si512(), lo[i], l), hi[i], h);
+        acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[i], dx), acc[i][t]);
       }
-      const __m512 xdv = _mm512_maskz_loadu_ps(pair ? 0xFFFF : 0x00FF, xd[t] + b * kScaleRepeat);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DotU8S8<kVnni>(w, xv)), _mm512_mul_ps(dv, xdv),
-                               acc[t]);
-      if constexpr (T != GgmlType::kQ8_0) {
-        offset[t] += c0 * xs[t][b];
-        if (pair) offset[t] += c1 * xs[t][b + 1];
+    }
+  };
+  const int64_t full = nb / 4;
+  for (int64_t g = 0; g < full; ++g) group(g, false);
+  if (full < ng) group(full, true);
+  if constexpr (T != GgmlType::kQ8_0) {
+    const int64_t s_stride = Avx512SStride(a.cols);
+    for (int64_t k = 0; k < s_stride; k += 16) {
+      for (int t = 0; t < NT; ++t) {
+        const __m512 s = _mm512_loadu_ps(a.xs + (t0 + t) * s_stride + k);
+        for (int i = 0; i < R; ++i) {
+          acc[i][t] = _mm512_fmadd_ps(_mm512_loadu_ps(rc[i].c + k), s, acc[i][t]);
+        }
       }
     }
   }
-  for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.ldy + r] = _mm512_reduce_add_ps(acc[t]) + offset[t];
+  for (int t = 0; t < NT; ++t) {
+    for (int i = 0; i < R; ++i) a.y[(t0 + t) * a.ldy + r + i] = _mm512_reduce_add_ps(acc[i][t]);
+  }
+}
+
+constexpr int kTileRows = 2;
+// Tokens per cache block in prefill: their quantised activations (~1-3 KiB each) stay in L1/L2
+// while every row of the task passes over them.
+constexpr int64_t kTokenBlock = 64;
+
+template <GgmlType T, bool kVnni, int R>
+void IntegerTileTokens(const MatMulArgs& a, int64_t r, const RowConsts* rc, int64_t t0,
+                       int64_t t1) {
+  int64_t t = t0;
+  for (; t + kMaxTokens <= t1; t += kMaxTokens) IntegerTile<T, kVnni, R, kMaxTokens>(a, r, rc, t);
+  switch (t1 - t) {
+    case 3:
+      return IntegerTile<T, kVnni, R, 3>(a, r, rc, t);
+    case 2:
+      return IntegerTile<T, kVnni, R, 2>(a, r, rc, t);
+    case 1:
+      return IntegerTile<T, kVnni, R, 1>(a, r, rc, t);
+    default:
+      return;
+  }
 }
 
 template <GgmlType T, bool kVnni>
 void IntegerRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    int64_t t = 0;
-    for (; t + kMaxTokens <= a.n_tokens; t += kMaxTokens) {
-      IntegerRow<T, kVnni, kMaxTokens>(a, r, t);
+  const int64_t c_len = Avx512SStride(a.cols), dw_len = 4 * c_len;
+  const int64_t per_row = dw_len + c_len;
+  // Decode-sized calls prepare each row tile just before use (the constants stay in L1); prefill
+  // prepares all rows of the task once and walks token blocks in the outer loop.
+  const bool all_rows = a.n_tokens > kTokenBlock;
+  const int64_t buf_rows = all_rows ? r1 - r0 : kTileRows;
+  std::vector<float> buf(static_cast<size_t>(buf_rows * per_row));
+  auto consts = [&](int64_t k) {
+    return RowConsts{buf.data() + k * per_row, buf.data() + k * per_row + dw_len};
+  };
+  auto prepare = [&](int64_t r, int64_t k) {
+    float* p = buf.data() + k * per_row;
+    PrepareRow<T>(a.w + r * a.row_bytes, a.cols, p, p + dw_len);
+  };
+  if (all_rows) {
+    for (int64_t r = r0; r < r1; ++r) prepare(r, r - r0);
+  }
+  for (int64_t tb = 0; tb < a.n_tokens; tb += kTokenBlock) {
+    const int64_t te = std::min(a.n_tokens, tb + kTokenBlock);
+    int64_t r = r0;
+    for (; r + kTileRows <= r1; r += kTileRows) {
+      RowConsts rc[kTileRows];
+      for (int i = 0; i < kTileRows; ++i) {
+        if (!all_rows) prepare(r + i, i);
+        rc[i] = consts(all_rows ? r + i - r0 : i);
+      }
+      IntegerTileTokens<T, kVnni, kTileRows>(a, r, rc, tb, te);
     }
-    switch (a.n_tokens - t) {
-      case 3:
-        IntegerRow<T, kVnni, 3>(a, r, t);
-        break;
-      case 2:
-        IntegerRow<T, kVnni, 2>(a, r, t);
-        break;
-      case 1:
-        IntegerRow<T, kVnni, 1>(a, r, t);
-        break;
-      default:
-        break;
+    for (; r < r1; ++r) {
+      if (!all_rows) prepare(r, 0);
+      const RowConsts rc = consts(all_rows ? r - r0 : 0);
+      IntegerTileTokens<T, kVnni, 1>(a, r, &rc, tb, te);
     }
   }
 }
+
+}  // namespace
+
+void QuantizeActivationRowAvx512(const float* x, int64_t cols, int8_t* q, float* d, float* s) {
+  const int64_t nb = cols / kActBlock;
+  const int64_t ng = Avx512Groups(cols);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  const __m512 lim = _mm512_set1_ps(127.0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(x + b * kActBlock);
+    const __m512 x1 = _mm512_loadu_ps(x + b * kActBlock + 16);
+    // Same operations as QuantizeActivationRow: max is exact, 1/d and x*id are IEEE, and the
+    // conversion rounds half to even like std::nearbyint in the default rounding mode. Clamping
+    // before the rounding is equivalent since +-127 are integers.
+    const float amax = _mm512_reduce_max_ps(
+        _mm512_max_ps(_mm512_and_ps(x0, abs_mask), _mm512_and_ps(x1, abs_mask)));
+    const float db = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(db > 0.0f ? 1.0f / db : 0.0f);
+    const __m512 neg_lim = _mm512_set1_ps(-127.0f);
+    const __m512i q0 =
+        _mm512_cvt_roundps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x0, id), neg_lim), lim),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i q1 =
+        _mm512_cvt_roundps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x1, id), neg_lim), lim),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    int8_t* qg = q + (b / 4) * 128 + (b % 4) * 16;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qg), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qg + 64), _mm512_cvtepi32_epi8(q1));
+    _mm_storeu_ps(d + 4 * b, _mm_set1_ps(db));
+    s[b] = db * static_cast<float>(sum);
+  }
+  for (int64_t b = nb; b < 4 * ng; ++b) {
+    int8_t* qg = q + (b / 4) * 128 + (b % 4) * 16;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qg), _mm_setzero_si128());
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qg + 64), _mm_setzero_si128());
+    _mm_storeu_ps(d + 4 * b, _mm_setzero_ps());
+  }
+  for (int64_t b = nb; b < Avx512SStride(cols); ++b) s[b] = 0.0f;
+}
+
+namespace {
 
 // Masked loads of 16 weights starting at index k as floats.
 struct F32Loader {

@@ -18,6 +18,18 @@ inline constexpr int64_t kActBlock = 32;
 // Block scales are stored replicated this many times so a SIMD kernel loads a ready scale vector.
 inline constexpr int64_t kScaleRepeat = 8;
 
+// The AVX-512 kernels read the quantised activations in their own layout, built by
+// QuantizeActivationRowAvx512 (values identical to QuantizeActivationRow, only rearranged), so
+// that one 512-bit register holds 16 values of each of 4 consecutive blocks and a vpdpbusd lane
+// never mixes blocks. Per token, blocks are grouped by 4 (the last group zero-padded):
+//   q: per group 128 bytes: values 0..15 of blocks 4g..4g+3, then values 16..31 of the same.
+//   d: per group 16 floats: the scale of block 4g+j in floats 4j..4j+3.
+//   s: one float per block, zero-padded to a multiple of 16 blocks.
+inline constexpr int64_t Avx512Groups(int64_t cols) { return (cols / kActBlock + 3) / 4; }
+inline constexpr int64_t Avx512QStride(int64_t cols) { return Avx512Groups(cols) * 128; }
+inline constexpr int64_t Avx512DStride(int64_t cols) { return Avx512Groups(cols) * 16; }
+inline constexpr int64_t Avx512SStride(int64_t cols) { return (cols / kActBlock + 15) / 16 * 16; }
+
 struct MatMulArgs {
   GgmlType type = GgmlType::kF32;
   const uint8_t* w = nullptr;  // row r at w + r * row_bytes
@@ -28,6 +40,8 @@ struct MatMulArgs {
   const float* x = nullptr;
   int64_t ldx = 0;
   // Quantised activations (used by 32-block integer types); nb = cols / kActBlock.
+  // Scalar/AVX2 layout below; the AVX-512 kernels use the Avx512* layout above, token t at
+  // xq + t * Avx512QStride(cols) etc.
   const int8_t* xq = nullptr;  // token t at xq + t * cols
   const float* xd = nullptr;   // scale of token t block b at xd + ((t * nb) + b) * kScaleRepeat
   const float* xs = nullptr;   // d * sum(q) of token t block b at xs + t * nb + b
@@ -38,6 +52,10 @@ struct MatMulArgs {
 // Quantises one token's activations (cols a multiple of kActBlock): per block, d = max|x| / 127,
 // q = round(x / d); writes q[cols], d replicated kScaleRepeat times per block, and s = d * sum(q).
 void QuantizeActivationRow(const float* x, int64_t cols, int8_t* q, float* d_rep, float* s);
+
+// The same quantisation (bit-identical q, d and s) written in the AVX-512 layout; q, d and s
+// receive Avx512QStride/DStride/SStride(cols) elements. Defined in matmul_avx512.cc.
+void QuantizeActivationRowAvx512(const float* x, int64_t cols, int8_t* q, float* d, float* s);
 
 // True for the types whose kernels use the quantised activations (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
 bool UsesQuantizedActivations(GgmlType type);

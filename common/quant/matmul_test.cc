@@ -239,12 +239,14 @@ TEST(MatMulAvx512Test, VnniAndNonVnniAreBitIdentical) {
        {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0}) {
     const int64_t n_tokens = 7, cols = 608;  // 19 blocks: exercises the odd-block tail
     const Problem p = MakeProblem(Case{type, 21, cols}, n_tokens, 5);
-    const int64_t nb = cols / kActBlock;
-    std::vector<int8_t> xq(n_tokens * cols);
-    std::vector<float> xd(n_tokens * nb * kScaleRepeat), xs(n_tokens * nb);
+    const int64_t qs = quant_internal::Avx512QStride(cols),
+                  ds = quant_internal::Avx512DStride(cols),
+                  ss = quant_internal::Avx512SStride(cols);
+    std::vector<int8_t> xq(n_tokens * qs);
+    std::vector<float> xd(n_tokens * ds), xs(n_tokens * ss);
     for (int64_t t = 0; t < n_tokens; ++t) {
-      quant_internal::QuantizeActivationRow(p.x.data() + t * p.ldx, cols, xq.data() + t * cols,
-                                            xd.data() + t * nb * kScaleRepeat, xs.data() + t * nb);
+      quant_internal::QuantizeActivationRowAvx512(p.x.data() + t * p.ldx, cols, xq.data() + t * qs,
+                                                  xd.data() + t * ds, xs.data() + t * ss);
     }
     std::vector<float> y1(n_tokens * 21), y2(n_tokens * 21);
     quant_internal::MatMulArgs a;
@@ -262,6 +264,35 @@ TEST(MatMulAvx512Test, VnniAndNonVnniAreBitIdentical) {
     a.y = y2.data();
     quant_internal::MatMulRowsAvx512(a, 0, 21, /*use_vnni=*/false);
     for (size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << i;
+  }
+}
+
+// The AVX-512 layout must hold exactly the values of the reference quantisation.
+TEST(MatMulAvx512Test, QuantizationMatchesReference) {
+  if (DetectedSimdLevel() != SimdLevel::kAvx512) GTEST_SKIP() << "needs AVX-512";
+  using quant_internal::kScaleRepeat;
+  for (int64_t cols : {32, 64, 96, 128, 576, 608, 1536}) {
+    std::mt19937 rng(static_cast<uint32_t>(cols));
+    std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+    std::vector<float> x(cols);
+    for (float& v : x) v = dist(rng);
+    for (int64_t k = 0; k < std::min<int64_t>(cols, 32); ++k) x[k] = 0.0f;  // all-zero block
+    // Exact halves exercise round-half-to-even.
+    if (cols >= 64) x[32] = 127.0f, x[33] = 0.5f, x[34] = 1.5f, x[35] = -2.5f;
+    const int64_t nb = cols / 32;
+    std::vector<int8_t> q(cols), q2(quant_internal::Avx512QStride(cols));
+    std::vector<float> d(nb * kScaleRepeat), s(nb), d2(quant_internal::Avx512DStride(cols)),
+        s2(quant_internal::Avx512SStride(cols));
+    quant_internal::QuantizeActivationRow(x.data(), cols, q.data(), d.data(), s.data());
+    quant_internal::QuantizeActivationRowAvx512(x.data(), cols, q2.data(), d2.data(), s2.data());
+    for (int64_t b = 0; b < nb; ++b) {
+      ASSERT_EQ(d2[4 * b], d[b * kScaleRepeat]) << cols << " " << b;
+      ASSERT_EQ(s2[b], s[b]) << cols << " " << b;
+      for (int64_t i = 0; i < 32; ++i) {
+        ASSERT_EQ(q2[(b / 4) * 128 + (i / 16) * 64 + (b % 4) * 16 + i % 16], q[b * 32 + i])
+            << cols << " " << b << " " << i;
+      }
+    }
   }
 }
 
