@@ -14,9 +14,11 @@ runs everything in float64. magicpig runs twice (dumps from magicpig_dump_logits
     - the greedy continuation of GREEDY_TOKENS tokens is identical.
 * `q8`: the fast path (activations rounded to 8 bits per 32-value block before each integer
   product, as llama.cpp does). That rounding is discontinuous, so its noise accumulates over the 30
-  layers; the bounds are those of that noise:
-    - relative L2 error of every position's logit vector <= 0.25;
+  layers and raw logits can move by tens of percent in directions the softmax ignores (a shift, the
+  far tail). The bounds are on the next-token distribution instead:
+    - KL(reference || ours) <= 0.1 nat at every position and <= 0.02 nat on average;
     - argmax agrees wherever the reference's top-2 gap exceeds 1.0 logit;
+    - the max relative L2 error of the logits is reported;
     - the greedy continuation's agreement with the reference is reported (tokens until the
       first difference), not asserted: near-ties flip under that noise.
 """
@@ -37,6 +39,14 @@ def load(dump, i, n_vocab):
     logits = np.fromfile(f"{dump}/{i}.logits", dtype=np.float32).reshape(len(ids), n_vocab)
     greedy = [int(x) for x in open(f"{dump}/{i}.greedy").read().split()]
     return ids, logits, greedy
+
+
+def kl(ref, ours):
+    def log_softmax(x):
+        x = x - x.max(axis=1, keepdims=True)
+        return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+    lp, lq = log_softmax(ref), log_softmax(ours.astype(np.float64))
+    return (np.exp(lp) * (lp - lq)).sum(axis=1)
 
 
 def agree_where_decisive(ours, ref, gap):
@@ -76,11 +86,13 @@ def main():
             ids_q, ours_q, greedy_q = load(q8_dump, i, n_vocab)
             assert ids == ids_q, "both runs must tokenise the same prompt identically"
             err_q = rel_l2(ours_q, expected).max()
+            kl_q = kl(expected, ours_q)
             agree_q = agree_where_decisive(ours_q, expected, 1.0)
             prefix_q = common_prefix(greedy_q, ref_greedy)
-            line += (f" | q8: max rel L2 {err_q:.1e}, decisive argmax agree {agree_q}, greedy "
-                     f"agrees for {prefix_q}/{greedy_n} tokens")
-            ok &= bool(err_q <= 0.25) and agree_q
+            line += (f" | q8: KL max {kl_q.max():.3f} mean {kl_q.mean():.4f} nat, max rel L2 "
+                     f"{err_q:.1e}, decisive argmax agree {agree_q}, greedy agrees for "
+                     f"{prefix_q}/{greedy_n} tokens")
+            ok &= bool(kl_q.max() <= 0.1) and bool(kl_q.mean() <= 0.02) and agree_q
         print(line)
         if not same_f:
             print(f"  float greedy: {greedy_f}\n  reference:    {ref_greedy}")
