@@ -28,6 +28,10 @@ constexpr uint32_t kMaxDims = 4;
 constexpr uint64_t kMaxTensorName = 64;
 // Nested arrays are legal but no real file nests; a bound keeps recursion (and the stack) small.
 constexpr int kMaxArrayDepth = 8;
+// Decoded metadata elements cost ~100 bytes each (GgufValue), far more than their 1-8 bytes in the
+// file, so a hostile file of huge u8 arrays could exhaust memory. Real vocabularies hold well under
+// 1M elements in all (Gemma 3: 3 x 262K); 4M leaves room and caps decoding at ~0.4 GB.
+constexpr uint64_t kMaxMetadataArrayElements = uint64_t{1} << 22;
 // The copy made by FromBytes is aligned like this so tensor data can be read with aligned loads.
 constexpr std::align_val_t kCopyAlignment{64};
 
@@ -118,6 +122,17 @@ class Cursor {
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
 
+  // Counts decoded array elements against kMaxMetadataArrayElements.
+  absl::Status CountArrayElements(uint64_t n, uint64_t offset) {
+    array_elements_ += n;
+    if (array_elements_ > kMaxMetadataArrayElements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "metadata arrays hold more than ", kMaxMetadataArrayElements,
+          " elements in all (array at byte offset ", offset, "); refusing to decode them"));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Need(uint64_t n, std::string_view what) const {
     if (n > remaining()) {
       return absl::InvalidArgumentError(
@@ -169,6 +184,7 @@ class Cursor {
   const uint8_t* base_;
   uint64_t size_;
   uint64_t pos_ = 0;
+  uint64_t array_elements_ = 0;
 };
 
 absl::Status ReadValue(Cursor& cur, GgufValueType type, int depth, GgufValue* out);
@@ -192,6 +208,7 @@ absl::Status ReadArray(Cursor& cur, int depth, GgufValue* out) {
         absl::StrCat("array of ", count, " ", ValueTypeName(elem_type), " elements at byte offset ",
                      start, " runs past the end of the file (", cur.remaining(), " bytes remain)"));
   }
+  MAGICPIG_RETURN_IF_ERROR(cur.CountArrayElements(count, start));
   out->array_type = elem_type;
   out->array.clear();
   out->array.reserve(static_cast<size_t>(count));

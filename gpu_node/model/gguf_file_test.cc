@@ -456,6 +456,24 @@ TEST(GgufFileTest, RejectsEveryMalformation) {
   }
 }
 
+TEST(GgufFileTest, RejectsMetadataArraysTooLargeToDecode) {
+  // 3 x 1.5M one-byte elements: each array fits in the file, together they exceed the 4M cap on
+  // decoded elements (each costs ~100 bytes of memory once decoded).
+  GgufWriter w;
+  const std::vector<int64_t> big(1500000, 7);
+  w.AddIntArray("a", GgufValueType::kU8, big);
+  w.AddIntArray("b", GgufValueType::kU8, big);
+  w.AddIntArray("c", GgufValueType::kU8, big);
+  auto f = GgufFile::FromBytes(w.Build());
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(f.status().message(), HasSubstr("metadata arrays hold more than"));
+  // Two of them are fine.
+  GgufWriter ok;
+  ok.AddIntArray("a", GgufValueType::kU8, big);
+  ok.AddIntArray("b", GgufValueType::kU8, big);
+  EXPECT_TRUE(GgufFile::FromBytes(ok.Build()).ok());
+}
+
 TEST(GgufFileTest, TensorNameOf64BytesIsAccepted) {
   GgufWriter w;
   w.AddTensor(std::string(64, 'n'), {8}, GgmlType::kF32, Bytes(32, 1));
