@@ -5,7 +5,8 @@
 // (VNNI; otherwise vpmaddubsw + vpmaddwd, the same exact int32 sums) give per-block int32 lanes
 // that need one convert + one FMA per 4 blocks. A 2-row x 4-token register tile reuses every
 // unpacked weight register 4 times and every activation load twice; fp16 block scales are
-// converted once per row. Float types: FMA with masked tails.
+// converted once per row. Single-token decode of Q4_1 and Q8_0 uses a 4-row kernel instead
+// (DecodeQuad). Float types: FMA with masked tails.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -212,6 +213,165 @@ void IntegerTile(const MatMulArgs& a, int64_t r, const RowConsts* rc, int64_t t0
   }
 }
 
+// Decode (n_tokens == 1) for Q4_1 and Q8_0: there is no second token to amortise per-row work
+// over, so the per-row scale table of PrepareRow (a gather, permutes and stores) and the per-row
+// horizontal reduction would cost as much as the dot products. Instead 4 rows are processed
+// together and their per-block int32 sums are transposed into one vector (lane 4j + i = row i,
+// block j of the group), so that the fp16 scales of all 16 (row, block) pairs of a group are
+// converted by one vcvtph2ps and applied by one FMA, and one reduction at the end yields 4 outputs.
+// A group's bytes are read with two plain loads and rearranged into the activation layout with
+// one two-table permute per register; the scales come from the same registers (word permute).
+struct DecodeConsts {
+  __m512i idx_lo, idx_hi, idx_h;
+};
+
+template <GgmlType T>
+DecodeConsts MakeDecodeConsts() {
+  alignas(64) int32_t lo[16], hi[16];
+  alignas(64) int16_t h[32];
+  for (int j = 0; j < 4; ++j) {
+    for (int w = 0; w < 4; ++w) {
+      if constexpr (T == GgmlType::kQ4_1) {
+        lo[4 * j + w] = 5 * j + 1 + w;  // qs dwords of block j: table (t0 = bytes 0..63, t1)
+        hi[4 * j + w] = 0;              // unused
+      } else {
+        // Q8_0 words: values 0..15 of block j are words 17j+1.., read from tables at byte 0 and
+        // 64; values 16..31 (words 17j+9..) from tables at byte 8 and 72 so that block 3 fits.
+        const int16_t a = static_cast<int16_t>(17 * j + 1 + 2 * w);
+        const int16_t b = static_cast<int16_t>(17 * j + 5 + 2 * w);
+        lo[4 * j + w] = (a & 0xFFFF) | ((a + 1) << 16);
+        hi[4 * j + w] = (b & 0xFFFF) | ((b + 1) << 16);
+      }
+    }
+    for (int i = 0; i < 4; ++i) {
+      // Words 4j + i: d of block j (for every row i; a per-row mask picks lanes); Q4_1 also has
+      // words 16 + 4j + i: m of block j.
+      const int hw = T == GgmlType::kQ4_1 ? 10 * j : 17 * j;
+      h[4 * j + i] = static_cast<int16_t>(hw);
+      h[16 + 4 * j + i] = static_cast<int16_t>(T == GgmlType::kQ4_1 ? hw + 1 : 0);
+    }
+  }
+  return DecodeConsts{_mm512_load_si512(lo), _mm512_load_si512(hi), _mm512_load_si512(h)};
+}
+
+// Bytes [0, n) of p as a 512-bit register, zero beyond n (never touches memory past p + n).
+__m512i LoadBytes(const uint8_t* p, int64_t n) {
+  if (n >= 64) return _mm512_loadu_si512(p);
+  if (n <= 0) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi8((uint64_t{1} << n) - 1, p);
+}
+
+// Sums lanes 4j..4j+3 of d[i] into lane 4j + i.
+__m512i TransposeAdd4(const __m512i* d) {
+  const __m512i s01 =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
+  const __m512i s23 =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+}
+
+// y of rows row[0..3] (the same row may repeat) for the single token.
+template <GgmlType T, bool kVnni>
+void DecodeQuad(const MatMulArgs& a, const DecodeConsts& k, const uint8_t* const* row, float* out) {
+  constexpr int64_t kGroupBytes = 4 * Block<T>::kBytes;
+  const int64_t nb = a.cols / kActBlock;
+  const int64_t ng = Avx512Groups(a.cols);
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    // Bytes of this group present in the row (the last group may be partial).
+    const int64_t n = std::min<int64_t>(kGroupBytes, (nb - 4 * g) * Block<T>::kBytes);
+    const bool full = n == kGroupBytes;
+    const __m512i xl = _mm512_loadu_si512(a.xq + 128 * g);
+    const __m512i xh = _mm512_loadu_si512(a.xq + 128 * g + 64);
+    __m512i corr = _mm512_setzero_si512();
+    if constexpr (T == GgmlType::kQ8_0 && kVnni) {
+      // vpdpbusd needs one unsigned operand: the weights are offset by 128 (w ^ 0x80) and the
+      // activation sums 128 * sum(x) taken back out, exactly.
+      const __m512i c80 = _mm512_set1_epi8(static_cast<char>(0x80));
+      corr =
+          _mm512_sub_epi32(corr, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr, c80, xl), c80, xh));
+    }
+    __m512i dot[4];
+    __m512i h = _mm512_setzero_si512();
+    for (int i = 0; i < 4; ++i) {
+      const uint8_t* base = row[i] + g * kGroupBytes;
+      __m512i lo, hi;
+      if constexpr (T == GgmlType::kQ4_1) {
+        const __m512i t0 = full ? _mm512_loadu_si512(base) : LoadBytes(base, n);
+        const __m512i t1 =
+            full ? _mm512_zextsi128_si512(Load128(base + 64)) : LoadBytes(base + 64, n - 64);
+        const __m512i q = _mm512_permutex2var_epi32(t0, k.idx_lo, t1);
+        lo = _mm512_and_si512(q, nibble);
+        hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
+        h = _mm512_mask_permutexvar_epi16(h, 0x11111111u << i, k.idx_h, t0);
+        dot[i] = DotU8S8<kVnni>(DotU8S8<kVnni>(corr, lo, xl), hi, xh);
+      } else {
+        const __m512i t0 = full ? _mm512_loadu_si512(base) : LoadBytes(base, n);
+        const __m512i t1 = full ? _mm512_loadu_si512(base + 64) : LoadBytes(base + 64, n - 64);
+        const __m512i t2 = full ? _mm512_loadu_si512(base + 8) : LoadBytes(base + 8, n - 8);
+        const __m512i t3 = full ? _mm512_loadu_si512(base + 72) : LoadBytes(base + 72, n - 72);
+        lo = _mm512_permutex2var_epi16(t0, k.idx_lo, t1);
+        hi = _mm512_permutex2var_epi16(t2, k.idx_hi, t3);
+        h = _mm512_mask_mov_epi16(h, 0x1111u << i, _mm512_permutex2var_epi16(t0, k.idx_h, t1));
+        if constexpr (kVnni) {
+          const __m512i c80 = _mm512_set1_epi8(static_cast<char>(0x80));
+          dot[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr, _mm512_xor_si512(lo, c80), xl),
+                                       _mm512_xor_si512(hi, c80), xh);
+        } else {
+          // The signs move onto the activations (vpmaddubsw's first operand is unsigned).
+          const __mmask64 nl = _mm512_movepi8_mask(lo), nh = _mm512_movepi8_mask(hi);
+          const __m512i z = _mm512_setzero_si512();
+          dot[i] = DotU8S8<false>(
+              DotU8S8<false>(z, _mm512_abs_epi8(lo), _mm512_mask_sub_epi8(xl, nl, z, xl)),
+              _mm512_abs_epi8(hi), _mm512_mask_sub_epi8(xh, nh, z, xh));
+        }
+      }
+    }
+    // Lane 4j + i: exact int32 sum of row i, block 4g + j; the activation scale of block 4g + j
+    // is already in lanes 4j..4j+3 of the d layout.
+    const __m512 sum = _mm512_cvtepi32_ps(TransposeAdd4(dot));
+    const __m512 dx = _mm512_loadu_ps(a.xd + 16 * g);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    acc = _mm512_fmadd_ps(sum, _mm512_mul_ps(dw, dx), acc);
+    if constexpr (T == GgmlType::kQ4_1) {
+      // Offset term m_w * d_x * sum(q_x) = m_w * s, with s of block 4g + j in lanes 4j..4j+3.
+      const __m512i idx_s =
+          _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                           _mm512_set1_epi32(static_cast<int>(4 * (g % 4))));
+      const __m512 s = _mm512_permutexvar_ps(idx_s, _mm512_loadu_ps(a.xs + 16 * (g / 4)));
+      acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), s, acc);
+    }
+  }
+  __m128 r = _mm_add_ps(_mm512_castps512_ps128(acc), _mm512_extractf32x4_ps(acc, 1));
+  r = _mm_add_ps(r, _mm_add_ps(_mm512_extractf32x4_ps(acc, 2), _mm512_extractf32x4_ps(acc, 3)));
+  _mm_storeu_ps(out, r);
+}
+
+constexpr int64_t kDecodePrefetchQuads = 1;
+
+template <GgmlType T, bool kVnni>
+void DecodeRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
+  const DecodeConsts k = MakeDecodeConsts<T>();
+  for (int64_t r = r0; r < r1; r += 4) {
+    // A partial last quad repeats its last row (the extra results are dropped).
+    const uint8_t* row[4];
+    for (int i = 0; i < 4; ++i) row[i] = a.w + std::min(r + i, r1 - 1) * a.row_bytes;
+    // The 4 rows are read interleaved, which the hardware prefetcher follows poorly once the
+    // matrix is far out of cache (the LM head): fetch a later quad ahead explicitly.
+    const int64_t ahead = r + kDecodePrefetchQuads * 4;
+    if (ahead < r1) {
+      const uint8_t* p = a.w + ahead * a.row_bytes;
+      const int64_t bytes = std::min<int64_t>(4, r1 - ahead) * a.row_bytes;
+      for (int64_t o = 0; o < bytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+    }
+    float out[4];
+    DecodeQuad<T, kVnni>(a, k, row, out);
+    for (int i = 0; i < 4 && r + i < r1; ++i) a.y[r + i] = out[i];
+  }
+}
+
 constexpr int kTileRows = 2;
 // Tokens per cache block in prefill: their quantised activations (~1-3 KiB each) stay in L1/L2
 // while every row of the task passes over them.
@@ -236,6 +396,9 @@ void IntegerTileTokens(const MatMulArgs& a, int64_t r, const RowConsts* rc, int6
 
 template <GgmlType T, bool kVnni>
 void IntegerRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
+  if constexpr (T == GgmlType::kQ4_1 || T == GgmlType::kQ8_0) {
+    if (a.n_tokens == 1) return DecodeRows<T, kVnni>(a, r0, r1);
+  }
   const int64_t c_len = Avx512SStride(a.cols), dw_len = 4 * c_len;
   const int64_t per_row = dw_len + c_len;
   // Decode-sized calls prepare each row tile just before use (the constants stay in L1); prefill

@@ -214,10 +214,11 @@ TEST_P(MatMulTest, GetRowMatchesDequantizeRow) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MatMulTest,
     ::testing::Values(Case{GgmlType::kQ4_0, 37, 576}, Case{GgmlType::kQ4_1, 37, 576},
-                      Case{GgmlType::kQ4_1, 5, 96}, Case{GgmlType::kQ5_0, 37, 576},
-                      Case{GgmlType::kQ5_0, 3, 96}, Case{GgmlType::kQ5_1, 37, 576},
-                      Case{GgmlType::kQ5_1, 5, 32}, Case{GgmlType::kQ8_0, 37, 576},
-                      Case{GgmlType::kQ8_0, 300, 96}, Case{GgmlType::kQ4_K, 13, 512},
+                      Case{GgmlType::kQ4_1, 5, 96}, Case{GgmlType::kQ4_1, 6, 256},
+                      Case{GgmlType::kQ5_0, 37, 576}, Case{GgmlType::kQ5_0, 3, 96},
+                      Case{GgmlType::kQ5_1, 37, 576}, Case{GgmlType::kQ5_1, 5, 32},
+                      Case{GgmlType::kQ8_0, 37, 576}, Case{GgmlType::kQ8_0, 300, 96},
+                      Case{GgmlType::kQ8_0, 6, 256}, Case{GgmlType::kQ4_K, 13, 512},
                       Case{GgmlType::kQ6_K, 13, 768}, Case{GgmlType::kF32, 37, 576},
                       Case{GgmlType::kF32, 9, 37}, Case{GgmlType::kF16, 37, 576},
                       Case{GgmlType::kF16, 9, 45}, Case{GgmlType::kBF16, 37, 576},
@@ -237,33 +238,37 @@ TEST(MatMulAvx512Test, VnniAndNonVnniAreBitIdentical) {
   using quant_internal::kScaleRepeat;
   for (GgmlType type :
        {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0}) {
-    const int64_t n_tokens = 7, cols = 608;  // 19 blocks: exercises the odd-block tail
-    const Problem p = MakeProblem(Case{type, 21, cols}, n_tokens, 5);
-    const int64_t qs = quant_internal::Avx512QStride(cols),
-                  ds = quant_internal::Avx512DStride(cols),
-                  ss = quant_internal::Avx512SStride(cols);
-    std::vector<int8_t> xq(n_tokens * qs);
-    std::vector<float> xd(n_tokens * ds), xs(n_tokens * ss);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      quant_internal::QuantizeActivationRowAvx512(p.x.data() + t * p.ldx, cols, xq.data() + t * qs,
-                                                  xd.data() + t * ds, xs.data() + t * ss);
+    // 1 token takes the 4-row decode kernel (Q4_1, Q8_0); 21 rows leave a partial quad.
+    for (int64_t n_tokens : {1, 7}) {
+      const int64_t cols = 608;  // 19 blocks: exercises the odd-block tail
+      const Problem p = MakeProblem(Case{type, 21, cols}, n_tokens, 5);
+      const int64_t qs = quant_internal::Avx512QStride(cols),
+                    ds = quant_internal::Avx512DStride(cols),
+                    ss = quant_internal::Avx512SStride(cols);
+      std::vector<int8_t> xq(n_tokens * qs);
+      std::vector<float> xd(n_tokens * ds), xs(n_tokens * ss);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        quant_internal::QuantizeActivationRowAvx512(p.x.data() + t * p.ldx, cols,
+                                                    xq.data() + t * qs, xd.data() + t * ds,
+                                                    xs.data() + t * ss);
+      }
+      std::vector<float> y1(n_tokens * 21), y2(n_tokens * 21);
+      quant_internal::MatMulArgs a;
+      a.type = type;
+      a.w = p.bytes.data();
+      a.row_bytes = GgmlRowBytes(type, cols);
+      a.cols = cols;
+      a.n_tokens = n_tokens;
+      a.xq = xq.data();
+      a.xd = xd.data();
+      a.xs = xs.data();
+      a.ldy = 21;
+      a.y = y1.data();
+      quant_internal::MatMulRowsAvx512(a, 0, 21, /*use_vnni=*/true);
+      a.y = y2.data();
+      quant_internal::MatMulRowsAvx512(a, 0, 21, /*use_vnni=*/false);
+      for (size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << i;
     }
-    std::vector<float> y1(n_tokens * 21), y2(n_tokens * 21);
-    quant_internal::MatMulArgs a;
-    a.type = type;
-    a.w = p.bytes.data();
-    a.row_bytes = GgmlRowBytes(type, cols);
-    a.cols = cols;
-    a.n_tokens = n_tokens;
-    a.xq = xq.data();
-    a.xd = xd.data();
-    a.xs = xs.data();
-    a.ldy = 21;
-    a.y = y1.data();
-    quant_internal::MatMulRowsAvx512(a, 0, 21, /*use_vnni=*/true);
-    a.y = y2.data();
-    quant_internal::MatMulRowsAvx512(a, 0, 21, /*use_vnni=*/false);
-    for (size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << i;
   }
 }
 
