@@ -31,30 +31,6 @@ float LoadF16(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// Block geometry of the 32-value integer types.
-template <GgmlType T>
-struct Block;
-template <>
-struct Block<GgmlType::kQ4_0> {
-  static constexpr int kBytes = 18, kQs = 2;
-};
-template <>
-struct Block<GgmlType::kQ4_1> {
-  static constexpr int kBytes = 20, kQs = 4;
-};
-template <>
-struct Block<GgmlType::kQ5_0> {
-  static constexpr int kBytes = 22, kQs = 6, kQh = 2;
-};
-template <>
-struct Block<GgmlType::kQ5_1> {
-  static constexpr int kBytes = 24, kQs = 8, kQh = 4;
-};
-template <>
-struct Block<GgmlType::kQ8_0> {
-  static constexpr int kBytes = 34, kQs = 2;
-};
-
 // 16 bytes of packed nibbles -> 32 bytes: low nibbles are values 0..15, high nibbles 16..31.
 __m256i UnpackNibbles(const uint8_t* qs) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));

@@ -21,29 +21,6 @@ namespace {
 
 constexpr int kMaxTokens = 4;  // tokens per pass over a weight row
 
-template <GgmlType T>
-struct Block;
-template <>
-struct Block<GgmlType::kQ4_0> {
-  static constexpr int kBytes = 18, kQs = 2;
-};
-template <>
-struct Block<GgmlType::kQ4_1> {
-  static constexpr int kBytes = 20, kQs = 4;
-};
-template <>
-struct Block<GgmlType::kQ5_0> {
-  static constexpr int kBytes = 22, kQs = 6, kQh = 2;
-};
-template <>
-struct Block<GgmlType::kQ5_1> {
-  static constexpr int kBytes = 24, kQs = 8, kQh = 4;
-};
-template <>
-struct Block<GgmlType::kQ8_0> {
-  static constexpr int kBytes = 34, kQs = 2;
-};
-
 uint32_t LoadU32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, sizeof(v));

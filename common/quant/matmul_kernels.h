@@ -18,6 +18,31 @@ inline constexpr int64_t kActBlock = 32;
 // Block scales are stored replicated this many times so a SIMD kernel loads a ready scale vector.
 inline constexpr int64_t kScaleRepeat = 8;
 
+// Byte geometry of the 32-value integer weight blocks (ggml-common.h): block size, offset of the
+// packed quants, offset of Q5's high-bit word. Plain constants, shared by every ISA unit.
+template <GgmlType T>
+struct Block;
+template <>
+struct Block<GgmlType::kQ4_0> {
+  static constexpr int kBytes = 18, kQs = 2;
+};
+template <>
+struct Block<GgmlType::kQ4_1> {
+  static constexpr int kBytes = 20, kQs = 4;
+};
+template <>
+struct Block<GgmlType::kQ5_0> {
+  static constexpr int kBytes = 22, kQs = 6, kQh = 2;
+};
+template <>
+struct Block<GgmlType::kQ5_1> {
+  static constexpr int kBytes = 24, kQs = 8, kQh = 4;
+};
+template <>
+struct Block<GgmlType::kQ8_0> {
+  static constexpr int kBytes = 34, kQs = 2;
+};
+
 // The AVX-512 kernels read the quantised activations in their own layout, built by
 // QuantizeActivationRowAvx512 (values identical to QuantizeActivationRow, only rearranged), so
 // that one 512-bit register holds 16 values of each of 4 consecutive blocks and a vpdpbusd lane
