@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gpu_node/engine/engine.h"
+#include "tbb/task_arena.h"
 #include "tools/cli_args.h"
 
 namespace magicpig::tools {
@@ -74,6 +75,14 @@ int RunCommand(const std::vector<std::string>& args) {
   }
   options.num_threads = static_cast<int>(*threads);
   options.context_length = *ctx;
+  engine::SamplingParams sampling;
+  sampling.temperature = static_cast<float>(*temperature);
+  sampling.top_k = static_cast<int32_t>(*top_k);
+  sampling.top_p = static_cast<float>(*top_p);
+  sampling.seed = static_cast<uint64_t>(*seed);
+  // Reject bad flags before the (slow) model load.
+  if (absl::Status s = engine::ValidateSamplingParams(sampling); !s.ok()) return Fail(s);
+  if (*max_tokens < 0) return Fail(absl::InvalidArgumentError("--max-tokens must be >= 0"));
   auto engine = engine::Engine::Load(options);
   if (!engine.ok()) return Fail(engine.status());
   engine::Engine& e = **engine;
@@ -90,10 +99,7 @@ int RunCommand(const std::vector<std::string>& args) {
     request.prompt = e.tokenizer().Encode(prompt, /*parse_special=*/true);
   }
   request.max_tokens = *max_tokens;
-  request.sampling.temperature = static_cast<float>(*temperature);
-  request.sampling.top_k = static_cast<int32_t>(*top_k);
-  request.sampling.top_p = static_cast<float>(*top_p);
-  request.sampling.seed = static_cast<uint64_t>(*seed);
+  request.sampling = sampling;
   request.stop = a.GetAll("stop");
   request.ignore_eos = a.Has("ignore-eos");
 
@@ -115,7 +121,7 @@ int RunCommand(const std::vector<std::string>& args) {
       "(%s) | threads: %d\n",
       st.prompt_tokens, st.prefill_tokens_per_second(), st.decode_tokens_per_second(),
       st.generated_tokens, std::string(engine::FinishReasonName(result->finish)),
-      options.num_threads);
+      options.num_threads > 0 ? options.num_threads : tbb::this_task_arena::max_concurrency());
   return 0;
 }
 
