@@ -1,0 +1,31 @@
+// The MagicPIG inclusion probability (reference spec §5, paper Eq. 10): the probability that a key
+// at cosine `cos` to the query collides with it in at least 2 of L SimHash tables of K bits,
+//
+//   p = 1 - acos(clamp(cos, -1, 1)) / pi,   P = p^K,
+//   u = P(Binomial(L, P) >= 2) = 1 - (1 - P)^(L-1) * (L*P + 1 - P).
+//
+// Evaluation (float64): the factored form as u = -expm1((L-1)*log1p(-P) + log1p((L-1)*P)), which
+// avoids the cancellation of 1 - (...) for moderate P; when L*P < 0.01, where even that loses
+// relative accuracy (u ~ C(L,2) P^2), the binomial tail sum_{j>=2} C(L,j) P^j (1-P)^(L-j) is summed
+// directly (terms shrink by a factor < 0.011 each, 12 terms). Edge cases: cos <= -1 gives P = 0 and
+// u = 0; cos >= 1 gives P = 1 and u = 1 (for L >= 2); L = 1 gives u = 0 (no key can collide twice).
+// A NaN cos (e.g. 0/0 for a zero key) is treated as cos = 0, so the result is never NaN.
+//
+// Preconditions: k >= 1, l >= 1 (callers validate K and L at configuration time, see SimHash).
+// Thread-safety: pure functions.
+#ifndef MAGICPIG_ATTN_NODE_CORE_INCLUSION_PROBABILITY_H_
+#define MAGICPIG_ATTN_NODE_CORE_INCLUSION_PROBABILITY_H_
+
+#include <cstdint>
+
+namespace magicpig {
+
+// u(cos; K, L) in [0, 1].
+double InclusionProbability(double cos, int k, int l);
+
+// u[i] = InclusionProbability(cos[i], k, l) for i < n.
+void InclusionProbabilities(const float* cos, int64_t n, int k, int l, float* u);
+
+}  // namespace magicpig
+
+#endif  // MAGICPIG_ATTN_NODE_CORE_INCLUSION_PROBABILITY_H_

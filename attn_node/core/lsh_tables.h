@@ -1,0 +1,77 @@
+// LSH hash tables of one (sequence shard, sparse layer, kv head) and collision-count retrieval
+// (reference spec §9 and §10.2).
+//
+// Layout (CSR per table): offsets [L][2^K + 1] int32 and indices [L][n] int32. Bucket b of table l
+// holds indices[l][offsets[l][b] ... offsets[l][b + 1]); every key index 0 ... n-1 appears exactly
+// once per table, in increasing order within a bucket (the build is a stable counting sort:
+// histogram, prefix sum, scatter; O(n + 2^K) per table, no comparison sort).
+//
+// Retrieval: key j is returned iff its code equals the query's code in >= 2 of the L tables (the
+// MagicPIG rule; with L = 1 nothing is ever returned). Per-key uint8 counters live in a
+// caller-owned LshScratch; entries are zeroed only where they were touched (a touched list), so a
+// retrieval costs O(#bucket entries read), not O(n), and leaves the scratch clean for the next
+// call. The result is in order of each key's second hit (not sorted).
+//
+// Thread-safety: build once (Build returns an immutable object); Retrieve is const and may run
+// concurrently from many threads as long as each thread uses its own LshScratch. A scratch can be
+// reused across tables, heads and layers of any size (it grows to the largest n seen).
+#ifndef MAGICPIG_ATTN_NODE_CORE_LSH_TABLES_H_
+#define MAGICPIG_ATTN_NODE_CORE_LSH_TABLES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace magicpig {
+
+// Per-thread retrieval state. All counters are 0 between calls.
+struct LshScratch {
+  std::vector<uint8_t> counter;  // size >= n of the tables last retrieved from
+  std::vector<int32_t> touched;  // keys whose counter left 0 during the current call
+};
+
+class LshTables {
+ public:
+  // codes: [n][L] uint16 (SimHash::Codes layout), each < 2^k. INVALID_ARGUMENT (naming the field)
+  // unless 1 <= k <= 16, 1 <= l <= 512, 0 <= n <= INT32_MAX and every code < 2^k. n = 0 is valid
+  // (codes may then be null) and yields empty buckets.
+  static absl::StatusOr<LshTables> Build(const uint16_t* codes, int64_t n, int k, int l);
+
+  // Clears *out, then fills it with every key index that collides with query_codes ([L], each
+  // < 2^k) in >= 2 tables, each once, in order of its second hit. INVALID_ARGUMENT for a query code
+  // >= 2^k (then *out is empty and the scratch is untouched). scratch->counter is grown to n if
+  // smaller; all its entries are 0 again on return.
+  absl::Status Retrieve(const uint16_t* query_codes, LshScratch* scratch,
+                        std::vector<int32_t>* out) const;
+
+  int64_t size() const { return n_; }
+  int k() const { return k_; }
+  int l() const { return l_; }
+  int64_t num_buckets() const { return int64_t{1} << k_; }
+  // Table l's offsets (2^K + 1 entries) and key indices (n entries).
+  const int32_t* offsets(int table) const {
+    return offsets_.data() + static_cast<int64_t>(table) * (num_buckets() + 1);
+  }
+  const int32_t* indices(int table) const { return indices_.data() + table * n_; }
+
+  // Heap bytes held by the tables (offsets + indices), excluding sizeof(*this).
+  int64_t bytes() const {
+    return static_cast<int64_t>(offsets_.capacity() * sizeof(int32_t) +
+                                indices_.capacity() * sizeof(int32_t));
+  }
+
+ private:
+  LshTables(int64_t n, int k, int l) : n_(n), k_(k), l_(l) {}
+
+  int64_t n_;
+  int k_;
+  int l_;
+  std::vector<int32_t> offsets_;  // [L][2^K + 1]
+  std::vector<int32_t> indices_;  // [L][n]
+};
+
+}  // namespace magicpig
+
+#endif  // MAGICPIG_ATTN_NODE_CORE_LSH_TABLES_H_

@@ -1,0 +1,242 @@
+// Tests for LshTables: the CSR structure against the codes, Retrieve against a brute-force count of
+// equal codes (>= 2 tables) on random and adversarial inputs, counter hygiene across calls, memory
+// accounting, validation, and concurrent retrieval with per-thread scratch.
+#include "attn_node/core/lsh_tables.h"
+
+#include <algorithm>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace magicpig {
+namespace {
+
+std::vector<int32_t> BruteForce(const std::vector<uint16_t>& codes, int64_t n, int l,
+                                const std::vector<uint16_t>& query) {
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    int equal = 0;
+    for (int t = 0; t < l; ++t) equal += codes[i * l + t] == query[t];
+    if (equal >= 2) out.push_back(static_cast<int32_t>(i));
+  }
+  return out;
+}
+
+std::vector<int32_t> Sorted(std::vector<int32_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+bool AllZero(const LshScratch& s) {
+  return std::all_of(s.counter.begin(), s.counter.end(), [](uint8_t c) { return c == 0; });
+}
+
+void ExpectRetrievalExact(const LshTables& t, const std::vector<uint16_t>& codes,
+                          const std::vector<uint16_t>& query, LshScratch* scratch) {
+  std::vector<int32_t> got;
+  ASSERT_TRUE(t.Retrieve(query.data(), scratch, &got).ok());
+  const std::vector<int32_t> sorted = Sorted(got);
+  EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) << "duplicates";
+  EXPECT_EQ(sorted, BruteForce(codes, t.size(), t.l(), query))
+      << "n=" << t.size() << " K=" << t.k() << " L=" << t.l();
+  EXPECT_TRUE(AllZero(*scratch)) << "counters left dirty";
+}
+
+void ExpectCsrMatchesCodes(const LshTables& t, const std::vector<uint16_t>& codes) {
+  const int64_t n = t.size();
+  for (int table = 0; table < t.l(); ++table) {
+    const int32_t* off = t.offsets(table);
+    ASSERT_EQ(off[0], 0);
+    ASSERT_EQ(off[t.num_buckets()], n);
+    std::vector<int> seen(n, 0);
+    for (int64_t b = 0; b < t.num_buckets(); ++b) {
+      ASSERT_LE(off[b], off[b + 1]);
+      for (int32_t p = off[b]; p < off[b + 1]; ++p) {
+        const int32_t j = t.indices(table)[p];
+        ASSERT_GE(j, 0);
+        ASSERT_LT(j, n);
+        ++seen[j];
+        EXPECT_EQ(codes[j * t.l() + table], b);
+        if (p > off[b]) {
+          EXPECT_LT(t.indices(table)[p - 1], j);  // increasing within a bucket
+        }
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) EXPECT_EQ(seen[j], 1) << "key " << j << " table " << table;
+  }
+}
+
+std::vector<uint16_t> RandomCodes(int64_t count, int k, std::mt19937& rng) {
+  std::uniform_int_distribution<int> dist(0, (1 << k) - 1);
+  std::vector<uint16_t> c(count);
+  for (auto& v : c) v = static_cast<uint16_t>(dist(rng));
+  return c;
+}
+
+TEST(LshTablesTest, RandomInputsMatchBruteForce) {
+  std::mt19937 rng(11);
+  LshScratch scratch;  // one scratch reused across all sizes (larger and smaller n)
+  struct Case {
+    int64_t n;
+    int k;
+    int l;
+  };
+  for (const Case& c : {Case{1000, 2, 10}, Case{500, 4, 20}, Case{2000, 3, 8}, Case{300, 1, 5},
+                        Case{100, 16, 30}, Case{4000, 6, 150}, Case{50, 2, 2}}) {
+    const std::vector<uint16_t> codes = RandomCodes(c.n * c.l, c.k, rng);
+    auto t = LshTables::Build(codes.data(), c.n, c.k, c.l);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ExpectCsrMatchesCodes(*t, codes);
+    for (int q = 0; q < 20; ++q) {
+      std::vector<uint16_t> query = RandomCodes(c.l, c.k, rng);
+      if (q % 2 == 1) {
+        // Copy a few tables from a real key so that K = 16 queries hit something.
+        const int64_t key = std::uniform_int_distribution<int64_t>(0, c.n - 1)(rng);
+        for (int t2 = 0; t2 < c.l; t2 += 1 + q % 3) query[t2] = codes[key * c.l + t2];
+      }
+      ExpectRetrievalExact(*t, codes, query, &scratch);
+    }
+  }
+}
+
+TEST(LshTablesTest, AllKeysInOneBucket) {
+  for (int k : {1, 5, 16}) {
+    const int64_t n = 777;
+    const int l = 6;
+    std::vector<uint16_t> codes(n * l, static_cast<uint16_t>((1 << k) - 1));
+    auto t = LshTables::Build(codes.data(), n, k, l);
+    ASSERT_TRUE(t.ok());
+    ExpectCsrMatchesCodes(*t, codes);
+    LshScratch scratch;
+    std::vector<uint16_t> query(l, static_cast<uint16_t>((1 << k) - 1));
+    std::vector<int32_t> got;
+    ASSERT_TRUE(t->Retrieve(query.data(), &scratch, &got).ok());
+    EXPECT_EQ(static_cast<int64_t>(got.size()), n);
+    ExpectRetrievalExact(*t, codes, query, &scratch);
+    // Exactly one matching table: nothing.
+    std::vector<uint16_t> one(l, 0);
+    one[3] = static_cast<uint16_t>((1 << k) - 1);
+    ExpectRetrievalExact(*t, codes, one, &scratch);
+    ASSERT_TRUE(t->Retrieve(one.data(), &scratch, &got).ok());
+    EXPECT_TRUE(got.empty());
+    // Exactly two matching tables: everything.
+    one[5] = static_cast<uint16_t>((1 << k) - 1);
+    ASSERT_TRUE(t->Retrieve(one.data(), &scratch, &got).ok());
+    EXPECT_EQ(static_cast<int64_t>(got.size()), n);
+    EXPECT_TRUE(AllZero(scratch));
+  }
+}
+
+TEST(LshTablesTest, TinyN) {
+  std::mt19937 rng(3);
+  for (int64_t n : {0, 1, 2}) {
+    for (int k : {1, 16}) {
+      for (int l : {1, 2, 3}) {
+        for (int rep = 0; rep < 30; ++rep) {
+          const std::vector<uint16_t> codes = RandomCodes(n * l, k, rng);
+          auto t = LshTables::Build(n == 0 ? nullptr : codes.data(), n, k, l);
+          ASSERT_TRUE(t.ok()) << t.status();
+          ExpectCsrMatchesCodes(*t, codes);
+          LshScratch scratch;
+          std::vector<uint16_t> query = RandomCodes(l, k, rng);
+          if (n > 0 && rep % 2 == 0) {
+            std::copy(codes.begin(), codes.begin() + l, query.begin());  // key 0's codes
+          }
+          ExpectRetrievalExact(*t, codes, query, &scratch);
+        }
+      }
+    }
+  }
+}
+
+TEST(LshTablesTest, SingleTableNeverCollidesTwice) {
+  const int64_t n = 100;
+  std::vector<uint16_t> codes(n, 0);  // L = 1, every key in bucket 0
+  auto t = LshTables::Build(codes.data(), n, 3, 1);
+  ASSERT_TRUE(t.ok());
+  LshScratch scratch;
+  std::vector<int32_t> got = {42};
+  const uint16_t q = 0;
+  ASSERT_TRUE(t->Retrieve(&q, &scratch, &got).ok());
+  EXPECT_TRUE(got.empty());
+}
+
+TEST(LshTablesTest, CountersCleanBetweenRetrievals) {
+  std::mt19937 rng(8);
+  const int64_t n = 3000;
+  const int k = 3, l = 12;  // few buckets: many keys collide once and twice
+  const std::vector<uint16_t> codes = RandomCodes(n * l, k, rng);
+  auto t = LshTables::Build(codes.data(), n, k, l);
+  ASSERT_TRUE(t.ok());
+  LshScratch scratch;
+  for (int i = 0; i < 50; ++i) {
+    const std::vector<uint16_t> query = RandomCodes(l, k, rng);
+    ExpectRetrievalExact(*t, codes, query, &scratch);
+  }
+  // An invalid query leaves the scratch clean too, and the next valid one is still exact.
+  std::vector<uint16_t> bad(l, 1);
+  bad[l - 1] = 1 << k;
+  std::vector<int32_t> got;
+  EXPECT_EQ(t->Retrieve(bad.data(), &scratch, &got).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(got.empty());
+  EXPECT_TRUE(AllZero(scratch));
+  ExpectRetrievalExact(*t, codes, RandomCodes(l, k, rng), &scratch);
+}
+
+TEST(LshTablesTest, BytesAccountsOffsetsAndIndices) {
+  std::mt19937 rng(1);
+  const std::vector<uint16_t> codes = RandomCodes(1000 * 20, 10, rng);
+  auto t = LshTables::Build(codes.data(), 1000, 10, 20);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->bytes(), 20 * (1024 + 1) * 4 + 20 * 1000 * 4);
+  auto empty = LshTables::Build(nullptr, 0, 10, 20);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->bytes(), 20 * (1024 + 1) * 4);
+}
+
+TEST(LshTablesTest, ValidatesArguments) {
+  std::vector<uint16_t> codes = {0, 1, 2, 3};
+  EXPECT_EQ(LshTables::Build(codes.data(), 2, 0, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LshTables::Build(codes.data(), 2, 17, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LshTables::Build(codes.data(), 2, 2, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LshTables::Build(codes.data(), 2, 2, 513).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LshTables::Build(codes.data(), -1, 2, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(LshTables::Build(codes.data(), 2, 2, 2).ok());
+  auto bad = LshTables::Build(codes.data(), 2, 1, 2);  // code 2 >= 2^1
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LshTablesTest, ConcurrentRetrievalWithPerThreadScratch) {
+  std::mt19937 rng(99);
+  const int64_t n = 5000;
+  const int k = 4, l = 16;
+  const std::vector<uint16_t> codes = RandomCodes(n * l, k, rng);
+  auto t = LshTables::Build(codes.data(), n, k, l);
+  ASSERT_TRUE(t.ok());
+  std::vector<std::vector<uint16_t>> queries;
+  for (int i = 0; i < 64; ++i) queries.push_back(RandomCodes(l, k, rng));
+  std::vector<std::vector<int32_t>> results(queries.size());
+  std::vector<std::thread> threads;
+  for (int th = 0; th < 4; ++th) {
+    threads.emplace_back([&, th] {
+      LshScratch scratch;
+      for (size_t i = th; i < queries.size(); i += 4) {
+        if (!t->Retrieve(queries[i].data(), &scratch, &results[i]).ok()) results[i] = {-1};
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (size_t i = 0; i < queries.size(); ++i) {
+    EXPECT_EQ(Sorted(results[i]), BruteForce(codes, n, l, queries[i])) << "query " << i;
+  }
+}
+
+}  // namespace
+}  // namespace magicpig

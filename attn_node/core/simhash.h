@@ -1,0 +1,62 @@
+// SimHash (sign random projection) codes for MagicPIG, reference spec §3.
+//
+// Projection: W is d x (K*L) with i.i.d. N(0, 1) entries, stored row-major as float32:
+// W[i][j] = projection()[i * K*L + j]. It is drawn from std::mt19937_64(seed) with
+// std::normal_distribution<double>(0, 1), filling W in that row-major order (row 0 first) and
+// rounding each draw to float. The same seed gives the same W with the same standard library
+// (the normal_distribution algorithm is library-specific: record the seed *and* the build).
+//
+// Codes: table l (0-based) uses columns l*K ... l*K + K - 1. Bit b (0 ... K-1) of table l's code is
+// 1 iff x . W[:, l*K + b] > 0 (strict: a projection of exactly 0, e.g. from x = 0, gives bit 0),
+// and bit b has weight 2^b, so a code is an integer in [0, 2^K). This is the reference's bit order
+// and sign convention. Projections are accumulated in float64 over i = 0 ... d-1 in order.
+//
+// What is hashed (the caller's job): keys centred with the mean key c, queries raw (normalising
+// does not change signs).
+//
+// Thread-safety: immutable after Create; Codes may be called concurrently.
+#ifndef MAGICPIG_ATTN_NODE_CORE_SIMHASH_H_
+#define MAGICPIG_ATTN_NODE_CORE_SIMHASH_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace magicpig {
+
+inline constexpr int kSimHashMaxK = 16;  // codes are stored as uint16
+inline constexpr int kSimHashMaxL = 512;
+
+class SimHash {
+ public:
+  // INVALID_ARGUMENT (naming the field) unless d >= 1, 1 <= k <= 16, 1 <= l <= 512.
+  static absl::StatusOr<SimHash> Create(int64_t d, int k, int l, uint64_t seed);
+
+  // codes[v * L + l] = code of vector v (x + v * d) in table l, for v < n.
+  // INVALID_ARGUMENT if d differs from dim() or n < 0; n = 0 writes nothing.
+  absl::Status Codes(const float* x, int64_t n, int64_t d, uint16_t* codes) const;
+
+  int64_t dim() const { return d_; }
+  int k() const { return k_; }
+  int l() const { return l_; }
+  uint64_t seed() const { return seed_; }
+  // Row-major d x (K*L).
+  const std::vector<float>& projection() const { return w_; }
+
+ private:
+  SimHash(int64_t d, int k, int l, uint64_t seed, std::vector<float> w)
+      : d_(d), k_(k), l_(l), seed_(seed), w_(std::move(w)) {}
+
+  int64_t d_;
+  int k_;
+  int l_;
+  uint64_t seed_;
+  std::vector<float> w_;
+};
+
+}  // namespace magicpig
+
+#endif  // MAGICPIG_ATTN_NODE_CORE_SIMHASH_H_
