@@ -1,0 +1,72 @@
+// A minimal attention shard: the keys and values of one (sequence shard, sparse layer, kv head),
+// centred with the layer's mean key c (reference spec §4), their fp32 norms, and the LSH tables
+// built from the centred keys' SimHash codes (spec §3, §9).
+//
+// Storage: centred keys [n][d] and values [n][d] are held as float32 today. Callers must go through
+// the accessors below (KeyDot, CopyKey, AccumulateValue, CopyValue), not raw pointers, so that a
+// bf16 storage option can be added without changing the estimators' interface.
+//
+// Thread-safety: immutable after Create; every const method may be called concurrently.
+#ifndef MAGICPIG_ATTN_NODE_CORE_KV_SHARD_H_
+#define MAGICPIG_ATTN_NODE_CORE_KV_SHARD_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "attn_node/core/lsh_tables.h"
+#include "attn_node/core/simhash.h"
+
+namespace magicpig {
+
+class KvShard {
+ public:
+  // keys, values: [n][d] row-major float32, d = hash.dim(). center: [d] (the mean key c of the
+  // offloaded region) or nullptr when the keys are already centred. The shard stores
+  // k̄_i = keys_i - center, |k̄_i| (computed in float64, stored as float32), and LshTables built
+  // with hash.k(), hash.l() from hash.Codes(k̄). INVALID_ARGUMENT for n < 0, n > INT32_MAX, or null
+  // keys/values with n > 0. n = 0 is a valid empty shard.
+  static absl::StatusOr<KvShard> Create(const SimHash& hash, const float* keys, const float* center,
+                                        const float* values, int64_t n);
+
+  int64_t size() const { return n_; }
+  int64_t dim() const { return d_; }
+  int k() const { return tables_.k(); }
+  int l() const { return tables_.l(); }
+  const LshTables& tables() const { return tables_; }
+
+  // |k̄_i|.
+  float KeyNorm(int64_t i) const { return norms_[static_cast<size_t>(i)]; }
+  // q · k̄_i for q of length dim(), accumulated in float64 (scalar reference path).
+  double KeyDot(int64_t i, const float* q) const;
+  // out[0 .. d) = k̄_i (resp. v_i) as float32.
+  void CopyKey(int64_t i, float* out) const;
+  void CopyValue(int64_t i, float* out) const;
+  // acc[0 .. d) += w * v_i.
+  void AccumulateValue(int64_t i, double w, double* acc) const;
+
+  // Heap bytes: keys, values, norms and tables (excluding sizeof(*this)).
+  int64_t bytes() const;
+
+ private:
+  KvShard(int64_t n, int64_t d, std::vector<float> keys, std::vector<float> values,
+          std::vector<float> norms, LshTables tables)
+      : n_(n),
+        d_(d),
+        keys_(std::move(keys)),
+        values_(std::move(values)),
+        norms_(std::move(norms)),
+        tables_(std::move(tables)) {}
+
+  int64_t n_;
+  int64_t d_;
+  std::vector<float> keys_;    // [n][d] centred
+  std::vector<float> values_;  // [n][d]
+  std::vector<float> norms_;   // [n]
+  LshTables tables_;
+};
+
+}  // namespace magicpig
+
+#endif  // MAGICPIG_ATTN_NODE_CORE_KV_SHARD_H_

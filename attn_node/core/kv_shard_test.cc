@@ -1,0 +1,102 @@
+// Tests for KvShard: stored keys are centred, norms are of the centred keys, the tables match the
+// SimHash codes of the centred keys, accessors, memory accounting and validation.
+#include "attn_node/core/kv_shard.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "attn_node/core/simhash.h"
+#include "gtest/gtest.h"
+
+namespace magicpig {
+namespace {
+
+std::vector<float> Randn(size_t count, std::mt19937& rng, float offset = 0.0f) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(count);
+  for (auto& x : v) x = nd(rng) + offset;
+  return v;
+}
+
+TEST(KvShardTest, StoresCentredKeysNormsAndTables) {
+  const int64_t n = 300, d = 32;
+  const int k = 6, l = 20;
+  auto hash = SimHash::Create(d, k, l, 42);
+  ASSERT_TRUE(hash.ok());
+  std::mt19937 rng(1);
+  const std::vector<float> keys = Randn(n * d, rng, 2.0f);
+  const std::vector<float> values = Randn(n * d, rng);
+  const std::vector<float> center = Randn(d, rng, 2.0f);
+  auto shard = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ(shard->size(), n);
+  EXPECT_EQ(shard->dim(), d);
+  EXPECT_EQ(shard->k(), k);
+  EXPECT_EQ(shard->l(), l);
+
+  std::vector<float> centred(n * d);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) centred[i * d + j] = keys[i * d + j] - center[j];
+  std::vector<uint16_t> codes(n * l);
+  ASSERT_TRUE(hash->Codes(centred.data(), n, d, codes.data()).ok());
+
+  std::vector<float> row(d);
+  const std::vector<float> q = Randn(d, rng);
+  for (int64_t i = 0; i < n; ++i) {
+    shard->CopyKey(i, row.data());
+    double sq = 0, dot = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      EXPECT_EQ(row[j], centred[i * d + j]);
+      sq += static_cast<double>(centred[i * d + j]) * centred[i * d + j];
+      dot += static_cast<double>(q[j]) * centred[i * d + j];
+    }
+    EXPECT_NEAR(shard->KeyNorm(i), std::sqrt(sq), 1e-6 * std::sqrt(sq));
+    EXPECT_NEAR(shard->KeyDot(i, q.data()), dot, 1e-9 * (1 + std::fabs(dot)));
+    shard->CopyValue(i, row.data());
+    for (int64_t j = 0; j < d; ++j) EXPECT_EQ(row[j], values[i * d + j]);
+  }
+  std::vector<double> acc(d, 1.0);
+  shard->AccumulateValue(3, 0.5, acc.data());
+  for (int64_t j = 0; j < d; ++j) EXPECT_DOUBLE_EQ(acc[j], 1.0 + 0.5 * values[3 * d + j]);
+
+  // Every key sits in the bucket of its code, in every table.
+  for (int t = 0; t < l; ++t) {
+    const int32_t* off = shard->tables().offsets(t);
+    for (int64_t b = 0; b < shard->tables().num_buckets(); ++b) {
+      for (int32_t p = off[b]; p < off[b + 1]; ++p) {
+        EXPECT_EQ(codes[shard->tables().indices(t)[p] * l + t], b);
+      }
+    }
+  }
+  EXPECT_GE(shard->bytes(),
+            static_cast<int64_t>((2 * n * d + n) * sizeof(float)) + shard->tables().bytes());
+}
+
+TEST(KvShardTest, NullCenterMeansAlreadyCentred) {
+  const int64_t n = 10, d = 8;
+  auto hash = SimHash::Create(d, 4, 4, 7);
+  ASSERT_TRUE(hash.ok());
+  std::mt19937 rng(2);
+  const std::vector<float> keys = Randn(n * d, rng);
+  const std::vector<float> values = Randn(n * d, rng);
+  auto shard = KvShard::Create(*hash, keys.data(), nullptr, values.data(), n);
+  ASSERT_TRUE(shard.ok());
+  std::vector<float> row(d);
+  shard->CopyKey(5, row.data());
+  for (int64_t j = 0; j < d; ++j) EXPECT_EQ(row[j], keys[5 * d + j]);
+}
+
+TEST(KvShardTest, EmptyAndInvalid) {
+  auto hash = SimHash::Create(8, 4, 4, 7);
+  ASSERT_TRUE(hash.ok());
+  auto empty = KvShard::Create(*hash, nullptr, nullptr, nullptr, 0);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->size(), 0);
+  EXPECT_EQ(empty->tables().size(), 0);
+  EXPECT_FALSE(KvShard::Create(*hash, nullptr, nullptr, nullptr, -1).ok());
+  EXPECT_FALSE(KvShard::Create(*hash, nullptr, nullptr, nullptr, 3).ok());
+}
+
+}  // namespace
+}  // namespace magicpig
