@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -128,6 +129,58 @@ absl::StatusOr<PartialAttention> TopKEstimator::Attend(const KvShard& shard, con
   }
   scratch->logits = std::move(kept);
   return SoftmaxOver(shard, scratch);
+}
+
+absl::StatusOr<PartialAttention> OracleEstimator::Attend(const KvShard& shard, const float* q,
+                                                         const uint16_t* /*q_codes*/, float scale,
+                                                         Scratch* scratch) const {
+  MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, "OracleEstimator"));
+  const int64_t n = shard.size();
+  const int64_t d = shard.dim();
+  if (n == 0 || budget_ <= 0) return EmptyPartial(d);
+  // Exact logits, max and log-sum-exp over all n keys.
+  std::vector<double>& cdf = scratch->logits;
+  cdf.resize(static_cast<size_t>(n));
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = static_cast<double>(scale) * shard.KeyDot(i, q);
+    cdf[static_cast<size_t>(i)] = x;
+    mx = std::max(mx, x);
+  }
+  // Unnormalised CDF of p_i ∝ exp(x_i - mx); keys whose weight underflows to 0 are never drawn.
+  double z = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    z += std::exp(cdf[static_cast<size_t>(i)] - mx);
+    cdf[static_cast<size_t>(i)] = z;
+  }
+  std::mt19937_64 rng(seed_);
+  scratch->sample.resize(static_cast<size_t>(budget_));
+  for (int64_t j = 0; j < budget_; ++j) {
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
+    const double target = u * z;
+    auto it = std::upper_bound(cdf.begin(), cdf.end(), target);
+    int64_t i = it - cdf.begin();
+    if (i >= n) i = n - 1;  // guard against rounding at the top end
+    scratch->sample[static_cast<size_t>(j)] = static_cast<int32_t>(i);
+  }
+  std::sort(scratch->sample.begin(), scratch->sample.end());
+  scratch->acc.assign(static_cast<size_t>(d), 0.0);
+  const double inv_b = 1.0 / static_cast<double>(budget_);
+  int64_t distinct = 0;
+  for (size_t j = 0; j < scratch->sample.size();) {
+    size_t e = j;
+    while (e < scratch->sample.size() && scratch->sample[e] == scratch->sample[j]) ++e;
+    shard.AccumulateValue(scratch->sample[j], static_cast<double>(e - j) * inv_b,
+                          scratch->acc.data());
+    ++distinct;
+    j = e;
+  }
+  PartialAttention out = EmptyPartial(d);
+  for (int64_t t = 0; t < d; ++t)
+    out.o[static_cast<size_t>(t)] = static_cast<float>(scratch->acc[static_cast<size_t>(t)]);
+  out.lse = static_cast<float>(mx + std::log(z));
+  out.n_touched = distinct;
+  return out;
 }
 
 }  // namespace magicpig

@@ -21,6 +21,19 @@
 //   Sum order follows the retrieval order (order of second hit).
 // - TopKEstimator(budget): exact attention renormalised over the min(budget, n) keys with the
 //   largest s_i (ties broken by the lower index); n_touched = that count.
+// - OracleEstimator(budget, seed): the paper's "oracle sampling" baseline (spec §16, §17). Draws
+//   `budget` key indices i_1..i_B i.i.d. WITH replacement from the true attention distribution
+//   p_i = softmax(scale * s)_i over the whole shard. Self-normalised importance sampling with
+//   proposal p and target p has weights w_j = p(i_j) / p(i_j) = 1, so
+//     o = sum_j w_j v_{i_j} / sum_j w_j = (1/B) sum_j v_{i_j},
+//   the plain mean of the sampled values. It is exactly unbiased: E[v_{i_j}] = sum_i p_i v_i = o
+//   (the exact shard output), with per-coordinate variance (E_p[v_t^2] - o_t^2) / B, so the error
+//   falls as 1/sqrt(B). lse is NOT estimated: it is the exact ln sum_i exp(scale * s_i) over all n
+//   keys (computing p needs every logit anyway), so merging this part with others weights it
+//   correctly. n_touched = number of distinct keys sampled. Deterministic for a seed
+//   (std::mt19937_64 seeded once per Attend call: inverse-CDF sampling with a 53-bit uniform);
+//   values are summed in ascending key order (multiplicity / B each). budget <= 0 or an empty
+//   shard gives the empty part. Memory: scratch->sample grows to B indices.
 //
 // Thread-safety: estimators are immutable after construction and Attend is const: one estimator
 // may serve many threads concurrently provided each thread passes its own EstimatorScratch.
@@ -103,6 +116,23 @@ class TopKEstimator final : public Estimator {
 
  private:
   int64_t budget_;
+};
+
+class OracleEstimator final : public Estimator {
+ public:
+  // budget >= 0 (a negative budget is treated as 0: the empty part).
+  OracleEstimator(int64_t budget, uint64_t seed) : budget_(budget), seed_(seed) {}
+
+  absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
+                                          const uint16_t* q_codes, float scale,
+                                          Scratch* scratch) const override;
+
+  int64_t budget() const { return budget_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  int64_t budget_;
+  uint64_t seed_;
 };
 
 }  // namespace magicpig

@@ -13,10 +13,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "attn_node/core/inclusion_probability.h"
 #include "attn_node/core/kv_shard.h"
 #include "attn_node/core/partial_attention.h"
 #include "attn_node/core/simhash.h"
+#include "common/half.h"
 #include "gtest/gtest.h"
 
 namespace magicpig {
@@ -429,6 +431,178 @@ TEST(EstimatorsTest, ConcurrentAttendWithPerThreadScratch) {
   }
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+}
+
+// bf16 storage: full attention equals a float64 reference on the bf16-rounded centred keys and
+// values, and differs from the fp32 shard by no more than the bf16 rounding bound:
+// each stored element has relative error <= 2^-9, so logit_i moves by at most
+// delta_i = scale * sum_j |q_j| |k̄_ij| 2^-9 <= Delta; softmax weights move by a factor within
+// e^{±2 Delta}, hence sum_i |p'_i - p_i| <= e^{2 Delta} - 1, and
+// |o' - o|_t <= max|v| (2^-9 + e^{2 Delta} - 1), |lse' - lse| <= Delta (plus float32 output slack).
+TEST(EstimatorsTest, Bf16StorageFullAttention) {
+  std::mt19937 rng(21);
+  for (int64_t d : {16, 64}) {
+    const int64_t n = 400;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    auto hash = SimHash::Create(d, 6, 8, 5);
+    ASSERT_TRUE(hash.ok());
+    const std::vector<float> keys = Randn(n * d, rng, 1.5f, 0.3f);
+    const std::vector<float> values = Randn(n * d, rng);
+    const std::vector<float> center = Randn(d, rng, 0.5f, 0.3f);
+    const std::vector<float> q = Randn(d, rng, 1.0f);
+    auto f32 = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n);
+    auto bf =
+        KvShard::Create(*hash, keys.data(), center.data(), values.data(), n, KvStorage::kBf16);
+    ASSERT_TRUE(f32.ok() && bf.ok());
+    std::vector<float> kr(n * d), vr(n * d);
+    double big_delta = 0, vmax = 0;
+    std::vector<int64_t> idx(n);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::vector<double> logits(n);
+    for (int64_t i = 0; i < n; ++i) {
+      double delta = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        const float c = keys[i * d + j] - center[j];
+        kr[i * d + j] = Bf16ToFloat(FloatToBf16(c));
+        vr[i * d + j] = Bf16ToFloat(FloatToBf16(values[i * d + j]));
+        delta += std::fabs(static_cast<double>(q[j]) * c);
+        vmax = std::max(vmax, std::fabs(static_cast<double>(values[i * d + j])));
+      }
+      big_delta = std::max(big_delta, scale * delta * std::ldexp(1.0, -9));
+      logits[i] = scale * Dot(q.data(), &kr[i * d], d);
+    }
+    EstimatorScratch scratch;
+    const PartialAttention got = AttendOk(FullEstimator(), *bf, q, {}, scale, &scratch);
+    ExpectClose(got, Reference(idx, logits, vr, d), kTol);
+    const PartialAttention want = AttendOk(FullEstimator(), *f32, q, {}, scale, &scratch);
+    const double o_bound = vmax * (std::ldexp(1.0, -9) + std::expm1(2 * big_delta)) + 1e-6;
+    double max_diff = 0;
+    for (int64_t t = 0; t < d; ++t)
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(got.o[t]) - want.o[t]));
+    EXPECT_LE(max_diff, o_bound);
+    RecordProperty(absl::StrCat("d", d, "_max_diff_vs_bound"),
+                   absl::StrCat(max_diff, " / ", o_bound));
+    EXPECT_GT(max_diff, 0.0);  // the rounding is actually visible
+    EXPECT_LE(std::fabs(static_cast<double>(got.lse) - want.lse),
+              big_delta + 1e-6 * std::max(1.0, std::fabs(static_cast<double>(want.lse))));
+  }
+}
+
+// Exact softmax attention over every key of the shard (float64 reference on the stored keys).
+PartialAttention ExactOver(const std::vector<float>& keys, const std::vector<float>& values,
+                           const std::vector<float>& q, int64_t n, int64_t d, float scale) {
+  std::vector<int64_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::vector<double> logits(n);
+  for (int64_t i = 0; i < n; ++i) logits[i] = scale * Dot(q.data(), &keys[i * d], d);
+  return Reference(idx, logits, values, d);
+}
+
+double RelL2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t t = 0; t < want.size(); ++t) {
+    num += (static_cast<double>(got[t]) - want[t]) * (static_cast<double>(got[t]) - want[t]);
+    den += static_cast<double>(want[t]) * want[t];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(EstimatorsTest, OracleConvergesToFullAttention) {
+  const int64_t n = 2000, d = 32;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  auto hash = SimHash::Create(d, 6, 4, 5);
+  ASSERT_TRUE(hash.ok());
+  std::mt19937 rng(31);
+  const std::vector<float> keys = Randn(n * d, rng, 1.5f);
+  const std::vector<float> values = Randn(n * d, rng);
+  const std::vector<float> q = Randn(d, rng, 1.5f);
+  const KvShard shard = MakeShard(*hash, keys, nullptr, values, 0, n);
+  const PartialAttention exact = ExactOver(keys, values, q, n, d, scale);
+  EstimatorScratch scratch;
+  double err_small = 0, err_big = 0;
+  for (int64_t budget : {100, 1000, 10000, 100000}) {
+    const PartialAttention got =
+        AttendOk(OracleEstimator(budget, 7), shard, q, {}, scale, &scratch);
+    // lse is the exact shard log-sum-exp regardless of the budget.
+    EXPECT_NEAR(got.lse, exact.lse,
+                kTol * std::max(1.0, std::fabs(static_cast<double>(exact.lse))));
+    EXPECT_GE(got.n_touched, 1);
+    EXPECT_LE(got.n_touched, std::min<int64_t>(budget, n));
+    const double err = RelL2(got.o, exact.o);
+    if (budget == 100) err_small = err;
+    if (budget == 100000) err_big = err;
+    RecordProperty(absl::StrCat("rel_l2_err_budget_", budget), absl::StrCat(err));
+  }
+  EXPECT_LT(err_big, 0.02);
+  // ~1/sqrt(budget): a 1000x larger budget should cut the error by ~31x; demand at least 8x.
+  EXPECT_LT(err_big * 8, err_small) << "err(100) = " << err_small << ", err(1e5) = " << err_big;
+  // Deterministic for a seed; a different seed gives a different sample.
+  const PartialAttention a = AttendOk(OracleEstimator(50, 11), shard, q, {}, scale, &scratch);
+  const PartialAttention b = AttendOk(OracleEstimator(50, 11), shard, q, {}, scale, &scratch);
+  const PartialAttention c = AttendOk(OracleEstimator(50, 12), shard, q, {}, scale, &scratch);
+  EXPECT_EQ(a.o, b.o);
+  EXPECT_EQ(a.n_touched, b.n_touched);
+  EXPECT_NE(a.o, c.o);
+}
+
+// Monte Carlo unbiasedness: over 200 independent seeds at budget 50, the mean estimate is within 3
+// standard errors (sample std / sqrt(200)) of the exact o in every coordinate.
+TEST(EstimatorsTest, OracleIsUnbiased) {
+  const int64_t n = 300, d = 8;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  auto hash = SimHash::Create(d, 4, 4, 5);
+  ASSERT_TRUE(hash.ok());
+  std::mt19937 rng(41);
+  const std::vector<float> keys = Randn(n * d, rng, 1.5f);
+  const std::vector<float> values = Randn(n * d, rng);
+  const std::vector<float> q = Randn(d, rng, 1.5f);
+  const KvShard shard = MakeShard(*hash, keys, nullptr, values, 0, n);
+  const PartialAttention exact = ExactOver(keys, values, q, n, d, scale);
+  const int runs = 200;
+  std::vector<double> sum(d, 0.0), sum2(d, 0.0);
+  EstimatorScratch scratch;
+  for (int r = 0; r < runs; ++r) {
+    const PartialAttention got =
+        AttendOk(OracleEstimator(50, 1000 + r), shard, q, {}, scale, &scratch);
+    for (int64_t t = 0; t < d; ++t) {
+      sum[t] += got.o[t];
+      sum2[t] += static_cast<double>(got.o[t]) * got.o[t];
+    }
+  }
+  for (int64_t t = 0; t < d; ++t) {
+    const double mean = sum[t] / runs;
+    const double var = (sum2[t] - runs * mean * mean) / (runs - 1);
+    const double se = std::sqrt(std::max(var, 0.0) / runs);
+    EXPECT_GT(se, 0.0);
+    EXPECT_LE(std::fabs(mean - exact.o[t]), 3 * se) << "coordinate " << t;
+    RecordProperty(absl::StrCat("z_", t), absl::StrCat((mean - exact.o[t]) / se));
+  }
+}
+
+TEST(EstimatorsTest, OracleEmptyCases) {
+  const int64_t d = 8;
+  auto hash = SimHash::Create(d, 4, 4, 5);
+  ASSERT_TRUE(hash.ok());
+  std::mt19937 rng(51);
+  const std::vector<float> keys = Randn(20 * d, rng);
+  const std::vector<float> values = Randn(20 * d, rng);
+  const std::vector<float> q = Randn(d, rng);
+  const KvShard shard = MakeShard(*hash, keys, nullptr, values, 0, 20);
+  auto empty = KvShard::Create(*hash, nullptr, nullptr, nullptr, 0);
+  ASSERT_TRUE(empty.ok());
+  EstimatorScratch scratch;
+  for (const PartialAttention& p :
+       {AttendOk(OracleEstimator(0, 1), shard, q, {}, 0.5f, &scratch),
+        AttendOk(OracleEstimator(-5, 1), shard, q, {}, 0.5f, &scratch),
+        AttendOk(OracleEstimator(10, 1), *empty, q, {}, 0.5f, &scratch)}) {
+    EXPECT_TRUE(p.empty());
+    EXPECT_EQ(p.lse, -std::numeric_limits<float>::infinity());
+    EXPECT_EQ(p.n_touched, 0);
+    ASSERT_EQ(p.o.size(), static_cast<size_t>(d));
+    for (float x : p.o) EXPECT_EQ(x, 0.0f);
+  }
+  EXPECT_FALSE(OracleEstimator(5, 1).Attend(shard, q.data(), nullptr, 0.5f, nullptr).ok());
+  EXPECT_FALSE(OracleEstimator(5, 1).Attend(shard, nullptr, nullptr, 0.5f, &scratch).ok());
 }
 
 }  // namespace

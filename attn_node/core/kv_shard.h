@@ -2,9 +2,12 @@
 // centred with the layer's mean key c (reference spec §4), their fp32 norms, and the LSH tables
 // built from the centred keys' SimHash codes (spec §3, §9).
 //
-// Storage: centred keys [n][d] and values [n][d] are held as float32 today. Callers must go through
-// the accessors below (KeyDot, CopyKey, AccumulateValue, CopyValue), not raw pointers, so that a
-// bf16 storage option can be added without changing the estimators' interface.
+// Storage: centred keys [n][d] and values [n][d] are held as float32 (KvStorage::kF32, default) or
+// bfloat16 (KvStorage::kBf16: round-to-nearest-even via FloatToBf16, 2 bytes per element). With
+// bf16 storage the norms are still float32 computed (in float64) from the float32 centred keys, and
+// the SimHash codes / LSH tables are built from the float32 centred keys; only the stored k̄ and v
+// are rounded. Callers go through the storage-agnostic accessors (KeyDot, KeyNorm, CopyKey,
+// CopyValue, AccumulateValue), which read either layout and return / accumulate float values.
 //
 // Thread-safety: immutable after Create; every const method may be called concurrently.
 #ifndef MAGICPIG_ATTN_NODE_CORE_KV_SHARD_H_
@@ -20,25 +23,34 @@
 
 namespace magicpig {
 
+enum class KvStorage {
+  kF32,   // 4 bytes per key / value element
+  kBf16,  // 2 bytes per key / value element (round to nearest even)
+};
+
 class KvShard {
  public:
   // keys, values: [n][d] row-major float32, d = hash.dim(). center: [d] (the mean key c of the
   // offloaded region) or nullptr when the keys are already centred. The shard stores
   // k̄_i = keys_i - center, |k̄_i| (computed in float64, stored as float32), and LshTables built
   // with hash.k(), hash.l() from hash.Codes(k̄). INVALID_ARGUMENT for n < 0, n > INT32_MAX, or null
-  // keys/values with n > 0. n = 0 is a valid empty shard.
+  // keys/values with n > 0. n = 0 is a valid empty shard. `storage` selects how k̄ and v are
+  // held (see the file comment); norms and tables are identical for both storages.
   static absl::StatusOr<KvShard> Create(const SimHash& hash, const float* keys, const float* center,
-                                        const float* values, int64_t n);
+                                        const float* values, int64_t n,
+                                        KvStorage storage = KvStorage::kF32);
 
   int64_t size() const { return n_; }
   int64_t dim() const { return d_; }
   int k() const { return tables_.k(); }
   int l() const { return tables_.l(); }
   const LshTables& tables() const { return tables_; }
+  KvStorage storage() const { return storage_; }
 
   // |k̄_i|.
   float KeyNorm(int64_t i) const { return norms_[static_cast<size_t>(i)]; }
-  // q · k̄_i for q of length dim(), accumulated in float64 (scalar reference path).
+  // q · k̄_i (the stored, possibly bf16-rounded k̄_i) for q of length dim(), accumulated in float64
+  // (scalar reference path).
   double KeyDot(int64_t i, const float* q) const;
   // out[0 .. d) = k̄_i (resp. v_i) as float32.
   void CopyKey(int64_t i, float* out) const;
@@ -46,24 +58,32 @@ class KvShard {
   // acc[0 .. d) += w * v_i.
   void AccumulateValue(int64_t i, double w, double* acc) const;
 
-  // Heap bytes: keys, values, norms and tables (excluding sizeof(*this)).
+  // Heap bytes: keys and values (4 or 2 bytes per element by storage), norms (4 bytes each) and
+  // tables (excluding sizeof(*this)).
   int64_t bytes() const;
 
  private:
-  KvShard(int64_t n, int64_t d, std::vector<float> keys, std::vector<float> values,
+  KvShard(int64_t n, int64_t d, KvStorage storage, std::vector<float> keys,
+          std::vector<float> values, std::vector<uint16_t> keys16, std::vector<uint16_t> values16,
           std::vector<float> norms, LshTables tables)
       : n_(n),
         d_(d),
+        storage_(storage),
         keys_(std::move(keys)),
         values_(std::move(values)),
+        keys16_(std::move(keys16)),
+        values16_(std::move(values16)),
         norms_(std::move(norms)),
         tables_(std::move(tables)) {}
 
   int64_t n_;
   int64_t d_;
-  std::vector<float> keys_;    // [n][d] centred
-  std::vector<float> values_;  // [n][d]
-  std::vector<float> norms_;   // [n]
+  KvStorage storage_;
+  std::vector<float> keys_;         // [n][d] centred (kF32; empty for kBf16)
+  std::vector<float> values_;       // [n][d] (kF32; empty for kBf16)
+  std::vector<uint16_t> keys16_;    // [n][d] centred, bf16 bits (kBf16; empty for kF32)
+  std::vector<uint16_t> values16_;  // [n][d] bf16 bits (kBf16; empty for kF32)
+  std::vector<float> norms_;        // [n]
   LshTables tables_;
 };
 

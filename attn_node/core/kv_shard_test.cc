@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attn_node/core/simhash.h"
+#include "common/half.h"
 #include "gtest/gtest.h"
 
 namespace magicpig {
@@ -85,6 +86,59 @@ TEST(KvShardTest, NullCenterMeansAlreadyCentred) {
   std::vector<float> row(d);
   shard->CopyKey(5, row.data());
   for (int64_t j = 0; j < d; ++j) EXPECT_EQ(row[j], keys[5 * d + j]);
+}
+
+TEST(KvShardTest, Bf16StorageRoundsKeysAndValuesKeepsFp32NormsAndTables) {
+  const int64_t n = 200, d = 32;
+  const int k = 6, l = 12;
+  auto hash = SimHash::Create(d, k, l, 9);
+  ASSERT_TRUE(hash.ok());
+  std::mt19937 rng(3);
+  const std::vector<float> keys = Randn(n * d, rng, 1.0f);
+  const std::vector<float> values = Randn(n * d, rng);
+  const std::vector<float> center = Randn(d, rng, 1.0f);
+  auto f32 = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n);
+  auto bf = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n, KvStorage::kBf16);
+  ASSERT_TRUE(f32.ok() && bf.ok());
+  EXPECT_EQ(f32->storage(), KvStorage::kF32);
+  EXPECT_EQ(bf->storage(), KvStorage::kBf16);
+  const std::vector<float> q = Randn(d, rng);
+  std::vector<float> row(d);
+  for (int64_t i = 0; i < n; ++i) {
+    // Norms are of the fp32 centred keys: identical to the fp32 shard's.
+    EXPECT_EQ(bf->KeyNorm(i), f32->KeyNorm(i));
+    bf->CopyKey(i, row.data());
+    double dot = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      const float centred = keys[i * d + j] - center[j];
+      const float rounded = Bf16ToFloat(FloatToBf16(centred));
+      EXPECT_EQ(row[j], rounded);
+      dot += static_cast<double>(q[j]) * rounded;
+    }
+    EXPECT_NEAR(bf->KeyDot(i, q.data()), dot, 1e-9 * (1 + std::fabs(dot)));
+    bf->CopyValue(i, row.data());
+    for (int64_t j = 0; j < d; ++j) EXPECT_EQ(row[j], Bf16ToFloat(FloatToBf16(values[i * d + j])));
+  }
+  std::vector<double> acc(d, 1.0);
+  bf->AccumulateValue(7, 0.25, acc.data());
+  for (int64_t j = 0; j < d; ++j)
+    EXPECT_DOUBLE_EQ(acc[j], 1.0 + 0.25 * Bf16ToFloat(FloatToBf16(values[7 * d + j])));
+  // Tables come from the fp32 centred keys: identical buckets to the fp32 shard.
+  ASSERT_EQ(bf->tables().num_buckets(), f32->tables().num_buckets());
+  for (int t = 0; t < l; ++t) {
+    for (int64_t b = 0; b <= bf->tables().num_buckets(); ++b)
+      ASSERT_EQ(bf->tables().offsets(t)[b], f32->tables().offsets(t)[b]);
+    for (int64_t p = 0; p < n; ++p)
+      ASSERT_EQ(bf->tables().indices(t)[p], f32->tables().indices(t)[p]);
+  }
+  // Exact memory: 2 bytes per key / value element, 4 per norm, plus the tables.
+  EXPECT_EQ(bf->bytes(), 2 * 2 * n * d + 4 * n + bf->tables().bytes());
+  EXPECT_EQ(f32->bytes(), 4 * 2 * n * d + 4 * n + f32->tables().bytes());
+
+  auto empty = KvShard::Create(*hash, nullptr, nullptr, nullptr, 0, KvStorage::kBf16);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->size(), 0);
+  EXPECT_EQ(empty->bytes(), empty->tables().bytes());
 }
 
 TEST(KvShardTest, EmptyAndInvalid) {
