@@ -18,7 +18,7 @@ Transformer::Transformer(const model::ModelWeights* weights, backend::Backend* b
 }
 
 absl::Status Transformer::LayerChunk(int64_t layer, float* x, int64_t n, int64_t first_pos,
-                                     KvCache& kv) {
+                                     KvCache& kv, const ForwardOptions& options) {
   const model::ModelConfig& c = weights_->config();
   const model::LayerWeights& w = weights_->layer(layer);
   backend::Backend& b = *backend_;
@@ -35,6 +35,7 @@ absl::Status Transformer::LayerChunk(int64_t layer, float* x, int64_t n, int64_t
   }
   b.Rope(q_.data(), n, c.n_head, c.head_dim, positions_.data(), rope_);
   b.Rope(k_.data(), n, c.n_head_kv, c.head_dim, positions_.data(), rope_);
+  if (options.on_qk) options.on_qk(layer, first_pos, n, q_.data(), k_.data());
   const backend::KvLayerView cache = kv.layer(layer);
   b.StoreKv(k_.data(), v_.data(), n, first_pos, cache);
   b.CausalAttention(q_.data(), n, first_pos, c.n_head,
@@ -86,7 +87,7 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
       for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         const int64_t m = std::min(chunk, n - t0);
         for (int64_t i = 0; i < m; ++i) positions_[i] = static_cast<int32_t>(first_pos + t0 + i);
-        MAGICPIG_RETURN_IF_ERROR(LayerChunk(l, x.data() + t0 * c.n_embd, m, first_pos + t0, kv));
+        MAGICPIG_RETURN_IF_ERROR(LayerChunk(l, x.data() + t0 * c.n_embd, m, first_pos + t0, kv, options));
       }
       if (options.on_layer_done) options.on_layer_done(l, c.n_layer);
     }

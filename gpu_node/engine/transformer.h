@@ -32,6 +32,10 @@ struct ForwardOptions {
   int64_t max_chunk = 256;
   // Called after each layer with (layer index, n_layer); for progress reporting.
   std::function<void(int64_t, int64_t)> on_layer_done;
+  // Called in every layer after RoPE with (layer, first_pos, n_tokens, q [n][q_dim], k
+  // [n][kv_dim]): the post-RoPE queries and keys of the chunk. For analysis tools (e.g. dumping
+  // real keys/queries for the attention accuracy tests); must not keep the pointers.
+  std::function<void(int64_t, int64_t, int64_t, const float*, const float*)> on_qk;
 };
 
 class Transformer {
@@ -46,7 +50,8 @@ class Transformer {
                        std::vector<float>* logits);
 
  private:
-  absl::Status LayerChunk(int64_t layer, float* x, int64_t n, int64_t first_pos, KvCache& kv);
+  absl::Status LayerChunk(int64_t layer, float* x, int64_t n, int64_t first_pos, KvCache& kv,
+                          const ForwardOptions& options);
 
   const model::ModelWeights* weights_;
   backend::Backend* backend_;
