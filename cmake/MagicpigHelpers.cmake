@@ -1,3 +1,10 @@
+# Per-ISA flags for kernel translation units (the only places wider instructions may appear; the
+# rest of the build stays at the x86-64 baseline, no -march=native).
+set(MAGICPIG_AVX2_FLAGS -mavx2 -mfma -mf16c)
+# (-Wno-*uninitialized: GCC 12 warns inside avx512fintrin.h about its own _mm*_undefined_* temps.)
+set(MAGICPIG_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma
+    -mf16c -Wno-uninitialized -Wno-maybe-uninitialized)
+
 # magicpig_cc_test(NAME name SRCS ... DEPS ...): a GoogleTest binary registered with CTest.
 function(magicpig_cc_test)
   cmake_parse_arguments(T "" "NAME" "SRCS;DEPS" ${ARGN})

@@ -1,8 +1,7 @@
 // Template body of the attention tile kernel; included once per ISA translation unit, after that
-// unit defines, in namespace magicpig::backend::cpu_internal::MAGICPIG_ATTN_NS, a 16-float vector
-// type `V` with: Zero(), Set1(float), LoadF32(const float*), LoadF16(const uint16_t*),
-// Store(float*, V), Fma(a, b, c) = a*b + c, Max(a, b), Sub(a, b), Floor(V), ScaleByPow2(p, e) =
-// p * 2^e (e integral), ReduceAdd(V), ReduceMax(V), and kLanes == 16.
+// unit brings one of common/simd/vec16_<isa>-inl.h's vector namespaces into
+// magicpig::backend::cpu_internal::MAGICPIG_ATTN_NS (V, kLanes == 16, loads, Fma, ExpV,
+// FastExp...).
 //
 // Online softmax (flash-attention style) over key tiles of kKeyTile rows: no n² buffer. Each key
 // and value row is converted from fp16 once per tile and used by every query row of the item (all
@@ -19,45 +18,7 @@ namespace MAGICPIG_ATTN_NS {
 constexpr int64_t kKeyTile = 32;
 constexpr int64_t kMaxChunks = 16;  // head_dim <= 256
 
-inline float Max(float a, float b) { return a > b ? a : b; }
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// exp(x) for x <= 0 (and -inf -> ~0), relative error < 2e-7.
-inline float FastExp(float x) {
-  x = Max(x, -87.0f);
-  const float t = x * 1.44269504088896341f;  // log2(e)
-  const float fi = __builtin_floorf(t);
-  const float f = t - fi;  // [0, 1)
-  float p = 1.535336188319500e-4f;
-  p = p * f + 1.339887440266574e-3f;
-  p = p * f + 9.618437357674640e-3f;
-  p = p * f + 5.550332471162809e-2f;
-  p = p * f + 2.402264791363012e-1f;
-  p = p * f + 6.931472028550421e-1f;
-  p = p * f + 1.0f;
-  int32_t bits;
-  std::memcpy(&bits, &p, 4);
-  bits += static_cast<int32_t>(fi) << 23;
-  float r;
-  std::memcpy(&r, &bits, 4);
-  return r;
-}
-
-// FastExp on 16 lanes (same polynomial).
-inline V ExpV(V x) {
-  x = Max(x, Set1(-87.0f));
-  const V t = Fma(x, Set1(1.44269504088896341f), Zero());
-  const V fi = Floor(t);
-  const V f = Sub(t, fi);
-  V p = Set1(1.535336188319500e-4f);
-  p = Fma(p, f, Set1(1.339887440266574e-3f));
-  p = Fma(p, f, Set1(9.618437357674640e-3f));
-  p = Fma(p, f, Set1(5.550332471162809e-2f));
-  p = Fma(p, f, Set1(2.402264791363012e-1f));
-  p = Fma(p, f, Set1(6.931472028550421e-1f));
-  p = Fma(p, f, Set1(1.0f));
-  return ScaleByPow2(p, fi);
-}
 
 // kChunks = head_dim / 16 when known at compile time (the loops over a row then unroll and the
 // converted key/value row stays in registers), or 0 for any multiple of 16 read at run time.
@@ -119,7 +80,7 @@ void RunTileImpl(const AttentionTile& a) {
       if (visible == kKeyTile) {
         // Full tile: two 16-lane vectors.
         const V s0 = LoadF32(sr), s1 = LoadF32(sr + kLanes);
-        new_m = Max(m[r], ReduceMax(Max(s0, s1)));
+        new_m = MaxF(m[r], ReduceMax(Max(s0, s1)));
         correction = FastExp(m[r] - new_m);
         const V mv = Set1(new_m);
         const V p0 = ExpV(Sub(s0, mv)), p1 = ExpV(Sub(s1, mv));
@@ -128,8 +89,8 @@ void RunTileImpl(const AttentionTile& a) {
         sum = ReduceAdd(Fma(p0, Set1(1.0f), p1));
       } else {
         float tile_max = neg_inf;
-        for (int64_t j = 0; j < visible; ++j) tile_max = Max(tile_max, sr[j]);
-        new_m = Max(m[r], tile_max);
+        for (int64_t j = 0; j < visible; ++j) tile_max = MaxF(tile_max, sr[j]);
+        new_m = MaxF(m[r], tile_max);
         correction = FastExp(m[r] - new_m);
         for (int64_t j = 0; j < visible; ++j) {
           sr[j] = FastExp(sr[j] - new_m);
