@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "attn_node/core/inclusion_probability.h"
+#include "attn_node/core/kernels/group_attention_kernel.h"
 #include "common/status_macros.h"
 
 namespace magicpig {
@@ -47,7 +48,169 @@ PartialAttention SoftmaxOver(const KvShard& shard, Estimator::Scratch* scratch) 
   return out;
 }
 
+using GroupKernel = void (*)(const attn_internal::GroupAttentionArgs&);
+
+GroupKernel SelectGroupKernel(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512:
+      return attn_internal::GroupAttentionAvx512;
+    case SimdLevel::kAvx2:
+      return attn_internal::GroupAttentionAvx2;
+    default:
+      return attn_internal::GroupAttentionScalar;
+  }
+}
+
+absl::Status CheckGroup(const KvShard& shard, const float* q, int g,
+                        const Estimator::Scratch* scratch, const PartialAttention* out,
+                        const char* who) {
+  if (g < 1 || out == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": AttendGroup needs g >= 1 heads and non-null out, got g = ", g));
+  }
+  if (shard.dim() % 16 != 0 || shard.dim() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": the SIMD kernels need a head dim that is a multiple of 16 and <= 256, got ",
+        shard.dim()));
+  }
+  return CheckCommon(shard, q, scratch, who);
+}
+
+// Runs the group kernel for heads [0, g) (g <= kMaxGroup) over the given rows and copies the
+// results into out[0 .. g) (n_touched is left to the caller).
+void RunGroupKernel(GroupKernel kernel, const KvShard& shard, const float* q, int g, float scale,
+                    const int32_t* rows, int64_t n_rows, const uint32_t* masks,
+                    const float* lnu_table, Estimator::Scratch* scratch, PartialAttention* out) {
+  const int64_t d = shard.dim();
+  scratch->kernel.resize(static_cast<size_t>(attn_internal::GroupAttentionScratchFloats(g, d)));
+  scratch->o.resize(static_cast<size_t>(g * d));
+  scratch->lse.resize(static_cast<size_t>(g));
+  attn_internal::GroupAttentionArgs a;
+  a.keys = shard.key_rows();
+  a.values = shard.value_rows();
+  a.bf16 = shard.storage() == KvStorage::kBf16;
+  a.d = d;
+  a.rows = rows;
+  a.row_begin = 0;
+  a.n_rows = n_rows;
+  a.masks = masks;
+  a.g = g;
+  a.q = q;
+  a.scale = scale;
+  if (lnu_table != nullptr) {
+    scratch->q_norms.resize(static_cast<size_t>(g));
+    for (int h = 0; h < g; ++h) {
+      double sq = 0.0;
+      for (int64_t t = 0; t < d; ++t) sq += static_cast<double>(q[h * d + t]) * q[h * d + t];
+      scratch->q_norms[static_cast<size_t>(h)] = static_cast<float>(std::sqrt(sq));
+    }
+    a.lnu_table = lnu_table;
+    a.lnu_size = kLogInclusionTableSize;
+    a.key_norms = shard.key_norms();
+    a.q_norms = scratch->q_norms.data();
+  }
+  a.scratch = scratch->kernel.data();
+  a.o = scratch->o.data();
+  a.lse = scratch->lse.data();
+  kernel(a);
+  for (int h = 0; h < g; ++h) {
+    out[h].o.assign(scratch->o.begin() + h * d, scratch->o.begin() + (h + 1) * d);
+    out[h].lse = scratch->lse[static_cast<size_t>(h)];
+  }
+}
+
 }  // namespace
+
+absl::Status Estimator::AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes,
+                                    int g, float scale, Scratch* scratch,
+                                    PartialAttention* out) const {
+  if (g < 1 || out == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AttendGroup needs g >= 1 heads and non-null out, got g = ", g));
+  }
+  if (q == nullptr && shard.size() > 0) {
+    return absl::InvalidArgumentError("AttendGroup: q must be non-null");
+  }
+  for (int h = 0; h < g; ++h) {
+    MAGICPIG_ASSIGN_OR_RETURN(
+        out[h], Attend(shard, q == nullptr ? nullptr : q + h * shard.dim(),
+                       q_codes == nullptr ? nullptr : q_codes + h * shard.l(), scale, scratch));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FullEstimator::AttendGroup(const KvShard& shard, const float* q,
+                                        const uint16_t* /*q_codes*/, int g, float scale,
+                                        Scratch* scratch, PartialAttention* out) const {
+  MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, "FullEstimator"));
+  const GroupKernel kernel = SelectGroupKernel(simd_level());
+  for (int h0 = 0; h0 < g; h0 += attn_internal::kMaxGroup) {
+    const int gc = std::min(g - h0, attn_internal::kMaxGroup);
+    RunGroupKernel(kernel, shard, q + h0 * shard.dim(), gc, scale, nullptr, shard.size(), nullptr,
+                   nullptr, scratch, out + h0);
+    for (int h = 0; h < gc; ++h) out[h0 + h].n_touched = shard.size();
+  }
+  return absl::OkStatus();
+}
+
+MagicPigEstimator::MagicPigEstimator(int k, int l, MagicPigOptions options, SimdLevel simd_level)
+    : Estimator(simd_level),
+      k_(k),
+      l_(l),
+      options_(options),
+      lnu_table_(k >= 1 && k <= kSimHashMaxK && l >= 1 && l <= kSimHashMaxL
+                     ? LogInclusionTable(k, l)
+                     : std::vector<float>()) {}
+
+absl::Status MagicPigEstimator::CheckShard(const KvShard& shard, const uint16_t* q_codes) const {
+  if (shard.k() != k_ || shard.l() != l_) {
+    return absl::InvalidArgumentError(absl::StrCat("MagicPigEstimator: estimator (K, L) = (", k_,
+                                                   ", ", l_, ") but the shard's tables have (",
+                                                   shard.k(), ", ", shard.l(), ")"));
+  }
+  if (q_codes == nullptr) {
+    return absl::InvalidArgumentError("MagicPigEstimator: q_codes must be non-null");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MagicPigEstimator::AttendGroup(const KvShard& shard, const float* q,
+                                            const uint16_t* q_codes, int g, float scale,
+                                            Scratch* scratch, PartialAttention* out) const {
+  MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, "MagicPigEstimator"));
+  MAGICPIG_RETURN_IF_ERROR(CheckShard(shard, q_codes));
+  const GroupKernel kernel = SelectGroupKernel(simd_level());
+  const int64_t n = shard.size();
+  if (static_cast<int64_t>(scratch->head_mask.size()) < n) {
+    scratch->head_mask.resize(static_cast<size_t>(n), 0);
+  }
+  uint32_t* mask = scratch->head_mask.data();
+  for (int h0 = 0; h0 < g; h0 += attn_internal::kMaxGroup) {
+    const int gc = std::min(g - h0, attn_internal::kMaxGroup);
+    // Per-head retrieval; the union of the sets (first-seen order) with a bit per head.
+    scratch->rows.clear();
+    absl::Status status;
+    for (int h = 0; h < gc && status.ok(); ++h) {
+      status = shard.Retrieve(q_codes + (h0 + h) * l_, &scratch->lsh, &scratch->sample);
+      if (!status.ok()) break;
+      out[h0 + h].n_touched = static_cast<int64_t>(scratch->sample.size());
+      for (int32_t i : scratch->sample) {
+        if (mask[i] == 0) scratch->rows.push_back(i);
+        mask[i] |= 1u << h;
+      }
+    }
+    scratch->row_masks.resize(scratch->rows.size());
+    for (size_t j = 0; j < scratch->rows.size(); ++j) {
+      scratch->row_masks[j] = mask[scratch->rows[j]];
+      mask[scratch->rows[j]] = 0;  // leave the scratch clean, also on error
+    }
+    MAGICPIG_RETURN_IF_ERROR(status);
+    RunGroupKernel(kernel, shard, q + h0 * shard.dim(), gc, scale, scratch->rows.data(),
+                   static_cast<int64_t>(scratch->rows.size()), scratch->row_masks.data(),
+                   options_.force_unit_inclusion ? nullptr : lnu_table_.data(), scratch, out + h0);
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<PartialAttention> FullEstimator::Attend(const KvShard& shard, const float* q,
                                                        const uint16_t* /*q_codes*/, float scale,
@@ -67,15 +230,8 @@ absl::StatusOr<PartialAttention> MagicPigEstimator::Attend(const KvShard& shard,
                                                            const uint16_t* q_codes, float scale,
                                                            Scratch* scratch) const {
   MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, "MagicPigEstimator"));
-  if (shard.k() != k_ || shard.l() != l_) {
-    return absl::InvalidArgumentError(absl::StrCat("MagicPigEstimator: estimator (K, L) = (", k_,
-                                                   ", ", l_, ") but the shard's tables have (",
-                                                   shard.k(), ", ", shard.l(), ")"));
-  }
-  if (q_codes == nullptr) {
-    return absl::InvalidArgumentError("MagicPigEstimator: q_codes must be non-null");
-  }
-  MAGICPIG_RETURN_IF_ERROR(shard.tables().Retrieve(q_codes, &scratch->lsh, &scratch->sample));
+  MAGICPIG_RETURN_IF_ERROR(CheckShard(shard, q_codes));
+  MAGICPIG_RETURN_IF_ERROR(shard.Retrieve(q_codes, &scratch->lsh, &scratch->sample));
   const size_t m = scratch->sample.size();
   scratch->logits.resize(m);
   double q_norm = 0.0;

@@ -35,6 +35,17 @@
 //   values are summed in ascending key order (multiplicity / B each). budget <= 0 or an empty
 //   shard gives the empty part. Memory: scratch->sample grows to B indices.
 //
+// Two entry points:
+// - Attend: one query head, the scalar float64 REFERENCE implementation of the definitions above
+//   (what tests and the accuracy evaluation compare against).
+// - AttendGroup: the G query heads of one GQA group at once, the fast path used by the engine and
+//   the attention service. FullEstimator and MagicPigEstimator run the SIMD group kernel
+//   (kernels/group_attention_kernel.h: fp32 arithmetic over the stored bf16/fp32 rows, each key and
+//   value row loaded once for every head of the group, the MagicPIG correction interpolated from
+//   LogInclusionTable); for magicpig the group's sample sets are retrieved per head and their union
+//   gathered once, each head attending only to its own subset (spec §10.2 "GQA"). The others fall
+//   back to Attend per head. The SIMD level is fixed at construction (default ActiveSimdLevel()).
+//
 // Thread-safety: estimators are immutable after construction and Attend is const: one estimator
 // may serve many threads concurrently provided each thread passes its own EstimatorScratch.
 #ifndef MAGICPIG_ATTN_NODE_CORE_ESTIMATORS_H_
@@ -47,6 +58,7 @@
 #include "attn_node/core/kv_shard.h"
 #include "attn_node/core/lsh_tables.h"
 #include "attn_node/core/partial_attention.h"
+#include "common/cpu_features.h"
 
 namespace magicpig {
 
@@ -56,6 +68,14 @@ struct EstimatorScratch {
   std::vector<int32_t> sample;  // key indices attended to
   std::vector<double> logits;   // one per sampled key
   std::vector<double> acc;      // [d] value accumulator
+  // AttendGroup:
+  std::vector<uint32_t> head_mask;  // [n] per key, bit h = head h sampled it; all 0 between calls
+  std::vector<int32_t> rows;        // union of the group's samples
+  std::vector<uint32_t> row_masks;  // parallel to rows
+  std::vector<float> q_norms;       // [g]
+  std::vector<float> kernel;        // group kernel scratch
+  std::vector<float> o;             // [g][d]
+  std::vector<float> lse;           // [g]
 };
 
 class Estimator {
@@ -69,10 +89,29 @@ class Estimator {
   virtual absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
                                                   const uint16_t* q_codes, float scale,
                                                   Scratch* scratch) const = 0;
+
+  // q: [g][shard.dim()] raw queries of g heads that share the shard's kv head; q_codes: [g][L]
+  // (or null for estimators that do not retrieve). Writes out[0 .. g). Same errors as Attend, and
+  // INVALID_ARGUMENT for g < 1 or a null out. Default: Attend per head.
+  virtual absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes,
+                                   int g, float scale, Scratch* scratch,
+                                   PartialAttention* out) const;
+
+  SimdLevel simd_level() const { return simd_level_; }
+
+ protected:
+  explicit Estimator(SimdLevel simd_level) : simd_level_(simd_level) {}
+
+ private:
+  SimdLevel simd_level_;
 };
 
 class FullEstimator final : public Estimator {
  public:
+  explicit FullEstimator(SimdLevel simd_level = ActiveSimdLevel()) : Estimator(simd_level) {}
+
+  absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
+                           float scale, Scratch* scratch, PartialAttention* out) const override;
   absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
                                           const uint16_t* q_codes, float scale,
                                           Scratch* scratch) const override;
@@ -85,7 +124,11 @@ struct MagicPigOptions {
 
 class MagicPigEstimator final : public Estimator {
  public:
-  MagicPigEstimator(int k, int l, MagicPigOptions options = {}) : k_(k), l_(l), options_(options) {}
+  MagicPigEstimator(int k, int l, MagicPigOptions options = {},
+                    SimdLevel simd_level = ActiveSimdLevel());
+
+  absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
+                           float scale, Scratch* scratch, PartialAttention* out) const override;
 
   // INVALID_ARGUMENT additionally if shard.k() != K or shard.l() != L, q_codes is null, or a query
   // code is >= 2^K.
@@ -98,15 +141,19 @@ class MagicPigEstimator final : public Estimator {
   const MagicPigOptions& options() const { return options_; }
 
  private:
+  absl::Status CheckShard(const KvShard& shard, const uint16_t* q_codes) const;
+
   int k_;
   int l_;
   MagicPigOptions options_;
+  std::vector<float> lnu_table_;  // LogInclusionTable(k, l)
 };
 
 class TopKEstimator final : public Estimator {
  public:
   // budget >= 0 (a negative budget is treated as 0: the empty part).
-  explicit TopKEstimator(int64_t budget) : budget_(budget) {}
+  explicit TopKEstimator(int64_t budget, SimdLevel simd_level = ActiveSimdLevel())
+      : Estimator(simd_level), budget_(budget) {}
 
   absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
                                           const uint16_t* q_codes, float scale,
@@ -121,7 +168,8 @@ class TopKEstimator final : public Estimator {
 class OracleEstimator final : public Estimator {
  public:
   // budget >= 0 (a negative budget is treated as 0: the empty part).
-  OracleEstimator(int64_t budget, uint64_t seed) : budget_(budget), seed_(seed) {}
+  OracleEstimator(int64_t budget, uint64_t seed, SimdLevel simd_level = ActiveSimdLevel())
+      : Estimator(simd_level), budget_(budget), seed_(seed) {}
 
   absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
                                           const uint16_t* q_codes, float scale,

@@ -89,7 +89,7 @@ KvShard MakeShard(const SimHash& hash, const std::vector<float>& keys, const flo
                   const std::vector<float>& values, int64_t begin, int64_t end) {
   const int64_t d = hash.dim();
   auto shard = KvShard::Create(hash, keys.data() + begin * d, center, values.data() + begin * d,
-                               end - begin);
+                               end - begin, KvStorage::kF32);
   EXPECT_TRUE(shard.ok()) << shard.status();
   return *std::move(shard);
 }
@@ -450,7 +450,8 @@ TEST(EstimatorsTest, Bf16StorageFullAttention) {
     const std::vector<float> values = Randn(n * d, rng);
     const std::vector<float> center = Randn(d, rng, 0.5f, 0.3f);
     const std::vector<float> q = Randn(d, rng, 1.0f);
-    auto f32 = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n);
+    auto f32 =
+        KvShard::Create(*hash, keys.data(), center.data(), values.data(), n, KvStorage::kF32);
     auto bf =
         KvShard::Create(*hash, keys.data(), center.data(), values.data(), n, KvStorage::kBf16);
     ASSERT_TRUE(f32.ok() && bf.ok());

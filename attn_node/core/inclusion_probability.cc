@@ -34,4 +34,13 @@ void InclusionProbabilities(const float* cos, int64_t n, int k, int l, float* u)
   for (int64_t i = 0; i < n; ++i) u[i] = static_cast<float>(InclusionProbability(cos[i], k, l));
 }
 
+std::vector<float> LogInclusionTable(int k, int l, int size) {
+  std::vector<float> t(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) {
+    const double c = -1.0 + 2.0 * i / (size - 1);
+    t[static_cast<size_t>(i)] = static_cast<float>(std::log(InclusionProbability(c, k, l) + 1e-4));
+  }
+  return t;
+}
+
 }  // namespace magicpig

@@ -17,6 +17,7 @@
 #define MAGICPIG_ATTN_NODE_CORE_INCLUSION_PROBABILITY_H_
 
 #include <cstdint>
+#include <vector>
 
 namespace magicpig {
 
@@ -25,6 +26,13 @@ double InclusionProbability(double cos, int k, int l);
 
 // u[i] = InclusionProbability(cos[i], k, l) for i < n.
 void InclusionProbabilities(const float* cos, int64_t n, int k, int l, float* u);
+
+// ln(u(c; K, L) + 1e-4) at `size` >= 2 uniform points c_i = -1 + 2 i / (size - 1) (float64, then
+// rounded): what the fast kernels interpolate linearly instead of evaluating acos and powers per
+// sampled key. kLogInclusionTableSize points keep the interpolation error below 1e-3 in ln u
+// (checked by inclusion_probability_test against the exact function).
+inline constexpr int kLogInclusionTableSize = 16385;
+std::vector<float> LogInclusionTable(int k, int l, int size = kLogInclusionTableSize);
 
 }  // namespace magicpig
 

@@ -9,7 +9,13 @@
 // are rounded. Callers go through the storage-agnostic accessors (KeyDot, KeyNorm, CopyKey,
 // CopyValue, AccumulateValue), which read either layout and return / accumulate float values.
 //
-// Thread-safety: immutable after Create; every const method may be called concurrently.
+// Append segment (DESIGN §7): keys that arrive after the build (tokens leaving the compute node's
+// static window) are centred with the same c, hashed, and kept with their codes in a pending
+// segment that retrieval scans by brute force; once it holds max(kMinMergeRows, indexed / 8) keys
+// it is merged into the tables (LshTables::Append), so retrieval never scans more than that.
+//
+// Thread-safety: const methods may be called concurrently; Append and MergePending mutate and must
+// not overlap any other call on the same shard (the owner serialises them with the decode step).
 #ifndef MAGICPIG_ATTN_NODE_CORE_KV_SHARD_H_
 #define MAGICPIG_ATTN_NODE_CORE_KV_SHARD_H_
 
@@ -38,13 +44,32 @@ class KvShard {
   // held (see the file comment); norms and tables are identical for both storages.
   static absl::StatusOr<KvShard> Create(const SimHash& hash, const float* keys, const float* center,
                                         const float* values, int64_t n,
-                                        KvStorage storage = KvStorage::kF32);
+                                        KvStorage storage = KvStorage::kBf16);
+
+  // Appends m raw keys / values ([m][d]): centred with this shard's c, hashed with `hash` (which
+  // must have the shard's dim, K and L: INVALID_ARGUMENT otherwise, or for m < 0, null inputs with
+  // m > 0, or a size beyond INT32_MAX). They join the pending segment; see the file comment.
+  absl::Status Append(const SimHash& hash, const float* keys, const float* values, int64_t m);
+  // Merges the pending segment into the tables now.
+  absl::Status MergePending();
+
+  // Keys in [0, size()) colliding with q_codes ([L], each < 2^K) in >= 2 tables: the tables'
+  // result (LshTables::Retrieve) followed by the pending segment's, in increasing index order.
+  absl::Status Retrieve(const uint16_t* q_codes, LshScratch* scratch,
+                        std::vector<int32_t>* out) const;
+
+  static constexpr int64_t kMinMergeRows = 256;
 
   int64_t size() const { return n_; }
   int64_t dim() const { return d_; }
   int k() const { return tables_.k(); }
   int l() const { return tables_.l(); }
   const LshTables& tables() const { return tables_; }
+  // Keys covered by the tables; keys [indexed(), size()) are the pending segment.
+  int64_t indexed() const { return tables_.size(); }
+  int64_t pending() const { return n_ - tables_.size(); }
+  // The c the keys were centred with (zeros when Create had no center).
+  const std::vector<float>& center() const { return center_; }
   KvStorage storage() const { return storage_; }
 
   // |k̄_i|.
@@ -58,17 +83,23 @@ class KvShard {
   // acc[0 .. d) += w * v_i.
   void AccumulateValue(int64_t i, double w, double* acc) const;
 
-  // Heap bytes: keys and values (4 or 2 bytes per element by storage), norms (4 bytes each) and
-  // tables (excluding sizeof(*this)).
+  // Raw rows for the SIMD kernels: [size()][dim()] of uint16_t bf16 bits (kBf16) or float (kF32).
+  const void* key_rows() const;
+  const void* value_rows() const;
+  const float* key_norms() const { return norms_.data(); }
+
+  // Heap bytes: keys and values (4 or 2 bytes per element by storage), norms (4 bytes each),
+  // center, pending codes and tables (excluding sizeof(*this)).
   int64_t bytes() const;
 
  private:
-  KvShard(int64_t n, int64_t d, KvStorage storage, std::vector<float> keys,
-          std::vector<float> values, std::vector<uint16_t> keys16, std::vector<uint16_t> values16,
-          std::vector<float> norms, LshTables tables)
+  KvShard(int64_t n, int64_t d, KvStorage storage, std::vector<float> center,
+          std::vector<float> keys, std::vector<float> values, std::vector<uint16_t> keys16,
+          std::vector<uint16_t> values16, std::vector<float> norms, LshTables tables)
       : n_(n),
         d_(d),
         storage_(storage),
+        center_(std::move(center)),
         keys_(std::move(keys)),
         values_(std::move(values)),
         keys16_(std::move(keys16)),
@@ -79,11 +110,13 @@ class KvShard {
   int64_t n_;
   int64_t d_;
   KvStorage storage_;
-  std::vector<float> keys_;         // [n][d] centred (kF32; empty for kBf16)
-  std::vector<float> values_;       // [n][d] (kF32; empty for kBf16)
-  std::vector<uint16_t> keys16_;    // [n][d] centred, bf16 bits (kBf16; empty for kF32)
-  std::vector<uint16_t> values16_;  // [n][d] bf16 bits (kBf16; empty for kF32)
-  std::vector<float> norms_;        // [n]
+  std::vector<float> center_;            // [d]
+  std::vector<uint16_t> pending_codes_;  // [pending()][L]
+  std::vector<float> keys_;              // [n][d] centred (kF32; empty for kBf16)
+  std::vector<float> values_;            // [n][d] (kF32; empty for kBf16)
+  std::vector<uint16_t> keys16_;         // [n][d] centred, bf16 bits (kBf16; empty for kF32)
+  std::vector<uint16_t> values16_;       // [n][d] bf16 bits (kBf16; empty for kF32)
+  std::vector<float> norms_;             // [n]
   LshTables tables_;
 };
 

@@ -29,7 +29,8 @@ TEST(KvShardTest, StoresCentredKeysNormsAndTables) {
   const std::vector<float> keys = Randn(n * d, rng, 2.0f);
   const std::vector<float> values = Randn(n * d, rng);
   const std::vector<float> center = Randn(d, rng, 2.0f);
-  auto shard = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n);
+  auto shard =
+      KvShard::Create(*hash, keys.data(), center.data(), values.data(), n, KvStorage::kF32);
   ASSERT_TRUE(shard.ok()) << shard.status();
   EXPECT_EQ(shard->size(), n);
   EXPECT_EQ(shard->dim(), d);
@@ -81,7 +82,7 @@ TEST(KvShardTest, NullCenterMeansAlreadyCentred) {
   std::mt19937 rng(2);
   const std::vector<float> keys = Randn(n * d, rng);
   const std::vector<float> values = Randn(n * d, rng);
-  auto shard = KvShard::Create(*hash, keys.data(), nullptr, values.data(), n);
+  auto shard = KvShard::Create(*hash, keys.data(), nullptr, values.data(), n, KvStorage::kF32);
   ASSERT_TRUE(shard.ok());
   std::vector<float> row(d);
   shard->CopyKey(5, row.data());
@@ -97,7 +98,7 @@ TEST(KvShardTest, Bf16StorageRoundsKeysAndValuesKeepsFp32NormsAndTables) {
   const std::vector<float> keys = Randn(n * d, rng, 1.0f);
   const std::vector<float> values = Randn(n * d, rng);
   const std::vector<float> center = Randn(d, rng, 1.0f);
-  auto f32 = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n);
+  auto f32 = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n, KvStorage::kF32);
   auto bf = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n, KvStorage::kBf16);
   ASSERT_TRUE(f32.ok() && bf.ok());
   EXPECT_EQ(f32->storage(), KvStorage::kF32);
@@ -131,14 +132,14 @@ TEST(KvShardTest, Bf16StorageRoundsKeysAndValuesKeepsFp32NormsAndTables) {
     for (int64_t p = 0; p < n; ++p)
       ASSERT_EQ(bf->tables().indices(t)[p], f32->tables().indices(t)[p]);
   }
-  // Exact memory: 2 bytes per key / value element, 4 per norm, plus the tables.
-  EXPECT_EQ(bf->bytes(), 2 * 2 * n * d + 4 * n + bf->tables().bytes());
-  EXPECT_EQ(f32->bytes(), 4 * 2 * n * d + 4 * n + f32->tables().bytes());
+  // Exact memory: 2 bytes per key / value element, 4 per norm and center element, plus the tables.
+  EXPECT_EQ(bf->bytes(), 2 * 2 * n * d + 4 * n + 4 * d + bf->tables().bytes());
+  EXPECT_EQ(f32->bytes(), 4 * 2 * n * d + 4 * n + 4 * d + f32->tables().bytes());
 
   auto empty = KvShard::Create(*hash, nullptr, nullptr, nullptr, 0, KvStorage::kBf16);
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(empty->size(), 0);
-  EXPECT_EQ(empty->bytes(), empty->tables().bytes());
+  EXPECT_EQ(empty->bytes(), 4 * hash->dim() + empty->tables().bytes());
 }
 
 TEST(KvShardTest, EmptyAndInvalid) {

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "attn_node/core/simhash.h"
+#include "tbb/blocked_range.h"
+#include "tbb/parallel_for.h"
 
 namespace magicpig {
 
@@ -32,17 +34,77 @@ absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int
   LshTables t(n, k, l);
   t.offsets_.assign(static_cast<size_t>(l * (buckets + 1)), 0);
   t.indices_.resize(static_cast<size_t>(l * n));
-  std::vector<int32_t> cursor(static_cast<size_t>(buckets));
-  for (int table = 0; table < l; ++table) {
-    int32_t* off = t.offsets_.data() + table * (buckets + 1);
-    // Histogram into off[b + 1], prefix sum, then a stable scatter.
-    for (int64_t i = 0; i < n; ++i) ++off[codes[i * l + table] + 1];
-    for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b];
-    std::copy(off, off + buckets, cursor.begin());
-    int32_t* idx = t.indices_.data() + table * n;
-    for (int64_t i = 0; i < n; ++i) idx[cursor[codes[i * l + table]]++] = static_cast<int32_t>(i);
+  // Transpose the codes to [L][n] first (in blocks of keys, so both sides stay in cache): the
+  // per-table passes then read contiguous codes instead of one cache line per key.
+  std::vector<uint16_t> by_table(static_cast<size_t>(l * n));
+  constexpr int64_t kBlock = 256;
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t i1 = std::min(n, i0 + kBlock);
+    for (int table = 0; table < l; ++table) {
+      uint16_t* dst = by_table.data() + table * n;
+      for (int64_t i = i0; i < i1; ++i) dst[i] = codes[i * l + table];
+    }
   }
+  // Tables are independent: one counting sort each, in parallel.
+  tbb::parallel_for(tbb::blocked_range<int>(0, l), [&](const tbb::blocked_range<int>& range) {
+    std::vector<int32_t> cursor(static_cast<size_t>(buckets));
+    for (int table = range.begin(); table < range.end(); ++table) {
+      const uint16_t* c = by_table.data() + table * n;
+      int32_t* off = t.offsets_.data() + table * (buckets + 1);
+      // Histogram into off[b + 1], prefix sum, then a stable scatter.
+      for (int64_t i = 0; i < n; ++i) ++off[c[i] + 1];
+      for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b];
+      std::copy(off, off + buckets, cursor.begin());
+      int32_t* idx = t.indices_.data() + table * n;
+      for (int64_t i = 0; i < n; ++i) idx[cursor[c[i]]++] = static_cast<int32_t>(i);
+    }
+  });
   return t;
+}
+
+absl::Status LshTables::Append(const uint16_t* codes, int64_t m) {
+  if (m < 0 || n_ + m > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LshTables::Append: m must be >= 0 with n + m <= 2^31 - 1, got n = ", n_, ", m = ", m));
+  }
+  const int64_t buckets = num_buckets();
+  for (int64_t i = 0; i < m * l_; ++i) {
+    if (codes[i] >= buckets) {
+      return absl::InvalidArgumentError(absl::StrCat("LshTables::Append: codes[", i / l_, "][",
+                                                     i % l_, "] = ", codes[i],
+                                                     " is not < 2^K = ", buckets));
+    }
+  }
+  if (m == 0) return absl::OkStatus();
+  const int64_t n2 = n_ + m;
+  std::vector<int32_t> offsets(static_cast<size_t>(l_ * (buckets + 1)), 0);
+  std::vector<int32_t> indices(static_cast<size_t>(l_ * n2));
+  tbb::parallel_for(tbb::blocked_range<int>(0, l_), [&](const tbb::blocked_range<int>& range) {
+    std::vector<int32_t> cursor(static_cast<size_t>(buckets));
+    for (int table = range.begin(); table < range.end(); ++table) {
+      const int32_t* old_off = offsets_.data() + table * (buckets + 1);
+      const int32_t* old_idx = indices_.data() + table * n_;
+      int32_t* off = offsets.data() + table * (buckets + 1);
+      int32_t* idx = indices.data() + table * n2;
+      // New bucket sizes = old sizes + new keys per bucket.
+      for (int64_t i = 0; i < m; ++i) ++off[codes[i * l_ + table] + 1];
+      for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b] + (old_off[b + 1] - old_off[b]);
+      // Old entries first (indices < n), then the new keys in increasing order: buckets stay
+      // sorted, exactly as a fresh Build over all n + m codes would lay them out.
+      for (int64_t b = 0; b < buckets; ++b) {
+        const int32_t size = old_off[b + 1] - old_off[b];
+        std::copy(old_idx + old_off[b], old_idx + old_off[b + 1], idx + off[b]);
+        cursor[static_cast<size_t>(b)] = off[b] + size;
+      }
+      for (int64_t i = 0; i < m; ++i) {
+        idx[cursor[codes[i * l_ + table]]++] = static_cast<int32_t>(n_ + i);
+      }
+    }
+  });
+  offsets_ = std::move(offsets);
+  indices_ = std::move(indices);
+  n_ = n2;
+  return absl::OkStatus();
 }
 
 absl::Status LshTables::Retrieve(const uint16_t* query_codes, LshScratch* scratch,

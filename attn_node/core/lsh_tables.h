@@ -12,7 +12,10 @@
 // retrieval costs O(#bucket entries read), not O(n), and leaves the scratch clean for the next
 // call. The result is in order of each key's second hit (not sorted).
 //
-// Thread-safety: build once (Build returns an immutable object); Retrieve is const and may run
+// Build and Append sort the L tables in parallel (oneTBB, in the caller's arena).
+//
+// Thread-safety: Build returns a new object; Append mutates and must not overlap any other call;
+// Retrieve is const and may run
 // concurrently from many threads as long as each thread uses its own LshScratch. A scratch can be
 // reused across tables, heads and layers of any size (it grows to the largest n seen).
 #ifndef MAGICPIG_ATTN_NODE_CORE_LSH_TABLES_H_
@@ -38,6 +41,12 @@ class LshTables {
   // unless 1 <= k <= 16, 1 <= l <= 512, 0 <= n <= INT32_MAX and every code < 2^k. n = 0 is valid
   // (codes may then be null) and yields empty buckets.
   static absl::StatusOr<LshTables> Build(const uint16_t* codes, int64_t n, int k, int l);
+
+  // Adds m keys with indices n ... n+m-1 and codes [m][L] (each < 2^k), leaving the object
+  // exactly as Build over all n+m codes would (a merge per table, O(n + m + 2^K), without the old
+  // codes). INVALID_ARGUMENT (and no change) for a code >= 2^k, m < 0 or n + m > INT32_MAX. Not
+  // thread-safe: no Retrieve may run concurrently.
+  absl::Status Append(const uint16_t* codes, int64_t m);
 
   // Clears *out, then fills it with every key index that collides with query_codes ([L], each
   // < 2^k) in >= 2 tables, each once, in order of its second hit. INVALID_ARGUMENT for a query code

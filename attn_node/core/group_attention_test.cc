@@ -1,0 +1,270 @@
+// Tests for the fast path (Estimator::AttendGroup on the SIMD group kernel) at every SIMD level
+// this CPU supports, against the scalar float64 reference (Estimator::Attend): full attention, the
+// MagicPIG estimator (exact sample sets, interpolated correction), the union-of-samples gather for
+// GQA groups (including groups larger than one kernel call), bf16 and fp32 storage, empty and
+// ragged row counts; and the append segment (KvShard::Append / LshTables::Append) against shards
+// and tables built in one go.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "attn_node/core/estimators.h"
+#include "attn_node/core/kv_shard.h"
+#include "attn_node/core/lsh_tables.h"
+#include "attn_node/core/partial_attention.h"
+#include "attn_node/core/simhash.h"
+#include "common/cpu_features.h"
+#include "gtest/gtest.h"
+
+namespace magicpig {
+namespace {
+
+std::vector<float> Randn(size_t count, std::mt19937& rng, float sigma = 1.0f, float offset = 0.0f) {
+  std::normal_distribution<float> nd(0.0f, sigma);
+  std::vector<float> v(count);
+  for (auto& x : v) x = nd(rng) + offset;
+  return v;
+}
+
+// Relative L2 distance of o, and |lse difference|.
+void ExpectNear(const PartialAttention& got, const PartialAttention& want, double rel_tol,
+                double lse_tol, const std::string& what) {
+  ASSERT_EQ(got.n_touched, want.n_touched) << what;
+  if (want.empty()) {
+    EXPECT_TRUE(got.empty()) << what;
+    for (float x : got.o) EXPECT_EQ(x, 0.0f) << what;
+    return;
+  }
+  ASSERT_EQ(got.o.size(), want.o.size()) << what;
+  double num = 0, den = 0;
+  for (size_t t = 0; t < want.o.size(); ++t) {
+    num += std::pow(static_cast<double>(got.o[t]) - want.o[t], 2);
+    den += std::pow(static_cast<double>(want.o[t]), 2);
+  }
+  EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), rel_tol) << what;
+  EXPECT_NEAR(got.lse, want.lse, lse_tol) << what;
+}
+
+struct Case {
+  int64_t n, d;
+  int g;
+  KvStorage storage;
+};
+
+class GroupAttentionTest : public ::testing::TestWithParam<SimdLevel> {};
+
+// Keys in a loose cone (so some keys collide often) plus noise, queries near the cone.
+TEST_P(GroupAttentionTest, FullAndMagicPigMatchTheReference) {
+  const SimdLevel level = GetParam();
+  const std::vector<Case> cases = {
+      {0, 64, 3, KvStorage::kBf16},   {1, 64, 1, KvStorage::kF32},
+      {63, 128, 4, KvStorage::kBf16}, {64, 128, 4, KvStorage::kF32},
+      {65, 48, 2, KvStorage::kBf16},  {700, 64, 3, KvStorage::kBf16},
+      {700, 128, 4, KvStorage::kF32}, {300, 32, 35, KvStorage::kBf16},
+  };
+  std::mt19937 rng(11);
+  for (const Case& c : cases) {
+    for (int variant = 0; variant < 2; ++variant) {
+      const int k = variant == 0 ? 6 : 3, l = variant == 0 ? 20 : 12;
+      const std::string what = absl::StrCat("level=", std::string(SimdLevelName(level)), " n=", c.n,
+                                            " d=", c.d, " g=", c.g, " K=", k, " L=", l);
+      auto hash = SimHash::Create(c.d, k, l, 5 + variant);
+      ASSERT_TRUE(hash.ok());
+      const std::vector<float> dir = Randn(c.d, rng);
+      std::vector<float> keys = Randn(c.n * c.d, rng, 0.7f);
+      for (int64_t i = 0; i < c.n; ++i)
+        for (int64_t t = 0; t < c.d; ++t) keys[i * c.d + t] += dir[t];
+      const std::vector<float> values = Randn(c.n * c.d, rng);
+      const std::vector<float> center = Randn(c.d, rng, 0.05f);
+      auto shard =
+          KvShard::Create(*hash, keys.data(), center.data(), values.data(), c.n, c.storage);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      std::vector<float> q = Randn(c.g * c.d, rng, 0.8f);
+      for (int h = 0; h < c.g; ++h)
+        for (int64_t t = 0; t < c.d; ++t) q[h * c.d + t] += 1.5f * dir[t];
+      std::vector<uint16_t> codes(static_cast<size_t>(c.g * l));
+      ASSERT_TRUE(hash->Codes(q.data(), c.g, c.d, codes.data()).ok());
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+      EstimatorScratch fast_scratch, ref_scratch;
+      std::vector<PartialAttention> got(static_cast<size_t>(c.g));
+
+      const FullEstimator full(level);
+      ASSERT_TRUE(
+          full.AttendGroup(*shard, q.data(), codes.data(), c.g, scale, &fast_scratch, got.data())
+              .ok());
+      for (int h = 0; h < c.g; ++h) {
+        auto want = full.Attend(*shard, q.data() + h * c.d, nullptr, scale, &ref_scratch);
+        ASSERT_TRUE(want.ok());
+        ExpectNear(got[h], *want, 2e-5, 2e-5 * (1 + std::abs(want->lse)),
+                   absl::StrCat(what, " full head ", h));
+      }
+      // Same sample sets, exact logits: equal to the reference to float rounding.
+      const MagicPigEstimator exact(k, l, {.force_unit_inclusion = true}, level);
+      ASSERT_TRUE(
+          exact.AttendGroup(*shard, q.data(), codes.data(), c.g, scale, &fast_scratch, got.data())
+              .ok());
+      for (int h = 0; h < c.g; ++h) {
+        auto want =
+            exact.Attend(*shard, q.data() + h * c.d, codes.data() + h * l, scale, &ref_scratch);
+        ASSERT_TRUE(want.ok());
+        ExpectNear(got[h], *want, 2e-5, 2e-5 * (1 + std::abs(want->lse)),
+                   absl::StrCat(what, " magicpig(u=1) head ", h));
+      }
+      // The real estimator: the correction comes from the interpolated table (<= 1e-3 in ln u).
+      const MagicPigEstimator pig(k, l, {}, level);
+      ASSERT_TRUE(
+          pig.AttendGroup(*shard, q.data(), codes.data(), c.g, scale, &fast_scratch, got.data())
+              .ok());
+      int64_t sampled = 0;
+      for (int h = 0; h < c.g; ++h) {
+        auto want =
+            pig.Attend(*shard, q.data() + h * c.d, codes.data() + h * l, scale, &ref_scratch);
+        ASSERT_TRUE(want.ok());
+        sampled += want->n_touched;
+        ExpectNear(got[h], *want, 2e-3, 2e-3 * (1 + std::abs(want->lse)),
+                   absl::StrCat(what, " magicpig head ", h));
+      }
+      if (c.n >= 300) EXPECT_GT(sampled, 0) << what;  // the comparison saw sampled keys
+      // The scratch is left clean: every head mask entry is 0 again.
+      for (uint32_t m : fast_scratch.head_mask) ASSERT_EQ(m, 0u) << what;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, GroupAttentionTest, ::testing::ValuesIn(SupportedSimdLevels()),
+                         [](const auto& info) { return std::string(SimdLevelName(info.param)); });
+
+TEST(GroupAttentionValidationTest, RejectsBadGroupsAndDims) {
+  std::mt19937 rng(1);
+  auto hash = SimHash::Create(24, 4, 4, 1);  // d = 24 is not a multiple of 16
+  ASSERT_TRUE(hash.ok());
+  const std::vector<float> kv = Randn(10 * 24, rng);
+  auto shard = KvShard::Create(*hash, kv.data(), nullptr, kv.data(), 10);
+  ASSERT_TRUE(shard.ok());
+  EstimatorScratch scratch;
+  std::vector<PartialAttention> out(2);
+  const std::vector<float> q = Randn(2 * 24, rng);
+  const std::vector<uint16_t> codes(8, 0);
+  EXPECT_EQ(
+      FullEstimator().AttendGroup(*shard, q.data(), nullptr, 2, 1.0f, &scratch, out.data()).code(),
+      absl::StatusCode::kInvalidArgument);
+  auto hash16 = SimHash::Create(16, 4, 4, 1);
+  auto shard16 = KvShard::Create(*hash16, kv.data(), nullptr, kv.data(), 10);
+  ASSERT_TRUE(shard16.ok());
+  EXPECT_EQ(FullEstimator()
+                .AttendGroup(*shard16, q.data(), nullptr, 0, 1.0f, &scratch, out.data())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MagicPigEstimator(4, 4)
+                .AttendGroup(*shard16, q.data(), nullptr, 2, 1.0f, &scratch, out.data())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MagicPigEstimator(5, 4)
+                .AttendGroup(*shard16, q.data(), codes.data(), 2, 1.0f, &scratch, out.data())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<uint16_t> bad = codes;
+  bad[5] = 16;  // >= 2^K
+  EXPECT_EQ(MagicPigEstimator(4, 4)
+                .AttendGroup(*shard16, q.data(), bad.data(), 2, 1.0f, &scratch, out.data())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  for (uint32_t m : scratch.head_mask) ASSERT_EQ(m, 0u);
+}
+
+// LshTables::Append leaves exactly the arrays Build over all codes gives.
+TEST(AppendSegmentTest, TablesAppendEqualsBuild) {
+  std::mt19937 rng(5);
+  for (int k : {1, 4, 9}) {
+    for (int64_t n0 : {0, 1, 37, 500}) {
+      for (int64_t m : {0, 1, 64, 300}) {
+        const int l = 7;
+        std::uniform_int_distribution<int> code(0, (1 << k) - 1);
+        std::vector<uint16_t> codes(static_cast<size_t>((n0 + m) * l));
+        for (auto& c : codes) c = static_cast<uint16_t>(code(rng));
+        auto all = LshTables::Build(codes.data(), n0 + m, k, l);
+        auto part = LshTables::Build(codes.data(), n0, k, l);
+        ASSERT_TRUE(all.ok() && part.ok());
+        ASSERT_TRUE(part->Append(codes.data() + n0 * l, m).ok());
+        ASSERT_EQ(part->size(), n0 + m);
+        for (int t = 0; t < l; ++t) {
+          ASSERT_TRUE(std::equal(all->offsets(t), all->offsets(t) + all->num_buckets() + 1,
+                                 part->offsets(t)));
+          ASSERT_TRUE(std::equal(all->indices(t), all->indices(t) + n0 + m, part->indices(t)));
+        }
+      }
+    }
+  }
+  auto t = LshTables::Build(nullptr, 0, 3, 2);
+  ASSERT_TRUE(t.ok());
+  const std::vector<uint16_t> bad = {1, 8};
+  EXPECT_EQ(t->Append(bad.data(), 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t->size(), 0);
+}
+
+// Appending keys in pieces (crossing the merge threshold) gives the same retrieval sets, tables
+// and attention as building the shard over all keys at once with the same center.
+TEST(AppendSegmentTest, ShardAppendEqualsOneBuild) {
+  std::mt19937 rng(8);
+  const int64_t d = 32, n0 = 1000;
+  const int k = 5, l = 16;
+  auto hash = SimHash::Create(d, k, l, 3);
+  ASSERT_TRUE(hash.ok());
+  const std::vector<int64_t> pieces = {1, 50, 100, 7, 200, 3};  // 361 keys: merges after 256
+  int64_t total = n0;
+  for (int64_t p : pieces) total += p;
+  const std::vector<float> keys = Randn(total * d, rng, 1.0f, 0.3f);
+  const std::vector<float> values = Randn(total * d, rng);
+  const std::vector<float> center = Randn(d, rng, 0.2f, 0.3f);
+  auto grown = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n0);
+  ASSERT_TRUE(grown.ok());
+  int64_t at = n0;
+  bool merged = false;
+  for (int64_t p : pieces) {
+    ASSERT_TRUE(grown->Append(*hash, keys.data() + at * d, values.data() + at * d, p).ok());
+    at += p;
+    ASSERT_EQ(grown->size(), at);
+    merged = merged || grown->indexed() > n0;
+    auto once = KvShard::Create(*hash, keys.data(), center.data(), values.data(), at);
+    ASSERT_TRUE(once.ok());
+    LshScratch s1, s2;
+    std::vector<int32_t> a, b;
+    std::vector<float> qs = Randn(4 * d, rng, 1.0f, 0.3f);
+    std::vector<uint16_t> codes(4 * l);
+    ASSERT_TRUE(hash->Codes(qs.data(), 4, d, codes.data()).ok());
+    for (int h = 0; h < 4; ++h) {
+      ASSERT_TRUE(grown->Retrieve(codes.data() + h * l, &s1, &a).ok());
+      ASSERT_TRUE(once->Retrieve(codes.data() + h * l, &s2, &b).ok());
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      ASSERT_EQ(a, b) << "after " << at << " keys, query " << h;
+    }
+    EstimatorScratch es;
+    std::vector<PartialAttention> ga(4), gb(4);
+    const MagicPigEstimator pig(k, l);
+    ASSERT_TRUE(pig.AttendGroup(*grown, qs.data(), codes.data(), 4, 0.2f, &es, ga.data()).ok());
+    ASSERT_TRUE(pig.AttendGroup(*once, qs.data(), codes.data(), 4, 0.2f, &es, gb.data()).ok());
+    for (int h = 0; h < 4; ++h) ExpectNear(ga[h], gb[h], 1e-5, 1e-4, "append vs once");
+    EXPECT_EQ(grown->bytes() > 0, true);
+  }
+  EXPECT_TRUE(merged) << "the merge threshold was never crossed";
+  ASSERT_TRUE(grown->MergePending().ok());
+  EXPECT_EQ(grown->pending(), 0);
+  auto once = KvShard::Create(*hash, keys.data(), center.data(), values.data(), total);
+  for (int t = 0; t < l; ++t) {
+    ASSERT_TRUE(std::equal(once->tables().indices(t), once->tables().indices(t) + total,
+                           grown->tables().indices(t)));
+  }
+  // A hash with other parameters is rejected and changes nothing.
+  auto other = SimHash::Create(d, k + 1, l, 3);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(grown->Append(*other, keys.data(), values.data(), 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(grown->Append(*hash, nullptr, nullptr, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(grown->size(), total);
+}
+
+}  // namespace
+}  // namespace magicpig
