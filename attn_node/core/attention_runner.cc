@@ -1,0 +1,43 @@
+#include "attn_node/core/attention_runner.h"
+
+#include <atomic>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "tbb/blocked_range.h"
+#include "tbb/parallel_for.h"
+
+namespace magicpig {
+
+AttentionRunner::AttentionRunner(int num_threads)
+    : arena_(num_threads > 0 ? num_threads : tbb::task_arena::automatic) {}
+
+absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const GroupWork> work,
+                                  float scale) {
+  std::mutex mu;
+  absl::Status first_error;
+  std::atomic<bool> failed{false};
+  arena_.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<size_t>(0, work.size(), 1), [&](const tbb::blocked_range<size_t>& r) {
+          EstimatorScratch& scratch = scratch_.local();
+          for (size_t i = r.begin(); i < r.end(); ++i) {
+            if (failed.load(std::memory_order_relaxed)) return;
+            const GroupWork& w = work[i];
+            absl::Status s =
+                w.shard == nullptr
+                    ? absl::InvalidArgumentError(absl::StrCat("work item ", i, " has no shard"))
+                    : estimator.AttendGroup(*w.shard, w.q, w.codes, w.g, scale, &scratch, w.out);
+            if (!s.ok()) {
+              std::lock_guard<std::mutex> lock(mu);
+              if (first_error.ok()) first_error = s;
+              failed = true;
+              return;
+            }
+          }
+        });
+  });
+  return first_error;
+}
+
+}  // namespace magicpig

@@ -1,0 +1,49 @@
+// AttentionRunner: runs one estimator over many (shard, GQA group) work items of a decode step in
+// parallel with oneTBB, each worker thread with its own reusable EstimatorScratch (DESIGN §7:
+// parallelism over (sequence, head) work items).
+//
+// Thread-safety: Run may be called from several threads at once (each worker uses only its own
+// scratch, one task at a time); the work items' shards must not be mutated during a Run.
+#ifndef MAGICPIG_ATTN_NODE_CORE_ATTENTION_RUNNER_H_
+#define MAGICPIG_ATTN_NODE_CORE_ATTENTION_RUNNER_H_
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "attn_node/core/estimators.h"
+#include "attn_node/core/kv_shard.h"
+#include "attn_node/core/partial_attention.h"
+#include "tbb/enumerable_thread_specific.h"
+#include "tbb/task_arena.h"
+
+namespace magicpig {
+
+// The g query heads of one GQA group against one shard (see Estimator::AttendGroup).
+struct GroupWork {
+  const KvShard* shard = nullptr;
+  const float* q = nullptr;         // [g][d] raw queries
+  const uint16_t* codes = nullptr;  // [g][L] query codes (null for full / topk / oracle)
+  int g = 1;
+  PartialAttention* out = nullptr;  // [g]
+};
+
+class AttentionRunner {
+ public:
+  // num_threads <= 0: all cores (tbb default).
+  explicit AttentionRunner(int num_threads);
+
+  // Runs estimator.AttendGroup on every item, in parallel; returns the first error (the other
+  // items may or may not have run) or OK.
+  absl::Status Run(const Estimator& estimator, std::span<const GroupWork> work, float scale);
+
+  int num_threads() const { return arena_.max_concurrency(); }
+
+ private:
+  tbb::task_arena arena_;
+  tbb::enumerable_thread_specific<EstimatorScratch> scratch_;
+};
+
+}  // namespace magicpig
+
+#endif  // MAGICPIG_ATTN_NODE_CORE_ATTENTION_RUNNER_H_

@@ -1,0 +1,64 @@
+// AttentionRunner: parallel results equal the serial AttendGroup results bit for bit (each item
+// runs the same kernel on one thread), and a bad item's error comes back.
+#include "attn_node/core/attention_runner.h"
+
+#include <random>
+#include <vector>
+
+#include "attn_node/core/simhash.h"
+#include "gtest/gtest.h"
+
+namespace magicpig {
+namespace {
+
+TEST(AttentionRunnerTest, ParallelEqualsSerialAndReportsErrors) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  const int64_t d = 64, n = 2000;
+  const int k = 6, l = 16, g = 3, n_shards = 8;
+  auto hash = SimHash::Create(d, k, l, 1);
+  ASSERT_TRUE(hash.ok());
+  std::vector<KvShard> shards;
+  for (int s = 0; s < n_shards; ++s) {
+    std::vector<float> keys(n * d), values(n * d);
+    for (auto& x : keys) x = nd(rng) + 0.5f;
+    for (auto& x : values) x = nd(rng);
+    auto shard = KvShard::Create(*hash, keys.data(), nullptr, values.data(), n);
+    ASSERT_TRUE(shard.ok());
+    shards.push_back(std::move(*shard));
+  }
+  std::vector<float> q(n_shards * g * d);
+  for (auto& x : q) x = nd(rng) + 0.5f;
+  std::vector<uint16_t> codes(n_shards * g * l);
+  ASSERT_TRUE(hash->Codes(q.data(), n_shards * g, d, codes.data()).ok());
+  std::vector<PartialAttention> par(n_shards * g), ser(n_shards * g);
+  std::vector<GroupWork> work;
+  for (int s = 0; s < n_shards; ++s) {
+    work.push_back(
+        {&shards[s], q.data() + s * g * d, codes.data() + s * g * l, g, par.data() + s * g});
+  }
+  const MagicPigEstimator pig(k, l);
+  AttentionRunner runner(2);
+  ASSERT_TRUE(runner.Run(pig, work, 0.125f).ok());
+  EstimatorScratch scratch;
+  for (int s = 0; s < n_shards; ++s) {
+    ASSERT_TRUE(pig.AttendGroup(shards[s], work[s].q, work[s].codes, g, 0.125f, &scratch,
+                                ser.data() + s * g)
+                    .ok());
+  }
+  int64_t touched = 0;
+  for (size_t i = 0; i < par.size(); ++i) {
+    EXPECT_EQ(par[i].o, ser[i].o);
+    EXPECT_EQ(par[i].lse, ser[i].lse);
+    EXPECT_EQ(par[i].n_touched, ser[i].n_touched);
+    touched += par[i].n_touched;
+  }
+  EXPECT_GT(touched, 0);
+  work[5].codes = nullptr;  // magicpig needs codes
+  EXPECT_EQ(runner.Run(pig, work, 0.125f).code(), absl::StatusCode::kInvalidArgument);
+  work[5].shard = nullptr;
+  EXPECT_EQ(runner.Run(FullEstimator(), work, 0.125f).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace magicpig
