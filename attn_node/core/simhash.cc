@@ -5,6 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "attn_node/core/kernels/simhash_kernel.h"
+#include "common/status_macros.h"
+#include "tbb/blocked_range.h"
+#include "tbb/parallel_for.h"
 
 namespace magicpig {
 
@@ -23,15 +27,79 @@ absl::StatusOr<SimHash> SimHash::Create(int64_t d, int k, int l, uint64_t seed) 
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   for (float& v : w) v = static_cast<float>(normal(rng));
-  return SimHash(d, k, l, seed, std::move(w));
+  const int64_t block = attn_internal::kProjectColBlock;
+  const int64_t padded = (cols + block - 1) / block * block;
+  std::vector<float> wp(static_cast<size_t>(d * padded), 0.0f);
+  for (int64_t i = 0; i < d; ++i) {
+    std::copy(w.begin() + i * cols, w.begin() + (i + 1) * cols, wp.begin() + i * padded);
+  }
+  return SimHash(d, k, l, seed, std::move(w), std::move(wp), padded);
 }
 
-absl::Status SimHash::Codes(const float* x, int64_t n, int64_t d, uint16_t* codes) const {
-  if (d != d_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SimHash::Codes: d must equal the projection's d = ", d_, ", got ", d));
+namespace {
+
+absl::Status CheckCodesArgs(int64_t d_expected, int64_t d, int64_t n) {
+  if (d != d_expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SimHash::Codes: d must equal the projection's d = ", d_expected, ", got ", d));
   }
   if (n < 0) return absl::InvalidArgumentError(absl::StrCat("SimHash::Codes: n < 0: ", n));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SimHash::Codes(const float* x, int64_t n, int64_t d, uint16_t* codes) const {
+  return CodesAtLevel(x, n, d, codes, ActiveSimdLevel());
+}
+
+absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_t* codes,
+                                   SimdLevel level) const {
+  MAGICPIG_RETURN_IF_ERROR(CheckCodesArgs(d_, d, n));
+  void (*project)(const attn_internal::ProjectArgs&) =
+      level == SimdLevel::kAvx512 ? attn_internal::ProjectAvx512
+      : level == SimdLevel::kAvx2 ? attn_internal::ProjectAvx2
+                                  : attn_internal::ProjectScalar;
+  // Blocks of vectors, each projected into its own buffer and packed to codes.
+  constexpr int64_t kVectors = 64;
+  const int64_t n_blocks = (n + kVectors - 1) / kVectors;
+  auto run_blocks = [&](int64_t b0, int64_t b1) {
+    std::vector<float> y(static_cast<size_t>(kVectors * cols_padded_));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t v0 = b * kVectors;
+      const int64_t nv = std::min(kVectors, n - v0);
+      attn_internal::ProjectArgs a;
+      a.x = x + v0 * d_;
+      a.n = nv;
+      a.d = d_;
+      a.w = w_padded_.data();
+      a.cols = cols_padded_;
+      a.y = y.data();
+      project(a);
+      for (int64_t v = 0; v < nv; ++v) {
+        const float* yv = y.data() + v * cols_padded_;
+        uint16_t* out = codes + (v0 + v) * l_;
+        for (int t = 0; t < l_; ++t) {
+          uint32_t code = 0;
+          const float* p = yv + static_cast<int64_t>(t) * k_;
+          for (int bit = 0; bit < k_; ++bit) code |= static_cast<uint32_t>(p[bit] > 0.0f) << bit;
+          out[t] = static_cast<uint16_t>(code);
+        }
+      }
+    }
+  };
+  if (n_blocks <= 1) {
+    run_blocks(0, n_blocks);
+  } else {
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, n_blocks),
+        [&](const tbb::blocked_range<int64_t>& r) { run_blocks(r.begin(), r.end()); });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SimHash::CodesReference(const float* x, int64_t n, int64_t d, uint16_t* codes) const {
+  MAGICPIG_RETURN_IF_ERROR(CheckCodesArgs(d_, d, n));
   const int64_t cols = static_cast<int64_t>(k_) * l_;
   std::vector<double> acc(static_cast<size_t>(cols));
   for (int64_t v = 0; v < n; ++v) {

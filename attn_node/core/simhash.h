@@ -9,7 +9,12 @@
 // Codes: table l (0-based) uses columns l*K ... l*K + K - 1. Bit b (0 ... K-1) of table l's code is
 // 1 iff x . W[:, l*K + b] > 0 (strict: a projection of exactly 0, e.g. from x = 0, gives bit 0),
 // and bit b has weight 2^b, so a code is an integer in [0, 2^K). This is the reference's bit order
-// and sign convention. Projections are accumulated in float64 over i = 0 ... d-1 in order.
+// and sign convention.
+//
+// Two implementations: Codes (the product path: an fp32 SIMD GEMM, kernels/simhash_kernel.h, at
+// the active SIMD level, in parallel over blocks of vectors with oneTBB) and CodesReference
+// (float64 accumulation over i = 0 ... d-1 in order). They agree on every bit except where a
+// projection is within fp32 rounding of 0 (spec §12.10).
 //
 // What is hashed (the caller's job): keys centred with the mean key c, queries raw (normalising
 // does not change signs).
@@ -24,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/cpu_features.h"
 
 namespace magicpig {
 
@@ -38,6 +44,9 @@ class SimHash {
   // codes[v * L + l] = code of vector v (x + v * d) in table l, for v < n.
   // INVALID_ARGUMENT if d differs from dim() or n < 0; n = 0 writes nothing.
   absl::Status Codes(const float* x, int64_t n, int64_t d, uint16_t* codes) const;
+  absl::Status CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_t* codes,
+                            SimdLevel level) const;
+  absl::Status CodesReference(const float* x, int64_t n, int64_t d, uint16_t* codes) const;
 
   int64_t dim() const { return d_; }
   int k() const { return k_; }
@@ -47,14 +56,23 @@ class SimHash {
   const std::vector<float>& projection() const { return w_; }
 
  private:
-  SimHash(int64_t d, int k, int l, uint64_t seed, std::vector<float> w)
-      : d_(d), k_(k), l_(l), seed_(seed), w_(std::move(w)) {}
+  SimHash(int64_t d, int k, int l, uint64_t seed, std::vector<float> w, std::vector<float> w_padded,
+          int64_t cols_padded)
+      : d_(d),
+        k_(k),
+        l_(l),
+        seed_(seed),
+        w_(std::move(w)),
+        w_padded_(std::move(w_padded)),
+        cols_padded_(cols_padded) {}
 
   int64_t d_;
   int k_;
   int l_;
   uint64_t seed_;
   std::vector<float> w_;
+  std::vector<float> w_padded_;  // [d][cols_padded_]: W with zero columns up to the kernel block
+  int64_t cols_padded_;
 };
 
 }  // namespace magicpig

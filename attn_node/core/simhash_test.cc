@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attn_node/core/inclusion_probability.h"
+#include "common/cpu_features.h"
 #include "gtest/gtest.h"
 
 namespace magicpig {
@@ -57,47 +58,68 @@ TEST(SimHashTest, ProjectionIsDeterministicPerSeedAndStandardNormal) {
   EXPECT_NEAR(sum2 / n, 1.0, 0.05);
 }
 
+// impl -1: CodesReference (float64); otherwise CodesAtLevel(level = impl), the fp32 SIMD path,
+// whose bits must agree wherever the float64 projection is not within fp32 rounding of 0
+// (|dot| > 1e-5 * sum |terms|, about 100x the worst-case fp32 error for d = 48).
 TEST(SimHashTest, CodesFollowBitOrderAndStrictSignAgainstFloat64) {
-  for (int k : {1, 3, 10, 16}) {
-    const int64_t d = 48;
-    const int l = 7;
-    auto h = SimHash::Create(d, k, l, 1000 + k);
-    ASSERT_TRUE(h.ok());
-    const int64_t n = 40;
-    std::mt19937 rng(k);
-    std::normal_distribution<float> normal;
-    std::vector<float> x(n * d);
-    for (float& v : x) v = normal(rng);
-    // Vector 0 is exactly zero: every projection is 0, so every bit is 0 (strict inequality).
-    std::fill(x.begin(), x.begin() + d, 0.0f);
-    std::vector<uint16_t> codes(n * l, 0xFFFF);
-    ASSERT_TRUE(h->Codes(x.data(), n, d, codes.data()).ok());
-    const std::vector<float>& w = h->projection();
-    const int64_t cols = static_cast<int64_t>(k) * l;
-    int checked = 0;
-    for (int64_t v = 0; v < n; ++v) {
-      for (int t = 0; t < l; ++t) {
-        const uint16_t code = codes[v * l + t];
-        if (k < 16) {
-          EXPECT_LT(code, 1u << k);
-        }
-        for (int b = 0; b < k; ++b) {
-          double dot = 0, mag = 0;
-          for (int64_t i = 0; i < d; ++i) {
-            const double term = static_cast<double>(x[v * d + i]) * w[i * cols + t * k + b];
-            dot += term;
-            mag += std::fabs(term);
+  std::vector<int> impls = {-1};
+  for (SimdLevel level : SupportedSimdLevels()) impls.push_back(static_cast<int>(level));
+  for (int impl : impls)
+    for (int k : {1, 3, 10, 16}) {
+      const int64_t d = 48;
+      const int l = 7;
+      auto h = SimHash::Create(d, k, l, 1000 + k);
+      ASSERT_TRUE(h.ok());
+      const int64_t n = 40;
+      std::mt19937 rng(k);
+      std::normal_distribution<float> normal;
+      std::vector<float> x(n * d);
+      for (float& v : x) v = normal(rng);
+      // Vector 0 is exactly zero: every projection is 0, so every bit is 0 (strict inequality).
+      std::fill(x.begin(), x.begin() + d, 0.0f);
+      std::vector<uint16_t> codes(n * l, 0xFFFF);
+      const int64_t n_fast = impl < 0 ? n : 203;  // the fast path: ragged blocks of 4 and 64 too
+      if (impl >= 0) {
+        x.resize(n_fast * d);
+        for (int64_t i = n * d; i < n_fast * d; ++i) x[i] = normal(rng);
+        codes.assign(n_fast * l, 0xFFFF);
+        ASSERT_TRUE(
+            h->CodesAtLevel(x.data(), n_fast, d, codes.data(), static_cast<SimdLevel>(impl)).ok());
+      } else {
+        ASSERT_TRUE(h->CodesReference(x.data(), n, d, codes.data()).ok());
+      }
+      const double close_call = impl < 0 ? 1e-12 : 1e-5;
+      const std::vector<float>& w = h->projection();
+      const int64_t cols = static_cast<int64_t>(k) * l;
+      int checked = 0;
+      for (int64_t v = 0; v < n_fast; ++v) {
+        for (int t = 0; t < l; ++t) {
+          const uint16_t code = codes[v * l + t];
+          if (k < 16) {
+            EXPECT_LT(code, 1u << k);
           }
-          if (v > 0 && std::fabs(dot) <= 1e-12 * mag) continue;  // too close to call (counted)
-          const int expected = dot > 0.0 ? 1 : 0;
-          EXPECT_EQ((code >> b) & 1, expected)
-              << "k=" << k << " v=" << v << " t=" << t << " b=" << b;
-          ++checked;
+          for (int b = 0; b < k; ++b) {
+            double dot = 0, mag = 0;
+            for (int64_t i = 0; i < d; ++i) {
+              const double term = static_cast<double>(x[v * d + i]) * w[i * cols + t * k + b];
+              dot += term;
+              mag += std::fabs(term);
+            }
+            if (v > 0 && std::fabs(dot) <= close_call * mag)
+              continue;  // too close to call (counted)
+            const int expected = dot > 0.0 ? 1 : 0;
+            EXPECT_EQ((code >> b) & 1, expected)
+                << "impl=" << impl << " k=" << k << " v=" << v << " t=" << t << " b=" << b;
+            ++checked;
+          }
         }
       }
+      if (impl < 0) {
+        EXPECT_EQ(checked, n * l * k);  // no bit was too close to call with these seeds
+      } else {
+        EXPECT_GE(checked, n_fast * l * k * 99 / 100);
+      }
     }
-    EXPECT_EQ(checked, n * l * k);  // no bit was too close to call with these seeds
-  }
 }
 
 TEST(SimHashTest, NegatedVectorGetsComplementCodes) {

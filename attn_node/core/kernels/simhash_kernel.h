@@ -1,0 +1,32 @@
+// SimHash projections y = x W for a block of vectors: the GEMM inside SimHash::Codes, compiled
+// once per ISA (simhash_{scalar,avx2,avx512}.cc from simhash_kernel-inl.h). fp32 accumulation in
+// a fixed order (i = 0 ... d-1 per output), so every level gives the same signs except where a
+// projection is within rounding of 0 (reference spec §12.10: harmless, but sample sets are then
+// compared only at one precision).
+//
+// Kernel units must not instantiate std templates; the caller provides all memory.
+#ifndef MAGICPIG_ATTN_NODE_CORE_KERNELS_SIMHASH_KERNEL_H_
+#define MAGICPIG_ATTN_NODE_CORE_KERNELS_SIMHASH_KERNEL_H_
+
+#include <cstdint>
+
+namespace magicpig::attn_internal {
+
+inline constexpr int64_t kProjectColBlock = 32;  // W's columns are padded to a multiple of this
+
+struct ProjectArgs {
+  const float* x = nullptr;  // [n][d]
+  int64_t n = 0;
+  int64_t d = 0;
+  const float* w = nullptr;  // [d][cols], cols a multiple of kProjectColBlock
+  int64_t cols = 0;
+  float* y = nullptr;  // [n][cols] out
+};
+
+void ProjectScalar(const ProjectArgs& args);
+void ProjectAvx2(const ProjectArgs& args);
+void ProjectAvx512(const ProjectArgs& args);
+
+}  // namespace magicpig::attn_internal
+
+#endif  // MAGICPIG_ATTN_NODE_CORE_KERNELS_SIMHASH_KERNEL_H_

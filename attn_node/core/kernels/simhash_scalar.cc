@@ -1,0 +1,13 @@
+// Baseline (x86-64) build of the SimHash projection kernel.
+#include "common/simd/vec16_scalar-inl.h"
+
+namespace magicpig::attn_internal::scalar {
+using namespace ::magicpig::simd16::scalar;  // NOLINT(build/namespaces): the kernel's vector ops
+}  // namespace magicpig::attn_internal::scalar
+
+#define MAGICPIG_PROJECT_NS scalar
+#include "attn_node/core/kernels/simhash_kernel-inl.h"
+
+namespace magicpig::attn_internal {
+void ProjectScalar(const ProjectArgs& args) { scalar::Run(args); }
+}  // namespace magicpig::attn_internal
