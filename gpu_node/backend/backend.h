@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -73,6 +74,15 @@ class Backend {
   // reads kv head h / (n_head / n_head_kv). scale multiplies q·k. No n² buffer is formed.
   virtual void CausalAttention(const float* q, int64_t n_tokens, int64_t first_pos, int64_t n_head,
                                float scale, const KvLayerView& cache, float* out) = 0;
+
+  // Exact attention of ONE query token (q: [n_head][head_dim]) over the cache rows in `ranges`
+  // (disjoint [begin, end) position ranges): the static-window part of a sparse decode step.
+  // Writes the normalised o ([n_head][head_dim]) and lse ([n_head], natural log) of that part, for
+  // an exact merge with sampled parts; a head with no key (all ranges empty) gets o = 0 and
+  // lse = -inf.
+  virtual void RangeAttention(const float* q, int64_t n_head, float scale, const KvLayerView& cache,
+                              absl::Span<const std::pair<int64_t, int64_t>> ranges, float* out,
+                              float* lse) = 0;
 };
 
 }  // namespace magicpig::backend

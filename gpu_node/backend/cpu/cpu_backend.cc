@@ -206,4 +206,68 @@ void CpuBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t first
   }
 }
 
+void CpuBackend::RangeAttention(const float* q, int64_t n_head, float scale,
+                                const KvLayerView& cache,
+                                absl::Span<const std::pair<int64_t, int64_t>> ranges, float* out,
+                                float* lse) {
+  auto* kernel = AttentionKernelFor(level_);
+  const int64_t group = n_head / cache.n_head_kv;
+  const int64_t hd = cache.head_dim;
+  const int64_t row = n_head * hd;
+  const int64_t n_ranges = static_cast<int64_t>(ranges.size());
+  // One partial per (range, head), merged below; the kernel's causal limit is the last key of all
+  // ranges (every key in a range is visible to the query).
+  int64_t last = 0;
+  for (const auto& [b, e] : ranges) last = std::max(last, e);
+  std::vector<float> part_out(std::max<int64_t>(1, n_ranges) * row, 0.0f);
+  std::vector<float> part_lse(std::max<int64_t>(1, n_ranges) * n_head,
+                              -std::numeric_limits<float>::infinity());
+  const int64_t items = n_ranges * cache.n_head_kv;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, items, 1), [&](const auto& range) {
+    std::vector<float> scratch(cpu_internal::AttentionScratchFloats(group, hd));
+    for (int64_t item = range.begin(); item < range.end(); ++item) {
+      const int64_t r = item / cache.n_head_kv;
+      const auto [begin, end] = ranges[static_cast<size_t>(r)];
+      if (end <= begin) continue;
+      AttentionTile a;
+      a.q = q;
+      a.out = part_out.data() + r * row;
+      a.k = cache.k;
+      a.v = cache.v;
+      a.n_head = n_head;
+      a.n_head_kv = cache.n_head_kv;
+      a.head_dim = hd;
+      a.kv_head = item % cache.n_head_kv;
+      a.t0 = 0;
+      a.t1 = 1;
+      a.first_pos = last - 1;
+      a.scale = scale;
+      a.key_begin = begin;
+      a.key_end = end;
+      a.lse = part_lse.data() + r * n_head;
+      a.scratch = scratch.data();
+      kernel(a);
+    }
+  });
+  for (int64_t h = 0; h < n_head; ++h) {
+    float max_lse = -std::numeric_limits<float>::infinity();
+    for (int64_t r = 0; r < n_ranges; ++r) max_lse = std::max(max_lse, part_lse[r * n_head + h]);
+    float* dst = out + h * hd;
+    std::fill(dst, dst + hd, 0.0f);
+    lse[h] = max_lse;
+    if (max_lse == -std::numeric_limits<float>::infinity()) continue;
+    float total = 0.0f;
+    for (int64_t r = 0; r < n_ranges; ++r) {
+      const float l = part_lse[r * n_head + h];
+      if (l == -std::numeric_limits<float>::infinity()) continue;
+      const float w = std::exp(l - max_lse);
+      total += w;
+      AxpyF32(w, part_out.data() + r * row + h * hd, dst, hd, level_);
+    }
+    const float inv = 1.0f / total;
+    for (int64_t t = 0; t < hd; ++t) dst[t] *= inv;
+    lse[h] = max_lse + std::log(total);
+  }
+}
+
 }  // namespace magicpig::backend

@@ -41,6 +41,9 @@ class CpuBackend final : public Backend {
                const KvLayerView& cache) override;
   void CausalAttention(const float* q, int64_t n_tokens, int64_t first_pos, int64_t n_head,
                        float scale, const KvLayerView& cache, float* out) override;
+  void RangeAttention(const float* q, int64_t n_head, float scale, const KvLayerView& cache,
+                      absl::Span<const std::pair<int64_t, int64_t>> ranges, float* out,
+                      float* lse) override;
 
  private:
   int num_threads_;

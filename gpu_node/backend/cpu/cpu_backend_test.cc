@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/half.h"
@@ -101,6 +102,61 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{4, 4, 128, 31, 33},   // MHA, chunk straddling a key tile
                       AttentionCase{8, 1, 16, 5, 17},     // MQA, smallest head_dim
                       AttentionCase{2, 2, 256, 64, 3}));  // largest head_dim
+
+// RangeAttention over disjoint ranges vs float64 softmax over exactly those keys (and its lse).
+TEST(CpuBackendTest, RangeAttentionMatchesFloat64OverTheRanges) {
+  const int64_t n_head = 6, n_kv = 2, hd = 64, rows = 700, kv_row = n_kv * hd;
+  const std::vector<float> kf = Random(rows * kv_row, 4, 2.0f), vf = Random(rows * kv_row, 5);
+  const std::vector<float> q = Random(n_head * hd, 6, 2.0f);
+  const float scale = 0.125f;
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>> cases = {
+      {{0, 4}, {613, 700}}, {{0, 4}, {37, 38}, {100, 699}}, {{5, 5}}, {{0, 1}}};
+  for (SimdLevel level : SupportedSimdLevels()) {
+    CpuBackend backend(2, level);
+    std::vector<uint16_t> k(rows * kv_row), v(rows * kv_row);
+    KvLayerView view{k.data(), v.data(), rows, n_kv, hd};
+    for (const auto& ranges : cases) {
+      std::vector<float> out(n_head * hd, NAN), lse(n_head, NAN);
+      ASSERT_TRUE(backend
+                      .Execute([&] {
+                        backend.StoreKv(kf.data(), vf.data(), rows, 0, view);
+                        backend.RangeAttention(q.data(), n_head, scale, view, ranges, out.data(),
+                                               lse.data());
+                        return absl::OkStatus();
+                      })
+                      .ok());
+      for (int64_t h = 0; h < n_head; ++h) {
+        const int64_t g = h / (n_head / n_kv);
+        std::vector<int64_t> keys;
+        for (auto [b, e] : ranges)
+          for (int64_t j = b; j < e; ++j) keys.push_back(j);
+        if (keys.empty()) {
+          EXPECT_EQ(lse[h], -INFINITY);
+          for (int64_t d = 0; d < hd; ++d) EXPECT_EQ(out[h * hd + d], 0.0f);
+          continue;
+        }
+        std::vector<double> s;
+        double m = -INFINITY;
+        for (int64_t j : keys) {
+          double dot = 0;
+          for (int64_t d = 0; d < hd; ++d)
+            dot += static_cast<double>(q[h * hd + d]) * Fp16ToFloat(k[(j * n_kv + g) * hd + d]);
+          s.push_back(dot * scale);
+          m = std::max(m, s.back());
+        }
+        double z = 0;
+        for (double x : s) z += std::exp(x - m);
+        EXPECT_NEAR(lse[h], m + std::log(z), 1e-4 * (1 + std::fabs(m))) << SimdLevelName(level);
+        for (int64_t d = 0; d < hd; ++d) {
+          double o = 0;
+          for (size_t i = 0; i < keys.size(); ++i)
+            o += std::exp(s[i] - m) / z * Fp16ToFloat(v[(keys[i] * n_kv + g) * hd + d]);
+          ASSERT_NEAR(out[h * hd + d], o, 2e-5 + 2e-5 * std::fabs(o)) << SimdLevelName(level);
+        }
+      }
+    }
+  }
+}
 
 TEST(CpuBackendTest, RopePairings) {
   // One head of 8 dims, n_rot 6 (the last two dims are not rotated), position 3, base 100.
