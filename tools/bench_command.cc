@@ -58,7 +58,8 @@ double MemoryBandwidthProbe(int threads) {
           },
           [](float a, float b) { return a + b; });
     });
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (sum < 0) std::cerr << "";  // keeps the sum (and the reads) alive
     best = std::max(best, n * sizeof(float) / s / 1e9);
   }
@@ -68,8 +69,8 @@ double MemoryBandwidthProbe(int threads) {
 }  // namespace
 
 int BenchCommand(const std::vector<std::string>& args) {
-  auto parsed = CliArgs::Parse(args, {"model", "depths", "decode-tokens", "threads", "repeat", "csv"},
-                               {"help"});
+  auto parsed = CliArgs::Parse(
+      args, {"model", "depths", "decode-tokens", "threads", "repeat", "csv"}, {"help"});
   if (!parsed.ok() || parsed->Has("help") || !parsed->Has("model")) {
     if (!parsed.ok()) std::cerr << "magicpig bench: " << parsed.status().message() << "\n";
     std::cerr << kUsage;
@@ -95,6 +96,8 @@ int BenchCommand(const std::vector<std::string>& args) {
   }
   engine::EngineOptions options;
   options.model_path = a.Get("model");
+  // Exact attention: the throughput baseline (the attention core has its own benchmark).
+  options.attention.mode = engine::AttentionMode::kFull;
   options.num_threads = static_cast<int>(*threads);
   int64_t max_depth = 1;
   for (int64_t d : depths) max_depth = std::max(max_depth, d);
@@ -106,8 +109,8 @@ int BenchCommand(const std::vector<std::string>& args) {
   }
   engine::Engine& e = **loaded;
   const model::ModelConfig& c = e.config();
-  const int n_threads = options.num_threads > 0 ? options.num_threads
-                                                : tbb::this_task_arena::max_concurrency();
+  const int n_threads =
+      options.num_threads > 0 ? options.num_threads : tbb::this_task_arena::max_concurrency();
   const double probe = MemoryBandwidthProbe(n_threads);
   const double weight_mb = e.weights().weight_bytes() / 1e6;
   std::cout << absl::StrFormat(

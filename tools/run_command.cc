@@ -24,7 +24,11 @@ constexpr char kUsage[] =
     "  --stop TEXT            stop string (repeatable)\n"
     "  --ignore-eos           keep generating past end-of-sequence\n"
     "  --threads N            CPU threads (default: all cores)\n"
-    "  --ctx N                context length (default: the model's)\n";
+    "  --ctx N                context length (default: the model's)\n"
+    "  --attention MODE       decode attention: magicpig (default), full, topk, oracle\n"
+    "  --lsh-k K  --lsh-l L   MagicPIG SimHash bits per table and tables (default 10, 150)\n"
+    "  --lsh-seed S           SimHash projection seed (default 1234)\n"
+    "  --budget N             keys per head for topk / oracle (default: 2% of the prompt)\n";
 
 int Fail(const absl::Status& s) {
   std::cerr << "magicpig run: " << s.message() << "\n";
@@ -34,10 +38,11 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
-  auto parsed = CliArgs::Parse(args,
-                               {"model", "prompt", "prompt-file", "system", "max-tokens",
-                                "temperature", "top-k", "top-p", "seed", "stop", "threads", "ctx"},
-                               {"chat", "ignore-eos", "help"});
+  auto parsed = CliArgs::Parse(
+      args,
+      {"model", "prompt", "prompt-file", "system", "max-tokens", "temperature", "top-k", "top-p",
+       "seed", "stop", "threads", "ctx", "attention", "lsh-k", "lsh-l", "lsh-seed", "budget"},
+      {"chat", "ignore-eos", "help"});
   if (!parsed.ok()) {
     std::cerr << "magicpig run: " << parsed.status().message() << "\n" << kUsage;
     return 2;
@@ -68,11 +73,27 @@ int RunCommand(const std::vector<std::string>& args) {
   auto top_k = a.GetInt("top-k", 0);
   auto top_p = a.GetDouble("top-p", 1.0);
   auto seed = a.GetInt("seed", 0);
+  auto lsh_k = a.GetInt("lsh-k", 10);
+  auto lsh_l = a.GetInt("lsh-l", 150);
+  auto lsh_seed = a.GetInt("lsh-seed", 1234);
+  auto budget = a.GetInt("budget", 0);
   for (const absl::Status& s :
        {threads.status(), ctx.status(), max_tokens.status(), temperature.status(), top_k.status(),
-        top_p.status(), seed.status()}) {
+        top_p.status(), seed.status(), lsh_k.status(), lsh_l.status(), lsh_seed.status(),
+        budget.status()}) {
     if (!s.ok()) return Fail(s);
   }
+  auto mode = engine::ParseAttentionMode(a.Has("attention") ? a.Get("attention") : "magicpig");
+  if (!mode.ok()) return Fail(mode.status());
+  if (*lsh_k < 1 || *lsh_k > 16 || *lsh_l < 2 || *lsh_l > 512) {
+    return Fail(absl::InvalidArgumentError("--lsh-k must be in [1, 16] and --lsh-l in [2, 512]"));
+  }
+  if (*budget < 0) return Fail(absl::InvalidArgumentError("--budget must be >= 0"));
+  options.attention.mode = *mode;
+  options.attention.lsh_k = static_cast<int>(*lsh_k);
+  options.attention.lsh_l = static_cast<int>(*lsh_l);
+  options.attention.lsh_seed = static_cast<uint64_t>(*lsh_seed);
+  options.attention.budget = *budget;
   options.num_threads = static_cast<int>(*threads);
   options.context_length = *ctx;
   engine::SamplingParams sampling;
@@ -116,12 +137,22 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!result.ok()) return Fail(result.status());
   std::cout << "\n" << std::flush;
   const engine::GenerateStats& st = result->stats;
+  std::string attention(engine::AttentionModeName(options.attention.mode));
+  if (options.attention.mode == engine::AttentionMode::kMagicPig) {
+    attention += absl::StrFormat("(%d,%d)", options.attention.lsh_k, options.attention.lsh_l);
+  }
+  if (st.attention_keys_offloaded > 0) {
+    attention +=
+        absl::StrFormat(" | keys sampled: %.2f%% | shards: %.1f MiB", 100.0 * st.sampled_fraction(),
+                        st.attention_shard_bytes / 1048576.0);
+  }
   std::cerr << absl::StrFormat(
       "[magicpig] prompt tokens: %d | prefill: %.1f tok/s | decode: %.1f tok/s | generated: %d "
-      "(%s) | threads: %d\n",
+      "(%s) | threads: %d | attention: %s\n",
       st.prompt_tokens, st.prefill_tokens_per_second(), st.decode_tokens_per_second(),
       st.generated_tokens, std::string(engine::FinishReasonName(result->finish)),
-      options.num_threads > 0 ? options.num_threads : tbb::this_task_arena::max_concurrency());
+      options.num_threads > 0 ? options.num_threads : tbb::this_task_arena::max_concurrency(),
+      attention);
   return 0;
 }
 

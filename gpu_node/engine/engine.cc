@@ -29,6 +29,12 @@ double GenerateStats::decode_tokens_per_second() const {
   return decode_seconds > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_seconds : 0;
 }
 
+double GenerateStats::sampled_fraction() const {
+  return attention_keys_offloaded > 0
+             ? static_cast<double>(attention_keys_touched) / attention_keys_offloaded
+             : 0.0;
+}
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<model::GgufFile> file,
                             model::GgufFile::Open(options.model_path));
@@ -56,6 +62,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   e->context_length_ =
       options.context_length > 0 ? options.context_length : e->weights_->config().context_length;
   e->prefill_chunk_ = options.prefill_chunk;
+  e->attention_ = options.attention;
+  if (e->attention_.mode != AttentionMode::kFull) {
+    const model::ModelConfig& c = e->weights_->config();
+    MAGICPIG_ASSIGN_OR_RETURN(
+        SimHash hash, SimHash::Create(c.head_dim, options.attention.lsh_k, options.attention.lsh_l,
+                                      options.attention.lsh_seed));
+    e->hash_ = std::make_unique<SimHash>(std::move(hash));
+    if (c.head_dim % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse attention needs a head dim that is a multiple of 16; this model has ", c.head_dim,
+          " (use --attention full)"));
+    }
+    e->attention_runner_ = std::make_unique<AttentionRunner>(options.num_threads);
+  }
   return e;
 }
 
@@ -80,8 +100,32 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
   TextStream stream(request.stop);
   std::vector<float> logits;
 
+  // Sparse decoding: a router for this sequence and the estimator it asks.
+  std::unique_ptr<Estimator> estimator;
+  std::unique_ptr<EmbeddedAttentionRouter> router;
+  if (attention_.mode != AttentionMode::kFull) {
+    const int64_t offloaded =
+        std::max<int64_t>(1, n_prompt - attention_.n_sinks - attention_.n_local);
+    const int64_t budget =
+        attention_.budget > 0 ? attention_.budget : std::max<int64_t>(1, offloaded / 50);
+    switch (attention_.mode) {
+      case AttentionMode::kMagicPig:
+        estimator = std::make_unique<MagicPigEstimator>(attention_.lsh_k, attention_.lsh_l);
+        break;
+      case AttentionMode::kTopK:
+        estimator = std::make_unique<TopKEstimator>(budget);
+        break;
+      default:
+        estimator = std::make_unique<OracleEstimator>(budget, attention_.lsh_seed);
+        break;
+    }
+    router = std::make_unique<EmbeddedAttentionRouter>(c, attention_, hash_.get(), estimator.get(),
+                                                       attention_runner_.get(), backend_.get());
+  }
+
   auto start = std::chrono::steady_clock::now();
   ForwardOptions prefill;
+  prefill.attention_hook = router.get();
   prefill.logits = LogitsMode::kLast;
   prefill.max_chunk = prefill_chunk_;
   prefill.on_layer_done = callbacks.on_prefill_layer;
@@ -91,6 +135,7 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
   auto decode_start = std::chrono::steady_clock::now();
   ForwardOptions decode;
   decode.logits = LogitsMode::kLast;
+  decode.attention_hook = router.get();
   result.finish = FinishReason::kLength;
   for (int64_t i = 0; i < request.max_tokens; ++i) {
     const int32_t token = sampler.Sample(logits);
@@ -116,6 +161,11 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
   result.text = stream.text();
   result.stats.generated_tokens = static_cast<int64_t>(result.tokens.size());
   result.stats.decode_seconds = SecondsSince(decode_start);
+  if (router != nullptr) {
+    result.stats.attention_keys_touched = router->stats().keys_touched;
+    result.stats.attention_keys_offloaded = router->stats().keys_offloaded;
+    result.stats.attention_shard_bytes = router->shard_bytes();
+  }
   return result;
 }
 

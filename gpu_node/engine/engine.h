@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "gpu_node/backend/backend.h"
+#include "gpu_node/engine/attention_router.h"
 #include "gpu_node/engine/sampler.h"
 #include "gpu_node/engine/transformer.h"
 #include "gpu_node/model/chat_template.h"
@@ -34,6 +35,8 @@ struct EngineOptions {
   int64_t prefill_chunk = 256;  // tokens per layer step during prefill
   // Reference precision: float32 activations in weight products (slower; for verification).
   bool float_activations = false;
+  // Decode-time attention: MagicPIG by default; kFull keeps every step exact.
+  SparseAttentionOptions attention;
 };
 
 struct GenerateRequest {
@@ -52,6 +55,12 @@ struct GenerateStats {
   int64_t generated_tokens = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;  // from the first decode step to the last token
+  // Sparse decode steps: keys the estimator touched / keys offloaded to the attention core,
+  // summed over (sparse layer, query head, step); 0 / 0 for full attention.
+  int64_t attention_keys_touched = 0;
+  int64_t attention_keys_offloaded = 0;
+  int64_t attention_shard_bytes = 0;  // memory of the sequence's shards (KV + tables) at the end
+  double sampled_fraction() const;
   double prefill_tokens_per_second() const;
   double decode_tokens_per_second() const;
 };
@@ -102,6 +111,9 @@ class Engine {
   std::unique_ptr<model::Tokenizer> tokenizer_;
   std::unique_ptr<model::ChatTemplate> chat_template_;
   std::unique_ptr<Transformer> transformer_;
+  SparseAttentionOptions attention_;
+  std::unique_ptr<SimHash> hash_;  // when attention_.mode != kFull
+  std::unique_ptr<AttentionRunner> attention_runner_;
   int64_t context_length_ = 0;
   int64_t prefill_chunk_ = 256;
   absl::Mutex mu_;

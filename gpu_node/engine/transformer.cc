@@ -38,9 +38,13 @@ absl::Status Transformer::LayerChunk(int64_t layer, float* x, int64_t n, int64_t
   if (options.on_qk) options.on_qk(layer, first_pos, n, q_.data(), k_.data());
   const backend::KvLayerView cache = kv.layer(layer);
   b.StoreKv(k_.data(), v_.data(), n, first_pos, cache);
-  b.CausalAttention(q_.data(), n, first_pos, c.n_head,
-                    static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim))), cache,
-                    attn_.data());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  bool handled = false;
+  if (n == 1 && options.attention_hook != nullptr) {
+    MAGICPIG_ASSIGN_OR_RETURN(handled, options.attention_hook->Attend(layer, q_.data(), first_pos,
+                                                                      cache, scale, attn_.data()));
+  }
+  if (!handled) b.CausalAttention(q_.data(), n, first_pos, c.n_head, scale, cache, attn_.data());
   MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wo, attn_.data(), n, norm_.data()));
   b.Add(norm_.data(), x, n * c.n_embd);
 
@@ -87,7 +91,12 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
       for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         const int64_t m = std::min(chunk, n - t0);
         for (int64_t i = 0; i < m; ++i) positions_[i] = static_cast<int32_t>(first_pos + t0 + i);
-        MAGICPIG_RETURN_IF_ERROR(LayerChunk(l, x.data() + t0 * c.n_embd, m, first_pos + t0, kv, options));
+        MAGICPIG_RETURN_IF_ERROR(
+            LayerChunk(l, x.data() + t0 * c.n_embd, m, first_pos + t0, kv, options));
+      }
+      if (options.attention_hook != nullptr) {
+        MAGICPIG_RETURN_IF_ERROR(
+            options.attention_hook->OnLayerStored(l, kv.layer(l), first_pos + n));
       }
       if (options.on_layer_done) options.on_layer_done(l, c.n_layer);
     }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "gpu_node/backend/backend.h"
 #include "gpu_node/engine/kv_cache.h"
@@ -27,6 +28,22 @@ enum class LogitsMode {
   kAll,   // logits of every token: [n_tokens][n_vocab]
 };
 
+// Lets the attention of single-token steps be computed elsewhere (the MagicPIG router) and tells it
+// when a layer's KV is in the cache.
+class LayerAttentionHook {
+ public:
+  virtual ~LayerAttentionHook() = default;
+  // After every chunk of a Forward call passed `layer`: positions [0, n_tokens) of the layer's
+  // cache are filled.
+  virtual absl::Status OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
+                                     int64_t n_tokens) = 0;
+  // A one-token step at position `pos` (its own KV already stored): returns true after writing the
+  // attention output out [n_head][head_dim], or false to let the exact path run.
+  virtual absl::StatusOr<bool> Attend(int64_t layer, const float* q, int64_t pos,
+                                      const backend::KvLayerView& cache, float scale,
+                                      float* out) = 0;
+};
+
 struct ForwardOptions {
   LogitsMode logits = LogitsMode::kLast;
   int64_t max_chunk = 256;
@@ -36,6 +53,8 @@ struct ForwardOptions {
   // [n][kv_dim]): the post-RoPE queries and keys of the chunk. For analysis tools (e.g. dumping
   // real keys/queries for the attention accuracy tests); must not keep the pointers.
   std::function<void(int64_t, int64_t, int64_t, const float*, const float*)> on_qk;
+  // Optional sparse attention for decode steps (not owned).
+  LayerAttentionHook* attention_hook = nullptr;
 };
 
 class Transformer {
