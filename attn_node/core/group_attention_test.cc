@@ -266,5 +266,52 @@ TEST(AppendSegmentTest, ShardAppendEqualsOneBuild) {
   EXPECT_EQ(grown->size(), total);
 }
 
+// The service path (keys centred and hashed by the compute node) builds the same shard as Create.
+TEST(AppendSegmentTest, CreateFromCodesEqualsCreate) {
+  std::mt19937 rng(21);
+  const int64_t d = 32, n = 600, m = 300;
+  const int k = 6, l = 10;
+  auto hash = SimHash::Create(d, k, l, 9);
+  ASSERT_TRUE(hash.ok());
+  const std::vector<float> keys = Randn((n + m) * d, rng, 1.0f, 0.4f);
+  const std::vector<float> values = Randn((n + m) * d, rng);
+  const std::vector<float> center = Randn(d, rng, 0.2f, 0.4f);
+  std::vector<float> centred = keys;
+  for (int64_t i = 0; i < n + m; ++i)
+    for (int64_t t = 0; t < d; ++t) centred[i * d + t] -= center[t];
+  std::vector<uint16_t> codes((n + m) * l);
+  ASSERT_TRUE(hash->Codes(centred.data(), n + m, d, codes.data()).ok());
+  auto a = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n);
+  auto b = KvShard::CreateFromCodes(d, k, l, centred.data(), codes.data(), values.data(), n);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(a->Append(*hash, keys.data() + n * d, values.data() + n * d, m).ok());
+  std::vector<uint16_t> bad(codes.begin() + n * l, codes.end());
+  bad[7] = 64;  // >= 2^K
+  EXPECT_EQ(b->AppendWithCodes(centred.data() + n * d, bad.data(), values.data() + n * d, m).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->size(), n);
+  ASSERT_TRUE(
+      b->AppendWithCodes(centred.data() + n * d, codes.data() + n * l, values.data() + n * d, m)
+          .ok());
+  ASSERT_EQ(a->size(), b->size());
+  ASSERT_EQ(a->indexed(), b->indexed());
+  for (int t = 0; t < l; ++t) {
+    ASSERT_TRUE(std::equal(a->tables().indices(t), a->tables().indices(t) + a->indexed(),
+                           b->tables().indices(t)));
+  }
+  const std::vector<float> q = Randn(2 * d, rng, 1.0f, 0.4f);
+  std::vector<uint16_t> qc(2 * l);
+  ASSERT_TRUE(hash->Codes(q.data(), 2, d, qc.data()).ok());
+  EstimatorScratch scratch;
+  std::vector<PartialAttention> pa(2), pb(2);
+  const MagicPigEstimator pig(k, l);
+  ASSERT_TRUE(pig.AttendGroup(*a, q.data(), qc.data(), 2, 0.2f, &scratch, pa.data()).ok());
+  ASSERT_TRUE(pig.AttendGroup(*b, q.data(), qc.data(), 2, 0.2f, &scratch, pb.data()).ok());
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_EQ(pa[h].o, pb[h].o);
+    EXPECT_EQ(pa[h].lse, pb[h].lse);
+  }
+}
+
 }  // namespace
 }  // namespace magicpig

@@ -11,8 +11,9 @@
 
 namespace magicpig {
 
-absl::StatusOr<KvShard> KvShard::Create(const SimHash& hash, const float* keys, const float* center,
-                                        const float* values, int64_t n, KvStorage storage) {
+namespace {
+
+absl::Status CheckSizes(int64_t n, const float* keys, const float* values, KvStorage storage) {
   if (n < 0 || n > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
         absl::StrCat("KvShard: n must be in [0, INT32_MAX], got ", n));
@@ -23,27 +24,57 @@ absl::StatusOr<KvShard> KvShard::Create(const SimHash& hash, const float* keys, 
   if (storage != KvStorage::kF32 && storage != KvStorage::kBf16) {
     return absl::InvalidArgumentError("KvShard: unknown storage");
   }
-  const int64_t d = hash.dim();
-  const size_t count = static_cast<size_t>(n * d);
-  std::vector<float> c(static_cast<size_t>(d), 0.0f);
-  if (center != nullptr) std::copy(center, center + d, c.begin());
-  std::vector<float> k(count);
+  return absl::OkStatus();
+}
+
+// Norms of n rows of d floats, accumulated in float64.
+std::vector<float> RowNorms(const float* k, int64_t n, int64_t d) {
   std::vector<float> norms(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     double sq = 0.0;
-    for (int64_t j = 0; j < d; ++j) {
-      const size_t at = static_cast<size_t>(i * d + j);
-      const float c = center != nullptr ? center[j] : 0.0f;
-      k[at] = keys[at] - c;
-      sq += static_cast<double>(k[at]) * k[at];
-    }
+    for (int64_t j = 0; j < d; ++j) sq += static_cast<double>(k[i * d + j]) * k[i * d + j];
     norms[static_cast<size_t>(i)] = static_cast<float>(std::sqrt(sq));
   }
+  return norms;
+}
+
+}  // namespace
+
+absl::StatusOr<KvShard> KvShard::Create(const SimHash& hash, const float* keys, const float* center,
+                                        const float* values, int64_t n, KvStorage storage) {
+  MAGICPIG_RETURN_IF_ERROR(CheckSizes(n, keys, values, storage));
+  const int64_t d = hash.dim();
+  std::vector<float> c(static_cast<size_t>(d), 0.0f);
+  if (center != nullptr) std::copy(center, center + d, c.begin());
+  std::vector<float> k(static_cast<size_t>(n * d));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) k[i * d + j] = keys[i * d + j] - c[j];
   // Codes (and hence tables) always come from the float32 centred keys.
   std::vector<uint16_t> codes(static_cast<size_t>(n) * hash.l());
   if (n > 0) MAGICPIG_RETURN_IF_ERROR(hash.Codes(k.data(), n, d, codes.data()));
-  MAGICPIG_ASSIGN_OR_RETURN(LshTables tables,
-                            LshTables::Build(codes.data(), n, hash.k(), hash.l()));
+  return FromCentred(d, hash.k(), hash.l(), std::move(c), std::move(k), codes.data(), values, n,
+                     storage);
+}
+
+absl::StatusOr<KvShard> KvShard::CreateFromCodes(int64_t d, int k, int l, const float* centred_keys,
+                                                 const uint16_t* codes, const float* values,
+                                                 int64_t n, KvStorage storage) {
+  MAGICPIG_RETURN_IF_ERROR(CheckSizes(n, centred_keys, values, storage));
+  if (d < 1) return absl::InvalidArgumentError(absl::StrCat("KvShard: d must be >= 1, got ", d));
+  if (n > 0 && codes == nullptr) {
+    return absl::InvalidArgumentError("KvShard: codes must be non-null when n > 0");
+  }
+  std::vector<float> kc(centred_keys, centred_keys + (n > 0 ? n * d : 0));
+  return FromCentred(d, k, l, std::vector<float>(static_cast<size_t>(d), 0.0f), std::move(kc),
+                     codes, values, n, storage);
+}
+
+absl::StatusOr<KvShard> KvShard::FromCentred(int64_t d, int k_bits, int l, std::vector<float> c,
+                                             std::vector<float> k, const uint16_t* codes,
+                                             const float* values, int64_t n, KvStorage storage) {
+  MAGICPIG_ASSIGN_OR_RETURN(LshTables tables, LshTables::Build(codes, n, k_bits, l));
+  std::vector<float> norms = RowNorms(k.data(), n, d);
+  const size_t count = static_cast<size_t>(n * d);
   if (storage == KvStorage::kF32) {
     std::vector<float> v(values, values + (n > 0 ? count : 0));
     return KvShard(n, d, storage, std::move(c), std::move(k), std::move(v), {}, {},
@@ -142,23 +173,41 @@ absl::Status KvShard::Append(const SimHash& hash, const float* keys, const float
     for (int64_t j = 0; j < d_; ++j) k[i * d_ + j] = keys[i * d_ + j] - center_[j];
   }
   MAGICPIG_RETURN_IF_ERROR(hash.Codes(k.data(), m, d_, codes.data()));
-  // Nothing above changed the shard; from here on nothing can fail.
-  for (int64_t i = 0; i < m; ++i) {
-    double sq = 0.0;
-    for (int64_t j = 0; j < d_; ++j) sq += static_cast<double>(k[i * d_ + j]) * k[i * d_ + j];
-    norms_.push_back(static_cast<float>(std::sqrt(sq)));
+  return AppendWithCodes(k.data(), codes.data(), values, m);
+}
+
+absl::Status KvShard::AppendWithCodes(const float* centred_keys, const uint16_t* codes,
+                                      const float* values, int64_t m) {
+  if (m < 0 || n_ + m > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KvShard::Append: m must be >= 0 with n + m <= INT32_MAX, got n = ", n_, ", m = ", m));
   }
+  if (m == 0) return absl::OkStatus();
+  if (centred_keys == nullptr || values == nullptr || codes == nullptr) {
+    return absl::InvalidArgumentError("KvShard::Append: keys, codes and values must be non-null");
+  }
+  const int64_t buckets = int64_t{1} << k();
+  for (int64_t i = 0; i < m * l(); ++i) {
+    if (codes[i] >= buckets) {
+      return absl::InvalidArgumentError(absl::StrCat("KvShard::Append: codes[", i / l(), "][",
+                                                     i % l(), "] = ", codes[i],
+                                                     " is not < 2^K = ", buckets));
+    }
+  }
+  // Nothing above changed the shard; from here on nothing can fail.
+  const std::vector<float> norms = RowNorms(centred_keys, m, d_);
+  norms_.insert(norms_.end(), norms.begin(), norms.end());
   const size_t count = static_cast<size_t>(m * d_);
   if (storage_ == KvStorage::kF32) {
-    keys_.insert(keys_.end(), k.begin(), k.end());
+    keys_.insert(keys_.end(), centred_keys, centred_keys + count);
     values_.insert(values_.end(), values, values + count);
   } else {
     for (size_t at = 0; at < count; ++at) {
-      keys16_.push_back(FloatToBf16(k[at]));
+      keys16_.push_back(FloatToBf16(centred_keys[at]));
       values16_.push_back(FloatToBf16(values[at]));
     }
   }
-  pending_codes_.insert(pending_codes_.end(), codes.begin(), codes.end());
+  pending_codes_.insert(pending_codes_.end(), codes, codes + m * l());
   n_ += m;
   if (pending() >= std::max<int64_t>(kMinMergeRows, indexed() / 8)) return MergePending();
   return absl::OkStatus();

@@ -46,10 +46,21 @@ class KvShard {
                                         const float* values, int64_t n,
                                         KvStorage storage = KvStorage::kBf16);
 
+  // The service path: keys already centred by the compute node (which keeps c; center() is then
+  // zeros) and their codes ([n][L], each < 2^K) computed there. Same validation as Create, plus
+  // INVALID_ARGUMENT for d < 1, null codes with n > 0, or a code >= 2^K.
+  static absl::StatusOr<KvShard> CreateFromCodes(int64_t d, int k, int l, const float* centred_keys,
+                                                 const uint16_t* codes, const float* values,
+                                                 int64_t n, KvStorage storage = KvStorage::kBf16);
+
   // Appends m raw keys / values ([m][d]): centred with this shard's c, hashed with `hash` (which
   // must have the shard's dim, K and L: INVALID_ARGUMENT otherwise, or for m < 0, null inputs with
   // m > 0, or a size beyond INT32_MAX). They join the pending segment; see the file comment.
   absl::Status Append(const SimHash& hash, const float* keys, const float* values, int64_t m);
+  // Append for keys centred and hashed by the caller (codes [m][L]); INVALID_ARGUMENT (and no
+  // change) for a code >= 2^K or null inputs with m > 0.
+  absl::Status AppendWithCodes(const float* centred_keys, const uint16_t* codes,
+                               const float* values, int64_t m);
   // Merges the pending segment into the tables now.
   absl::Status MergePending();
 
@@ -93,6 +104,10 @@ class KvShard {
   int64_t bytes() const;
 
  private:
+  static absl::StatusOr<KvShard> FromCentred(int64_t d, int k_bits, int l, std::vector<float> c,
+                                             std::vector<float> k, const uint16_t* codes,
+                                             const float* values, int64_t n, KvStorage storage);
+
   KvShard(int64_t n, int64_t d, KvStorage storage, std::vector<float> center,
           std::vector<float> keys, std::vector<float> values, std::vector<uint16_t> keys16,
           std::vector<uint16_t> values16, std::vector<float> norms, LshTables tables)
