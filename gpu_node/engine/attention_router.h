@@ -1,10 +1,11 @@
-// The embedded attention router: per sequence, the MagicPIG side of decoding when the attention
-// core runs in this process (DESIGN §2-§3, reference spec §7, §10).
+// The sparse attention router: per sequence, the compute-node side of MagicPIG decoding (DESIGN
+// §2-§3, reference spec §7, §10), over an AttentionShards that is either in this process (embedded
+// mode) or on attention nodes.
 //
 // For every sparse layer (all but the dense layers, default {0, n_layer/2}) the prompt's keys
 // [n_sinks, n - n_local) leave the exact path as layer-major prefill finishes the layer: per kv
-// head they are centred with their mean c, hashed (the engine's SimHash) and stored with their
-// tables in a KvShard. A decode step then attends exactly, on the compute side, to the static
+// head they are centred with their mean c, hashed (the engine's SimHash) and handed to the shards,
+// which build their tables. A decode step then attends exactly, on the compute side, to the static
 // window (the sinks and [window_begin, pos]: the last n_local prompt tokens and every generated
 // token) and asks the estimator for a partial over each shard; the parts merge by log-sum-exp.
 // When the window outgrows window_budget tokens its oldest tokens (all but n_local) move into the
@@ -17,8 +18,8 @@
 // In embedded mode the compute node's fp16 KV cache still holds every position (docs/decisions.md:
 // the memory split between nodes comes with the attention service, issue #4).
 //
-// Thread-safety: one router per sequence, used by one decode loop at a time; the shared SimHash,
-// estimator and runner are thread-safe.
+// Thread-safety: one router per sequence, used by one decode loop at a time; the shared SimHash is
+// thread-safe.
 #ifndef MAGICPIG_GPU_NODE_ENGINE_ATTENTION_ROUTER_H_
 #define MAGICPIG_GPU_NODE_ENGINE_ATTENTION_ROUTER_H_
 
@@ -28,11 +29,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "attn_node/core/attention_runner.h"
-#include "attn_node/core/estimators.h"
 #include "attn_node/core/kv_shard.h"
+#include "attn_node/core/partial_attention.h"
 #include "attn_node/core/simhash.h"
 #include "gpu_node/backend/backend.h"
+#include "gpu_node/engine/attention_shards.h"
 #include "gpu_node/engine/transformer.h"
 #include "gpu_node/model/model_config.h"
 
@@ -62,12 +63,11 @@ struct SparseAttentionStats {
   int64_t keys_offloaded = 0;  // sum over the same of the keys in the shards
 };
 
-class EmbeddedAttentionRouter final : public LayerAttentionHook {
+class SparseAttentionRouter final : public LayerAttentionHook {
  public:
-  // hash: d = head_dim, (K, L) of options; estimator and runner outlive the router.
-  EmbeddedAttentionRouter(const model::ModelConfig& config, const SparseAttentionOptions& options,
-                          const SimHash* hash, const Estimator* estimator, AttentionRunner* runner,
-                          backend::Backend* backend);
+  // hash: d = head_dim, (K, L) of options; shards and backend outlive the router.
+  SparseAttentionRouter(const model::ModelConfig& config, const SparseAttentionOptions& options,
+                        const SimHash* hash, AttentionShards* shards, backend::Backend* backend);
 
   absl::Status OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
                              int64_t n_tokens) override;
@@ -76,23 +76,22 @@ class EmbeddedAttentionRouter final : public LayerAttentionHook {
 
   bool IsDense(int64_t layer) const;
   const SparseAttentionStats& stats() const { return stats_; }
-  // Heap bytes of every shard (KV + norms + tables).
-  int64_t shard_bytes() const;
 
  private:
   struct Layer {
-    std::vector<KvShard> shards;  // one per kv head; empty until built
-    int64_t window_begin = 0;     // first position of the local part of the static window
+    bool offloaded = false;
+    std::vector<float> center;  // [n_kv][d]: mean offloaded key per kv head
+    int64_t window_begin = 0;   // first position of the local part of the static window
   };
-  // Keys / values of positions [begin, end) of kv head g as float rows.
-  void ReadRows(const backend::KvLayerView& cache, int64_t g, int64_t begin, int64_t end,
-                std::vector<float>* keys, std::vector<float>* values) const;
+  // Centres positions [begin, end) of every kv head with the layer's c, hashes them and hands them
+  // to the shards.
+  absl::Status Offload(int64_t layer, const backend::KvLayerView& cache, int64_t begin,
+                       int64_t end);
 
   model::ModelConfig config_;
   SparseAttentionOptions options_;
   const SimHash* hash_;
-  const Estimator* estimator_;
-  AttentionRunner* runner_;
+  AttentionShards* shards_;
   backend::Backend* backend_;
   std::vector<bool> dense_;
   std::vector<Layer> layers_;
@@ -101,7 +100,8 @@ class EmbeddedAttentionRouter final : public LayerAttentionHook {
   std::vector<float> static_o_, static_lse_, center_dot_;
   std::vector<uint16_t> codes_;
   std::vector<PartialAttention> parts_;
-  std::vector<GroupWork> work_;
+  std::vector<float> keys_, values_;
+  std::vector<uint16_t> key_codes_;
 };
 
 }  // namespace magicpig::engine

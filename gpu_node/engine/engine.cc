@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gpu_node/backend/cpu/cpu_backend.h"
+#include "gpu_node/engine/local_attention_shards.h"
 #include "gpu_node/engine/text_stream.h"
 
 namespace magicpig::engine {
@@ -102,7 +103,8 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
 
   // Sparse decoding: a router for this sequence and the estimator it asks.
   std::unique_ptr<Estimator> estimator;
-  std::unique_ptr<EmbeddedAttentionRouter> router;
+  std::unique_ptr<AttentionShards> shards;
+  std::unique_ptr<SparseAttentionRouter> router;
   if (attention_.mode != AttentionMode::kFull) {
     const int64_t offloaded =
         std::max<int64_t>(1, n_prompt - attention_.n_sinks - attention_.n_local);
@@ -119,8 +121,12 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
         estimator = std::make_unique<OracleEstimator>(budget, attention_.lsh_seed);
         break;
     }
-    router = std::make_unique<EmbeddedAttentionRouter>(c, attention_, hash_.get(), estimator.get(),
-                                                       attention_runner_.get(), backend_.get());
+    shards = std::make_unique<LocalAttentionShards>(
+        c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim,
+        attention_.lsh_k, attention_.lsh_l, attention_.storage, estimator.get(),
+        attention_runner_.get());
+    router = std::make_unique<SparseAttentionRouter>(c, attention_, hash_.get(), shards.get(),
+                                                     backend_.get());
   }
 
   auto start = std::chrono::steady_clock::now();
@@ -164,7 +170,7 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
   if (router != nullptr) {
     result.stats.attention_keys_touched = router->stats().keys_touched;
     result.stats.attention_keys_offloaded = router->stats().keys_offloaded;
-    result.stats.attention_shard_bytes = router->shard_bytes();
+    result.stats.attention_shard_bytes = shards->bytes();
   }
   return result;
 }

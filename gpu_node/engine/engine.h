@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "attn_node/core/attention_runner.h"
 #include "gpu_node/backend/backend.h"
 #include "gpu_node/engine/attention_router.h"
 #include "gpu_node/engine/sampler.h"

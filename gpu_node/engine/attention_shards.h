@@ -1,0 +1,40 @@
+// AttentionShards: where one sequence's offloaded keys live and who answers the sampled part of
+// its decode steps (DESIGN §2-§4). The router (attention_router.h) centres keys, computes codes and
+// merges; an AttentionShards implementation only stores rows and returns per-head partials:
+// - LocalAttentionShards: KvShards in this process (the embedded mode);
+// - RemoteAttentionShards: token ranges on attention nodes over gRPC (remote_attention_shards.h).
+//
+// Thread-safety: one instance per sequence, driven by one decode loop at a time.
+#ifndef MAGICPIG_GPU_NODE_ENGINE_ATTENTION_SHARDS_H_
+#define MAGICPIG_GPU_NODE_ENGINE_ATTENTION_SHARDS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "attn_node/core/partial_attention.h"
+
+namespace magicpig::engine {
+
+class AttentionShards {
+ public:
+  virtual ~AttentionShards() = default;
+
+  // Adds the rows of positions [first_pos, first_pos + n) of `layer`: keys already centred
+  // ([n_kv][n][d]), values ([n_kv][n][d]) and the keys' codes ([n_kv * n][L]). A layer's first
+  // call starts at the region's first position; later calls continue where the last ended.
+  virtual absl::Status Append(int64_t layer, int64_t first_pos, int64_t n, const float* keys,
+                              const float* values, const uint16_t* codes) = 0;
+
+  // The offloaded part of one decode step of `layer`: q [n_head][d] raw, codes [n_head][L];
+  // writes out[0 .. n_head) (lse without the centring term; the router adds scale * q.c).
+  virtual absl::Status Attend(int64_t layer, const float* q, const uint16_t* codes, float scale,
+                              PartialAttention* out) = 0;
+
+  // Keys held for `layer` (per kv head) and memory held by all layers.
+  virtual int64_t size(int64_t layer) const = 0;
+  virtual int64_t bytes() const = 0;
+};
+
+}  // namespace magicpig::engine
+
+#endif  // MAGICPIG_GPU_NODE_ENGINE_ATTENTION_SHARDS_H_
