@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "gpu_node/engine/engine.h"
 #include "tbb/task_arena.h"
 #include "tools/cli_args.h"
@@ -28,7 +29,8 @@ constexpr char kUsage[] =
     "  --attention MODE       decode attention: magicpig (default), full, topk, oracle\n"
     "  --lsh-k K  --lsh-l L   MagicPIG SimHash bits per table and tables (default 10, 150)\n"
     "  --lsh-seed S           SimHash projection seed (default 1234)\n"
-    "  --budget N             keys per head for topk / oracle (default: 2% of the prompt)\n";
+    "  --budget N             keys per head for topk / oracle (default: 2% of the prompt)\n"
+    "  --attention-nodes A    comma-separated attention nodes host:port (default: in process)\n";
 
 int Fail(const absl::Status& s) {
   std::cerr << "magicpig run: " << s.message() << "\n";
@@ -38,11 +40,12 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
-  auto parsed = CliArgs::Parse(
-      args,
-      {"model", "prompt", "prompt-file", "system", "max-tokens", "temperature", "top-k", "top-p",
-       "seed", "stop", "threads", "ctx", "attention", "lsh-k", "lsh-l", "lsh-seed", "budget"},
-      {"chat", "ignore-eos", "help"});
+  auto parsed =
+      CliArgs::Parse(args,
+                     {"model", "prompt", "prompt-file", "system", "max-tokens", "temperature",
+                      "top-k", "top-p", "seed", "stop", "threads", "ctx", "attention", "lsh-k",
+                      "lsh-l", "lsh-seed", "budget", "attention-nodes"},
+                     {"chat", "ignore-eos", "help"});
   if (!parsed.ok()) {
     std::cerr << "magicpig run: " << parsed.status().message() << "\n" << kUsage;
     return 2;
@@ -94,6 +97,12 @@ int RunCommand(const std::vector<std::string>& args) {
   options.attention.lsh_l = static_cast<int>(*lsh_l);
   options.attention.lsh_seed = static_cast<uint64_t>(*lsh_seed);
   options.attention.budget = *budget;
+  if (a.Has("attention-nodes")) {
+    for (absl::string_view node :
+         absl::StrSplit(a.Get("attention-nodes"), ',', absl::SkipEmpty())) {
+      options.attention_nodes.emplace_back(node);
+    }
+  }
   options.num_threads = static_cast<int>(*threads);
   options.context_length = *ctx;
   engine::SamplingParams sampling;

@@ -1,5 +1,7 @@
 #include "gpu_node/engine/engine.h"
 
+#include <unistd.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -76,8 +78,48 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
           " (use --attention full)"));
     }
     e->attention_runner_ = std::make_unique<AttentionRunner>(options.num_threads);
+    for (const std::string& address : options.attention_nodes) {
+      e->attention_nodes_.push_back(std::make_unique<AttentionNodeClient>(address));
+    }
   }
   return e;
+}
+
+std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(int64_t n_prompt, int64_t max_tokens,
+                                                          int64_t budget) {
+  const model::ModelConfig& c = weights_->config();
+  magicpig::v1::ShardShape shape;
+  SparseAttentionRouter probe(c, attention_, hash_.get(), nullptr, nullptr);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (!probe.IsDense(l)) shape.add_layers(static_cast<int32_t>(l));
+  }
+  shape.set_n_kv_heads(static_cast<int32_t>(c.n_head_kv));
+  shape.set_group(static_cast<int32_t>(c.n_head / c.n_head_kv));
+  shape.set_head_dim(static_cast<int32_t>(c.head_dim));
+  shape.set_lsh_k(attention_.lsh_k);
+  shape.set_lsh_l(attention_.lsh_l);
+  shape.set_dtype(attention_.storage == KvStorage::kF32 ? magicpig::v1::KV_DTYPE_F32
+                                                        : magicpig::v1::KV_DTYPE_BF16);
+  switch (attention_.mode) {
+    case AttentionMode::kTopK:
+      shape.set_estimator(magicpig::v1::ESTIMATOR_TOPK);
+      break;
+    case AttentionMode::kOracle:
+      shape.set_estimator(magicpig::v1::ESTIMATOR_ORACLE);
+      break;
+    default:
+      shape.set_estimator(magicpig::v1::ESTIMATOR_MAGICPIG);
+      break;
+  }
+  shape.set_budget(budget);
+  shape.set_seed(attention_.lsh_seed);
+  std::vector<AttentionNodeClient*> nodes;
+  for (auto& n : attention_nodes_) nodes.push_back(n.get());
+  // Tokens that may later leave the static window: everything generated.
+  return std::make_unique<RemoteAttentionShards>(
+      std::move(nodes),
+      absl::StrCat("seq-", getpid(), "-", reinterpret_cast<uintptr_t>(this), "-", next_sequence_++),
+      shape, max_tokens + attention_.window_budget);
 }
 
 absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
@@ -121,10 +163,14 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
         estimator = std::make_unique<OracleEstimator>(budget, attention_.lsh_seed);
         break;
     }
-    shards = std::make_unique<LocalAttentionShards>(
-        c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim,
-        attention_.lsh_k, attention_.lsh_l, attention_.storage, estimator.get(),
-        attention_runner_.get());
+    if (attention_nodes_.empty()) {
+      shards = std::make_unique<LocalAttentionShards>(
+          c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim,
+          attention_.lsh_k, attention_.lsh_l, attention_.storage, estimator.get(),
+          attention_runner_.get());
+    } else {
+      shards = MakeRemoteShards(n_prompt, request.max_tokens, budget);
+    }
     router = std::make_unique<SparseAttentionRouter>(c, attention_, hash_.get(), shards.get(),
                                                      backend_.get());
   }

@@ -21,6 +21,7 @@
 #include "attn_node/core/attention_runner.h"
 #include "gpu_node/backend/backend.h"
 #include "gpu_node/engine/attention_router.h"
+#include "gpu_node/engine/remote_attention_shards.h"
 #include "gpu_node/engine/sampler.h"
 #include "gpu_node/engine/transformer.h"
 #include "gpu_node/model/chat_template.h"
@@ -38,6 +39,8 @@ struct EngineOptions {
   bool float_activations = false;
   // Decode-time attention: MagicPIG by default; kFull keeps every step exact.
   SparseAttentionOptions attention;
+  // Attention nodes ("host:port") holding the offloaded keys; empty: in this process (embedded).
+  std::vector<std::string> attention_nodes;
 };
 
 struct GenerateRequest {
@@ -105,6 +108,8 @@ class Engine {
 
  private:
   Engine() = default;
+  std::unique_ptr<AttentionShards> MakeRemoteShards(int64_t n_prompt, int64_t max_tokens,
+                                                    int64_t budget);
 
   std::unique_ptr<backend::Backend> backend_;
   std::shared_ptr<const model::GgufFile> file_;
@@ -115,6 +120,8 @@ class Engine {
   SparseAttentionOptions attention_;
   std::unique_ptr<SimHash> hash_;  // when attention_.mode != kFull
   std::unique_ptr<AttentionRunner> attention_runner_;
+  std::vector<std::unique_ptr<AttentionNodeClient>> attention_nodes_;
+  int64_t next_sequence_ = 0;
   int64_t context_length_ = 0;
   int64_t prefill_chunk_ = 256;
   absl::Mutex mu_;

@@ -1,0 +1,262 @@
+#include "gpu_node/engine/remote_attention_shards.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/code_packing.h"
+#include "common/status_macros.h"
+
+namespace magicpig::engine {
+namespace v1 = ::magicpig::v1;
+
+AttentionNodeClient::AttentionNodeClient(std::string address)
+    : address_(std::move(address)),
+      channel_(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials())),
+      stub_(v1::AttentionService::NewStub(channel_)) {}
+
+absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view address) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(std::string(what), " on attention node ", std::string(address),
+                                   ": ", s.error_message()));
+}
+
+RemoteAttentionShards::RemoteAttentionShards(std::vector<AttentionNodeClient*> nodes,
+                                             std::string sequence_id, v1::ShardShape shape,
+                                             int64_t reserve_tokens)
+    : nodes_(std::move(nodes)),
+      sequence_id_(std::move(sequence_id)),
+      shape_(std::move(shape)),
+      reserve_tokens_(reserve_tokens) {
+  int64_t max_layer = 0;
+  for (int32_t l : shape_.layers()) max_layer = std::max<int64_t>(max_layer, l);
+  layer_size_.assign(static_cast<size_t>(max_layer + 1), 0);
+}
+
+RemoteAttentionShards::~RemoteAttentionShards() { Release(); }
+
+void RemoteAttentionShards::Release() {
+  for (Range& r : ranges_) {
+    if (r.attend_stream != nullptr) {
+      r.attend_stream->WritesDone();
+      (void)r.attend_stream->Finish();
+      r.attend_stream.reset();
+      r.attend_context.reset();
+    }
+    grpc::ClientContext ctx;
+    v1::ReleaseSequenceRequest req;
+    v1::ReleaseSequenceResponse resp;
+    req.set_sequence_id(sequence_id_);
+    (void)nodes_[static_cast<size_t>(r.node)]->stub().ReleaseSequence(&ctx, req, &resp);
+  }
+  ranges_.clear();
+}
+
+absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
+  std::vector<int> candidates;
+  for (size_t i = 0; i < nodes_.size(); ++i) candidates.push_back(static_cast<int>(i));
+  absl::Status last_refusal;
+  while (!candidates.empty()) {
+    // Free memory per candidate; a node that does not answer is left out.
+    std::vector<int> live;
+    std::vector<int64_t> free;
+    for (int c : candidates) {
+      grpc::ClientContext ctx;
+      v1::NodeStatusRequest req;
+      v1::NodeStatusResponse st;
+      if (!nodes_[static_cast<size_t>(c)]->stub().NodeStatus(&ctx, req, &st).ok()) continue;
+      if (st.draining()) continue;
+      live.push_back(c);
+      free.push_back(std::max<int64_t>(0, st.memory_budget_bytes() - st.memory_used_bytes()));
+    }
+    int64_t total = 0;
+    for (int64_t f : free) total += f;
+    if (live.empty() || total == 0) break;
+    // Contiguous ranges in node order, sized in proportion to free memory.
+    std::vector<Range> ranges;
+    int64_t at = begin;
+    for (size_t i = 0; i < live.size(); ++i) {
+      const int64_t len = i + 1 == live.size()
+                              ? begin + n - at
+                              : static_cast<int64_t>(static_cast<double>(n) * free[i] / total);
+      if (len <= 0) continue;
+      Range r;
+      r.node = live[i];
+      r.begin = at;
+      r.end = at + len;
+      at += len;
+      ranges.push_back(std::move(r));
+    }
+    absl::Status status;
+    size_t created = 0;
+    for (; created < ranges.size(); ++created) {
+      Range& r = ranges[created];
+      grpc::ClientContext ctx;
+      v1::CreateSequenceRequest req;
+      v1::CreateSequenceResponse resp;
+      req.set_sequence_id(sequence_id_);
+      *req.mutable_shape() = shape_;
+      req.set_token_begin(r.begin);
+      req.set_max_tokens(r.end - r.begin + (created + 1 == ranges.size() ? reserve_tokens_ : 0));
+      AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
+      status =
+          FromGrpc(node.stub().CreateSequence(&ctx, req, &resp), "CreateSequence", node.address());
+      if (!status.ok()) break;
+    }
+    if (status.ok()) {
+      ranges_ = std::move(ranges);
+      return absl::OkStatus();
+    }
+    // Undo this attempt; a full node leaves the placement, anything else is an error.
+    for (size_t i = 0; i < created; ++i) {
+      grpc::ClientContext ctx;
+      v1::ReleaseSequenceRequest req;
+      v1::ReleaseSequenceResponse resp;
+      req.set_sequence_id(sequence_id_);
+      (void)nodes_[static_cast<size_t>(ranges[i].node)]->stub().ReleaseSequence(&ctx, req, &resp);
+    }
+    if (!absl::IsResourceExhausted(status)) return status;
+    last_refusal = status;
+    candidates.erase(std::find(candidates.begin(), candidates.end(), ranges[created].node));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "no attention node has room for the ", n, " offloaded tokens of sequence ", sequence_id_,
+      last_refusal.ok() ? "" : absl::StrCat(" (last refusal: ", last_refusal.message(), ")")));
+}
+
+absl::Status RemoteAttentionShards::SendRows(Range& range, int64_t layer, int64_t first_pos,
+                                             int64_t n, int64_t row_offset, int64_t total_rows,
+                                             const float* keys, const float* values,
+                                             const uint16_t* codes) {
+  const int64_t n_kv = shape_.n_kv_heads(), d = shape_.head_dim(), l = shape_.lsh_l();
+  // About 1 MiB of keys + values per chunk.
+  const int64_t per_chunk = std::clamp<int64_t>((int64_t{1} << 20) / (n_kv * d * 8), 1, 4096);
+  AttentionNodeClient& node = *nodes_[static_cast<size_t>(range.node)];
+  grpc::ClientContext ctx;
+  v1::AppendKvResponse resp;
+  std::unique_ptr<grpc::ClientWriter<v1::KvChunk>> writer = node.stub().AppendKV(&ctx, &resp);
+  std::vector<uint16_t> chunk_codes;
+  for (int64_t c0 = 0; c0 < n; c0 += per_chunk) {
+    const int64_t cn = std::min(per_chunk, n - c0);
+    v1::KvChunk chunk;
+    chunk.set_sequence_id(sequence_id_);
+    chunk.set_layer(static_cast<int32_t>(layer));
+    chunk.set_first_pos(first_pos + c0);
+    chunk.set_n_tokens(static_cast<int32_t>(cn));
+    std::string* k = chunk.mutable_keys();
+    std::string* v = chunk.mutable_values();
+    k->resize(static_cast<size_t>(n_kv * cn * d * 4));
+    v->resize(k->size());
+    chunk_codes.resize(static_cast<size_t>(n_kv * cn * l));
+    for (int64_t g = 0; g < n_kv; ++g) {
+      const int64_t src_row = g * total_rows + row_offset + c0;
+      std::memcpy(k->data() + g * cn * d * 4, keys + src_row * d, cn * d * 4);
+      std::memcpy(v->data() + g * cn * d * 4, values + src_row * d, cn * d * 4);
+      std::copy(codes + src_row * l, codes + (src_row + cn) * l, chunk_codes.begin() + g * cn * l);
+    }
+    MAGICPIG_RETURN_IF_ERROR(
+        PackCodes(chunk_codes.data(), n_kv * cn * l, shape_.lsh_k(), chunk.mutable_codes()));
+    if (!writer->Write(chunk)) break;  // the stream failed: Finish says why
+  }
+  writer->WritesDone();
+  MAGICPIG_RETURN_IF_ERROR(FromGrpc(writer->Finish(), "AppendKV", node.address()));
+  range.bytes = resp.bytes();
+  return absl::OkStatus();
+}
+
+absl::Status RemoteAttentionShards::Append(int64_t layer, int64_t first_pos, int64_t n,
+                                           const float* keys, const float* values,
+                                           const uint16_t* codes) {
+  if (n <= 0) return absl::OkStatus();
+  if (ranges_.empty()) MAGICPIG_RETURN_IF_ERROR(Place(first_pos, n));
+  // Rows past the placed region (tokens leaving the static window) go to the last range.
+  if (first_pos + n > ranges_.back().end) ranges_.back().end = first_pos + n;
+  for (Range& r : ranges_) {
+    const int64_t lo = std::max(r.begin, first_pos), hi = std::min(r.end, first_pos + n);
+    if (lo >= hi) continue;
+    MAGICPIG_RETURN_IF_ERROR(
+        SendRows(r, layer, lo, hi - lo, lo - first_pos, n, keys, values, codes));
+  }
+  layer_size_[static_cast<size_t>(layer)] += n;
+  return absl::OkStatus();
+}
+
+absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const uint16_t* codes,
+                                           float scale, PartialAttention* out) {
+  const int64_t n_head = static_cast<int64_t>(shape_.n_kv_heads()) * shape_.group();
+  const int64_t d = shape_.head_dim();
+  v1::AttendRequest req;
+  req.set_step_id(++step_);
+  req.set_layer(static_cast<int32_t>(layer));
+  req.set_scale(scale);
+  v1::SequenceQuery* query = req.add_queries();
+  query->set_sequence_id(sequence_id_);
+  query->set_q(std::string(reinterpret_cast<const char*>(q), n_head * d * sizeof(float)));
+  MAGICPIG_RETURN_IF_ERROR(
+      PackCodes(codes, n_head * shape_.lsh_l(), shape_.lsh_k(), query->mutable_codes()));
+  // Send to every node first so they work in parallel, then collect.
+  for (Range& r : ranges_) {
+    AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
+    if (r.attend_stream == nullptr) {
+      r.attend_context = std::make_unique<grpc::ClientContext>();
+      r.attend_stream = node.stub().Attend(r.attend_context.get());
+    }
+    if (!r.attend_stream->Write(req)) {
+      r.attend_stream->WritesDone();
+      grpc::Status s = r.attend_stream->Finish();
+      r.attend_stream.reset();
+      return FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed") : s,
+                      "Attend", node.address());
+    }
+  }
+  node_parts_.assign(ranges_.size() * static_cast<size_t>(n_head), PartialAttention{});
+  for (size_t ri = 0; ri < ranges_.size(); ++ri) {
+    Range& r = ranges_[ri];
+    AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
+    v1::AttendResponse resp;
+    if (!r.attend_stream->Read(&resp)) {
+      r.attend_stream->WritesDone();
+      grpc::Status s = r.attend_stream->Finish();
+      r.attend_stream.reset();
+      return FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed") : s,
+                      "Attend", node.address());
+    }
+    if (resp.step_id() != req.step_id() || resp.partials_size() != 1 ||
+        resp.partials(0).o().size() != static_cast<size_t>(n_head * d * 4) ||
+        resp.partials(0).lse_size() != n_head || resp.partials(0).n_touched_size() != n_head) {
+      return absl::InternalError(
+          absl::StrCat("malformed Attend response from attention node ", node.address()));
+    }
+    const v1::SequencePartial& p = resp.partials(0);
+    for (int64_t h = 0; h < n_head; ++h) {
+      PartialAttention& part = node_parts_[ri * n_head + h];
+      part.o.resize(static_cast<size_t>(d));
+      std::memcpy(part.o.data(), p.o().data() + h * d * 4, d * 4);
+      part.lse = p.lse(static_cast<int>(h));
+      part.n_touched = p.n_touched(static_cast<int>(h));
+    }
+  }
+  std::vector<PartialAttention> per_head(ranges_.size());
+  for (int64_t h = 0; h < n_head; ++h) {
+    for (size_t ri = 0; ri < ranges_.size(); ++ri) per_head[ri] = node_parts_[ri * n_head + h];
+    out[h] = MergePartials(per_head);
+    if (out[h].o.empty()) out[h].o.assign(static_cast<size_t>(d), 0.0f);
+  }
+  return absl::OkStatus();
+}
+
+int64_t RemoteAttentionShards::size(int64_t layer) const {
+  return layer < static_cast<int64_t>(layer_size_.size()) ? layer_size_[static_cast<size_t>(layer)]
+                                                          : 0;
+}
+
+int64_t RemoteAttentionShards::bytes() const {
+  int64_t b = 0;
+  for (const Range& r : ranges_) b += r.bytes;
+  return b;
+}
+
+}  // namespace magicpig::engine

@@ -1,0 +1,93 @@
+// RemoteAttentionShards: a sequence's offloaded keys on attention nodes over gRPC (DESIGN §2-§5,
+// proto/magicpig/v1/attention.proto).
+//
+// Placement: at the first Append (the prompt region of the first sparse layer) the region is split
+// into contiguous token ranges over the nodes in proportion to their free memory (NodeStatus); each
+// range becomes a shard (CreateSequence) reserving room for its tokens, and the last range also for
+// `reserve_tokens` more (the tokens that later leave the static window). A node that answers
+// RESOURCE_EXHAUSTED is dropped from this sequence's placement and the region is split again over
+// the others; with no room anywhere the Append fails with RESOURCE_EXHAUSTED naming the size.
+// Every sparse layer uses the same ranges. Rows travel in AppendKV chunks of about 1 MiB.
+//
+// Attend sends one AttendRequest per node holding a range (on a bidi stream kept per node for the
+// sequence), then reads the answers and merges the per-node partials of each head by LSE.
+//
+// Thread-safety: one instance per sequence, one caller at a time. AttentionNodeClient is shared by
+// all sequences and thread-safe (gRPC stubs are).
+#ifndef MAGICPIG_GPU_NODE_ENGINE_REMOTE_ATTENTION_SHARDS_H_
+#define MAGICPIG_GPU_NODE_ENGINE_REMOTE_ATTENTION_SHARDS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gpu_node/engine/attention_shards.h"
+#include "grpcpp/grpcpp.h"
+#include "magicpig/v1/attention.grpc.pb.h"
+
+namespace magicpig::engine {
+
+// One attention node: its address and a channel/stub to it.
+class AttentionNodeClient {
+ public:
+  explicit AttentionNodeClient(std::string address);
+  const std::string& address() const { return address_; }
+  magicpig::v1::AttentionService::Stub& stub() { return *stub_; }
+
+ private:
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<magicpig::v1::AttentionService::Stub> stub_;
+};
+
+// A gRPC status as an absl::Status (same code), prefixed with what failed and where.
+absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view address);
+
+class RemoteAttentionShards final : public AttentionShards {
+ public:
+  // shape: the sparse layers, heads, (K, L), dtype and estimator of every shard of the sequence.
+  RemoteAttentionShards(std::vector<AttentionNodeClient*> nodes, std::string sequence_id,
+                        magicpig::v1::ShardShape shape, int64_t reserve_tokens);
+  ~RemoteAttentionShards() override;  // releases the sequence on every node
+
+  absl::Status Append(int64_t layer, int64_t first_pos, int64_t n, const float* keys,
+                      const float* values, const uint16_t* codes) override;
+  absl::Status Attend(int64_t layer, const float* q, const uint16_t* codes, float scale,
+                      PartialAttention* out) override;
+  int64_t size(int64_t layer) const override;
+  int64_t bytes() const override;
+
+  // Node address and [begin, end) token range of each shard (the router's shard map).
+  struct Range {
+    int node = 0;
+    int64_t begin = 0, end = 0;  // end grows on the last range as tokens are appended
+    int64_t bytes = 0;           // as last reported by the node
+    std::unique_ptr<grpc::ClientContext> attend_context;
+    std::unique_ptr<
+        grpc::ClientReaderWriter<magicpig::v1::AttendRequest, magicpig::v1::AttendResponse>>
+        attend_stream;
+  };
+  const std::vector<Range>& ranges() const { return ranges_; }
+
+ private:
+  absl::Status Place(int64_t begin, int64_t n);
+  absl::Status SendRows(Range& range, int64_t layer, int64_t first_pos, int64_t n,
+                        int64_t row_offset, int64_t total_rows, const float* keys,
+                        const float* values, const uint16_t* codes);
+  void Release();
+
+  std::vector<AttentionNodeClient*> nodes_;
+  std::string sequence_id_;
+  magicpig::v1::ShardShape shape_;
+  int64_t reserve_tokens_;
+  std::vector<Range> ranges_;
+  std::vector<int64_t> layer_size_;  // tokens per layer (indexed by layer id)
+  uint64_t step_ = 0;
+  std::vector<PartialAttention> node_parts_;
+};
+
+}  // namespace magicpig::engine
+
+#endif  // MAGICPIG_GPU_NODE_ENGINE_REMOTE_ATTENTION_SHARDS_H_
