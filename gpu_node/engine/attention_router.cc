@@ -37,12 +37,13 @@ absl::StatusOr<AttentionMode> ParseAttentionMode(std::string_view name) {
 SparseAttentionRouter::SparseAttentionRouter(const model::ModelConfig& config,
                                              const SparseAttentionOptions& options,
                                              const SimHash* hash, AttentionShards* shards,
-                                             backend::Backend* backend)
+                                             backend::Backend* backend, KvCache* kv)
     : config_(config),
       options_(options),
       hash_(hash),
       shards_(shards),
       backend_(backend),
+      kv_(kv),
       dense_(static_cast<size_t>(config.n_layer), false),
       layers_(static_cast<size_t>(config.n_layer)) {
   std::vector<int64_t> dense = options.dense_layers;
@@ -97,9 +98,35 @@ absl::Status SparseAttentionRouter::Offload(int64_t layer, const backend::KvLaye
   return absl::OkStatus();
 }
 
-absl::Status SparseAttentionRouter::OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
-                                                  int64_t n_tokens) {
-  if (IsDense(layer)) return absl::OkStatus();
+template <typename Op>
+absl::Status SparseAttentionRouter::WithRecovery(Op op) {
+  absl::Status status = op();
+  const int64_t max_recoveries = 8;
+  while (!status.ok() && kv_ != nullptr && shards_->IsRecoverable(status) &&
+         stats_.recoveries < max_recoveries) {
+    MAGICPIG_RETURN_IF_ERROR(Recover());
+    status = op();
+  }
+  return status;
+}
+
+absl::Status SparseAttentionRouter::Recover() {
+  ++stats_.recoveries;
+  shards_->Reset();
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    const Layer& st = layers_[static_cast<size_t>(l)];
+    if (!st.offloaded) continue;
+    absl::Status s = Offload(l, kv_->layer(l), options_.n_sinks, st.window_begin);
+    if (!s.ok()) {
+      if (shards_->IsRecoverable(s) && stats_.recoveries < 8) return Recover();
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseAttentionRouter::OffloadNew(int64_t layer, const backend::KvLayerView& cache,
+                                               int64_t n_tokens) {
   Layer& st = layers_[static_cast<size_t>(layer)];
   if (!st.offloaded) {
     // Offload [n_sinks, n - n_local) once it holds anything (at prefill for any real prompt).
@@ -114,6 +141,12 @@ absl::Status SparseAttentionRouter::OnLayerStored(int64_t layer, const backend::
   return absl::OkStatus();
 }
 
+absl::Status SparseAttentionRouter::OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
+                                                  int64_t n_tokens) {
+  if (IsDense(layer)) return absl::OkStatus();
+  return WithRecovery([&] { return OffloadNew(layer, cache, n_tokens); });
+}
+
 absl::StatusOr<bool> SparseAttentionRouter::Attend(int64_t layer, const float* q, int64_t pos,
                                                    const backend::KvLayerView& cache, float scale,
                                                    float* out) {
@@ -126,7 +159,10 @@ absl::StatusOr<bool> SparseAttentionRouter::Attend(int64_t layer, const float* q
   codes_.resize(static_cast<size_t>(n_head * hash_->l()));
   MAGICPIG_RETURN_IF_ERROR(hash_->Codes(q, n_head, hd, codes_.data()));
   parts_.assign(static_cast<size_t>(n_head), PartialAttention{});
-  MAGICPIG_RETURN_IF_ERROR(shards_->Attend(layer, q, codes_.data(), scale, parts_.data()));
+  MAGICPIG_RETURN_IF_ERROR(WithRecovery([&] {
+    parts_.assign(static_cast<size_t>(n_head), PartialAttention{});
+    return shards_->Attend(layer, q, codes_.data(), scale, parts_.data());
+  }));
   const int64_t offloaded = shards_->size(layer);
   // Static window: sinks and [window_begin, pos].
   const std::pair<int64_t, int64_t> ranges[2] = {{0, std::min(options_.n_sinks, pos + 1)},

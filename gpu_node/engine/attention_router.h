@@ -18,6 +18,11 @@
 // In embedded mode the compute node's fp16 KV cache still holds every position (docs/decisions.md:
 // the memory split between nodes comes with the attention service, issue #4).
 //
+// When the shards fail in a way they call recoverable (an attention node died), the router resets
+// them and offloads every layer again from the compute node's cache, which in this version still
+// holds every position, then retries the step: the same centres and hash give the same sample
+// sets, so generation continues with the same tokens.
+//
 // Thread-safety: one router per sequence, used by one decode loop at a time; the shared SimHash is
 // thread-safe.
 #ifndef MAGICPIG_GPU_NODE_ENGINE_ATTENTION_ROUTER_H_
@@ -34,6 +39,7 @@
 #include "attn_node/core/simhash.h"
 #include "gpu_node/backend/backend.h"
 #include "gpu_node/engine/attention_shards.h"
+#include "gpu_node/engine/kv_cache.h"
 #include "gpu_node/engine/transformer.h"
 #include "gpu_node/model/model_config.h"
 
@@ -61,13 +67,17 @@ struct SparseAttentionOptions {
 struct SparseAttentionStats {
   int64_t keys_touched = 0;    // sum over sparse (layer, head, step) of keys the estimator used
   int64_t keys_offloaded = 0;  // sum over the same of the keys in the shards
+  int64_t recoveries = 0;      // times the shards were rebuilt after a node failure
 };
 
 class SparseAttentionRouter final : public LayerAttentionHook {
  public:
   // hash: d = head_dim, (K, L) of options; shards and backend outlive the router.
+  // kv: the sequence's cache (every layer), read again to re-offload after a shard failure; may be
+  // null (then failures are returned as they are).
   SparseAttentionRouter(const model::ModelConfig& config, const SparseAttentionOptions& options,
-                        const SimHash* hash, AttentionShards* shards, backend::Backend* backend);
+                        const SimHash* hash, AttentionShards* shards, backend::Backend* backend,
+                        KvCache* kv = nullptr);
 
   absl::Status OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
                              int64_t n_tokens) override;
@@ -87,12 +97,21 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   // to the shards.
   absl::Status Offload(int64_t layer, const backend::KvLayerView& cache, int64_t begin,
                        int64_t end);
+  absl::Status OffloadNew(int64_t layer, const backend::KvLayerView& cache, int64_t n_tokens);
+  // After a recoverable shard failure: forget the shards and offload every layer's region again
+  // from the cache, with the same centres (so the same codes and the same sample sets).
+  absl::Status Recover();
+  // Runs `op`; on a recoverable failure recovers and runs it once more (per failure, up to one
+  // recovery per attention node).
+  template <typename Op>
+  absl::Status WithRecovery(Op op);
 
   model::ModelConfig config_;
   SparseAttentionOptions options_;
   const SimHash* hash_;
   AttentionShards* shards_;
   backend::Backend* backend_;
+  KvCache* kv_;
   std::vector<bool> dense_;
   std::vector<Layer> layers_;
   SparseAttentionStats stats_;

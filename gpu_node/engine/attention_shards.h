@@ -30,6 +30,12 @@ class AttentionShards {
   virtual absl::Status Attend(int64_t layer, const float* q, const uint16_t* codes, float scale,
                               PartialAttention* out) = 0;
 
+  // True for a failure of where the shards live (a node died or stopped answering) that Reset and
+  // a fresh Append of every layer can repair.
+  virtual bool IsRecoverable(const absl::Status& status) const { return false; }
+  // Forgets every layer (releasing what is still reachable) so the router can offload again.
+  virtual void Reset() {}
+
   // Keys held for `layer` (per kv head) and memory held by all layers.
   virtual int64_t size(int64_t layer) const = 0;
   virtual int64_t bytes() const = 0;

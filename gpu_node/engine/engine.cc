@@ -172,7 +172,7 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
       shards = MakeRemoteShards(n_prompt, request.max_tokens, budget);
     }
     router = std::make_unique<SparseAttentionRouter>(c, attention_, hash_.get(), shards.get(),
-                                                     backend_.get());
+                                                     backend_.get(), kv.get());
   }
 
   auto start = std::chrono::steady_clock::now();
@@ -217,6 +217,7 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
     result.stats.attention_keys_touched = router->stats().keys_touched;
     result.stats.attention_keys_offloaded = router->stats().keys_offloaded;
     result.stats.attention_shard_bytes = shards->bytes();
+    result.stats.attention_recoveries = router->stats().recoveries;
   }
   return result;
 }

@@ -64,6 +64,7 @@ struct GenerateStats {
   int64_t attention_keys_touched = 0;
   int64_t attention_keys_offloaded = 0;
   int64_t attention_shard_bytes = 0;  // memory of the sequence's shards (KV + tables) at the end
+  int64_t attention_recoveries = 0;   // shard rebuilds after attention-node failures
   double sampled_fraction() const;
   double prefill_tokens_per_second() const;
   double decode_tokens_per_second() const;

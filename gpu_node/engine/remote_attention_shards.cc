@@ -55,9 +55,32 @@ void RemoteAttentionShards::Release() {
   ranges_.clear();
 }
 
+bool RemoteAttentionShards::IsRecoverable(const absl::Status& status) const {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+         absl::IsCancelled(status) || absl::IsAborted(status) || absl::IsNotFound(status);
+}
+
+absl::Status RemoteAttentionShards::NoteFailure(const Range& range, absl::Status status) {
+  if (IsRecoverable(status) &&
+      std::find(failed_.begin(), failed_.end(), range.node) == failed_.end()) {
+    failed_.push_back(range.node);
+  }
+  return status;
+}
+
+void RemoteAttentionShards::Reset() {
+  // Streams to a dead node end with an error; Release ignores it.
+  Release();
+  std::fill(layer_size_.begin(), layer_size_.end(), 0);
+}
+
 absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
   std::vector<int> candidates;
-  for (size_t i = 0; i < nodes_.size(); ++i) candidates.push_back(static_cast<int>(i));
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (std::find(failed_.begin(), failed_.end(), static_cast<int>(i)) == failed_.end()) {
+      candidates.push_back(static_cast<int>(i));
+    }
+  }
   absl::Status last_refusal;
   while (!candidates.empty()) {
     // Free memory per candidate; a node that does not answer is left out.
@@ -162,7 +185,8 @@ absl::Status RemoteAttentionShards::SendRows(Range& range, int64_t layer, int64_
     if (!writer->Write(chunk)) break;  // the stream failed: Finish says why
   }
   writer->WritesDone();
-  MAGICPIG_RETURN_IF_ERROR(FromGrpc(writer->Finish(), "AppendKV", node.address()));
+  MAGICPIG_RETURN_IF_ERROR(
+      NoteFailure(range, FromGrpc(writer->Finish(), "AppendKV", node.address())));
   range.bytes = resp.bytes();
   return absl::OkStatus();
 }
@@ -208,8 +232,9 @@ absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const 
       r.attend_stream->WritesDone();
       grpc::Status s = r.attend_stream->Finish();
       r.attend_stream.reset();
-      return FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed") : s,
-                      "Attend", node.address());
+      return NoteFailure(
+          r, FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed") : s,
+                      "Attend", node.address()));
     }
   }
   node_parts_.assign(ranges_.size() * static_cast<size_t>(n_head), PartialAttention{});
@@ -221,8 +246,9 @@ absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const 
       r.attend_stream->WritesDone();
       grpc::Status s = r.attend_stream->Finish();
       r.attend_stream.reset();
-      return FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed") : s,
-                      "Attend", node.address());
+      return NoteFailure(
+          r, FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed") : s,
+                      "Attend", node.address()));
     }
     if (resp.step_id() != req.step_id() || resp.partials_size() != 1 ||
         resp.partials(0).o().size() != static_cast<size_t>(n_head * d * 4) ||

@@ -58,6 +58,12 @@ class RemoteAttentionShards final : public AttentionShards {
                       PartialAttention* out) override;
   int64_t size(int64_t layer) const override;
   int64_t bytes() const override;
+  // UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, ABORTED or NOT_FOUND (a restarted node no longer
+  // knows the sequence) from a node: the sequence is placed again on the nodes that answer.
+  bool IsRecoverable(const absl::Status& status) const override;
+  void Reset() override;
+  // Nodes that failed during this sequence (left out of later placements).
+  int failed_nodes() const { return static_cast<int>(failed_.size()); }
 
   // Node address and [begin, end) token range of each shard (the router's shard map).
   struct Range {
@@ -73,6 +79,8 @@ class RemoteAttentionShards final : public AttentionShards {
 
  private:
   absl::Status Place(int64_t begin, int64_t n);
+  // Records the node of `range` as failed when `status` is recoverable; returns status.
+  absl::Status NoteFailure(const Range& range, absl::Status status);
   absl::Status SendRows(Range& range, int64_t layer, int64_t first_pos, int64_t n,
                         int64_t row_offset, int64_t total_rows, const float* keys,
                         const float* values, const uint16_t* codes);
@@ -83,6 +91,7 @@ class RemoteAttentionShards final : public AttentionShards {
   magicpig::v1::ShardShape shape_;
   int64_t reserve_tokens_;
   std::vector<Range> ranges_;
+  std::vector<int> failed_;          // node indices that failed for this sequence
   std::vector<int64_t> layer_size_;  // tokens per layer (indexed by layer id)
   uint64_t step_ = 0;
   std::vector<PartialAttention> node_parts_;
