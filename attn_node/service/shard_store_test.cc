@@ -1,0 +1,141 @@
+// ShardStore without gRPC: two-phase appends racing on one layer (the second commit is refused and
+// changes nothing), a commit after release, concurrent Attend and Commit, and the budget check of
+// an append.
+#include "attn_node/service/shard_store.h"
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attn_node/core/simhash.h"
+#include "attn_node/service/service_test_util.h"
+#include "gtest/gtest.h"
+
+namespace magicpig {
+namespace {
+
+using testing::LayerData;
+
+constexpr int kKv = 2, kGroup = 2, kD = 16, kK = 4, kL = 6;
+
+SequenceSpec Spec(const std::string& id, int64_t max_tokens,
+                  EstimatorKind estimator = EstimatorKind::kFull) {
+  SequenceSpec s;
+  s.id = id;
+  s.layers = {0, 1};
+  s.n_kv_heads = kKv;
+  s.group = kGroup;
+  s.head_dim = kD;
+  s.lsh_k = kK;
+  s.lsh_l = kL;
+  s.storage = KvStorage::kF32;
+  s.estimator = estimator;
+  s.max_tokens = max_tokens;
+  return s;
+}
+
+// Views into a chunk message built by the test helpers.
+ChunkView View(const v1::KvChunk& c) {
+  ChunkView v;
+  v.sequence_id = c.sequence_id();
+  v.layer = c.layer();
+  v.first_pos = c.first_pos();
+  v.n_tokens = c.n_tokens();
+  v.keys = c.keys();
+  v.values = c.values();
+  v.codes = c.codes();
+  return v;
+}
+
+int64_t KeysHeld(ShardStore& store, const std::string& id, int layer, const SimHash& hash) {
+  std::mt19937 rng(1);
+  const std::vector<float> q = testing::Randn(kKv * kGroup * kD, rng);
+  v1::SequenceQuery m = testing::MakeQuery(id, q, hash, nullptr);
+  QueryView qv{m.sequence_id(), m.q(), m.codes()};
+  std::vector<SequencePartialResult> out;
+  absl::Status s = store.Attend(layer, 0.25f, {&qv, 1}, &out);
+  EXPECT_TRUE(s.ok()) << s;
+  return out.empty() ? -1 : out[0].n_keys;
+}
+
+TEST(ShardStoreTest, RacingAppendsToOneLayerCommitOnce) {
+  auto hash = SimHash::Create(kD, kK, kL, 5);
+  ASSERT_TRUE(hash.ok());
+  const LayerData data = testing::MakeLayer(*hash, kKv, 40, 2);
+  ShardStore store(int64_t{1} << 30);
+  ASSERT_TRUE(store.CreateSequence(Spec("s", 100)).ok());
+  AppendStaging a, b;
+  const v1::KvChunk chunk = testing::MakeChunk("s", 1, data, 0, 0, 20);
+  ASSERT_TRUE(store.Stage(View(chunk), &a).ok());
+  ASSERT_TRUE(store.Stage(View(chunk), &b).ok());  // both expect position 0
+  auto first = store.Commit(&a);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->tokens, 20);
+  auto second = store.Commit(&b);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(second.status().message().find("first_pos"), std::string::npos);
+  EXPECT_EQ(KeysHeld(store, "s", 1, *hash), 20);
+  EXPECT_EQ(KeysHeld(store, "s", 0, *hash), 0);
+  EXPECT_EQ(a.chunks(), 0);  // a commit empties the staging
+
+  // Staging then release: the commit finds nothing to commit to.
+  AppendStaging c;
+  ASSERT_TRUE(store.Stage(View(testing::MakeChunk("s", 1, data, 0, 20, 20)), &c).ok());
+  ASSERT_TRUE(store.ReleaseSequence("s").ok());
+  EXPECT_EQ(store.Commit(&c).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.Stats().memory_used_bytes, 0);
+}
+
+TEST(ShardStoreTest, AppendPastNodeBudgetIsRefused) {
+  auto hash = SimHash::Create(kD, kK, kL, 5);
+  ASSERT_TRUE(hash.ok());
+  const LayerData data = testing::MakeLayer(*hash, kKv, 40, 2);
+  // Admit with a reservation for 1 token, then shrink the room by admitting a second sequence:
+  // the estimate for 40 tokens no longer fits.
+  const int64_t small = EstimateSequenceBytes(Spec("a", 1));
+  const int64_t big = EstimateSequenceBytes(Spec("a", 40));
+  ShardStore store(small + big - 1);
+  ASSERT_TRUE(store.CreateSequence(Spec("a", 40)).ok());
+  EXPECT_EQ(store.CreateSequence(Spec("b", 40)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(store.ReleaseSequence("a").ok());
+  ASSERT_TRUE(store.CreateSequence(Spec("a", 1)).ok());
+  // "a" may hold 1 token per layer: 2 tokens are past its max_tokens.
+  AppendStaging s;
+  EXPECT_EQ(store.Stage(View(testing::MakeChunk("a", 0, data, 0, 0, 2)), &s).code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(store.Stage(View(testing::MakeChunk("a", 0, data, 0, 0, 1)), &s).ok());
+  ASSERT_TRUE(store.Commit(&s).ok());
+  EXPECT_EQ(store.Stats().memory_used_bytes, small);
+}
+
+TEST(ShardStoreTest, ConcurrentAttendAndAppend) {
+  auto hash = SimHash::Create(kD, kK, kL, 5);
+  ASSERT_TRUE(hash.ok());
+  const int n = 2000;
+  const LayerData data = testing::MakeLayer(*hash, kKv, n, 2);
+  ShardStore store(int64_t{1} << 30);
+  ASSERT_TRUE(store.CreateSequence(Spec("s", n, EstimatorKind::kMagicPig)).ok());
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int begin = 0; begin < n; begin += 100) {
+      AppendStaging s;
+      EXPECT_TRUE(store.Stage(View(testing::MakeChunk("s", 0, data, 0, begin, 100)), &s).ok());
+      EXPECT_TRUE(store.Commit(&s).ok());
+    }
+    done = true;
+  });
+  int64_t last = 0;
+  while (!done) {
+    const int64_t held = KeysHeld(store, "s", 0, *hash);
+    EXPECT_GE(held, last);
+    EXPECT_EQ(held % 100, 0);
+    last = held;
+  }
+  writer.join();
+  EXPECT_EQ(KeysHeld(store, "s", 0, *hash), n);
+}
+
+}  // namespace
+}  // namespace magicpig
