@@ -1,0 +1,80 @@
+#include "attn_node/service/attention_server.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "tbb/info.h"
+
+namespace magicpig {
+
+namespace {
+
+constexpr char kServiceName[] = "magicpig.v1.AttentionService";
+
+// "HOST:PORT" -> HOST (brackets of an IPv6 literal kept).
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
+    const AttentionServerOptions& options) {
+  if (options.memory_budget_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory budget must be >= 0, got ", options.memory_budget_bytes));
+  }
+  std::unique_ptr<AttentionServer> s(new AttentionServer());
+  const int threads = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
+  s->parallelism_ = std::make_unique<tbb::global_control>(
+      tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads) + 1);
+  s->store_ = std::make_unique<ShardStore>(options.memory_budget_bytes);
+  s->executor_ = std::make_unique<TaskExecutor>(threads);
+  s->service_ = std::make_unique<AttentionServiceImpl>(s->store_.get(), s->executor_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on '", options.listen_address, "'"));
+  }
+  s->port_ = port;
+  s->address_ = absl::StrCat(HostOf(options.listen_address), ":", port);
+  if (grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService()) {
+    health->SetServingStatus(true);
+    health->SetServingStatus(kServiceName, true);
+  }
+  return s;
+}
+
+AttentionServer::~AttentionServer() { Shutdown(std::chrono::system_clock::now()); }
+
+void AttentionServer::StartDraining() {
+  service_->StartDraining();
+  if (server_ != nullptr) {
+    if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+      health->SetServingStatus(kServiceName, false);
+      health->SetServingStatus(false);
+    }
+  }
+}
+
+void AttentionServer::Shutdown(std::chrono::system_clock::time_point deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  if (server_ == nullptr) return;
+  StartDraining();
+  server_->Shutdown(deadline);
+  server_->Wait();
+  executor_->WaitIdle();
+}
+
+}  // namespace magicpig

@@ -1,0 +1,353 @@
+#include "attn_node/service/attention_service.h"
+
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace magicpig {
+
+namespace {
+
+std::string_view View(const std::string& s) { return std::string_view(s.data(), s.size()); }
+
+ChunkView ChunkViewOf(const v1::KvChunk& c) {
+  ChunkView v;
+  v.sequence_id = View(c.sequence_id());
+  v.layer = c.layer();
+  v.first_pos = c.first_pos();
+  v.n_tokens = c.n_tokens();
+  v.keys = View(c.keys());
+  v.values = View(c.values());
+  v.codes = View(c.codes());
+  return v;
+}
+
+// AppendKV: stage chunks as they arrive, commit on the executor when the client half-closes.
+class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
+ public:
+  AppendReactor(grpc::CallbackServerContext* context, v1::AppendKvResponse* response,
+                ShardStore* store, TaskExecutor* executor)
+      : context_(context), response_(response), store_(store), executor_(executor) {
+    StartRead(&chunk_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // Half-close (commit) or cancellation (commit nothing).
+      if (context_->IsCancelled()) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "AppendKV cancelled; nothing committed"));
+        return;
+      }
+      executor_->Submit([this] {
+        absl::StatusOr<AppendResult> result = store_->Commit(&staging_);
+        if (result.ok()) {
+          response_->set_tokens(result->tokens);
+          response_->set_bytes(result->bytes);
+        }
+        Finish(ToGrpcStatus(result.status()));  // last touch of this reactor
+      });
+      return;
+    }
+    absl::Status status = store_->Stage(ChunkViewOf(chunk_), &staging_);
+    if (!status.ok()) {
+      // The staged chunks die with the reactor: nothing is committed.
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    StartRead(&chunk_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::CallbackServerContext* context_;
+  v1::AppendKvResponse* response_;
+  ShardStore* store_;
+  TaskExecutor* executor_;
+  v1::KvChunk chunk_;
+  AppendStaging staging_;
+};
+
+// Attend: read ahead, process one request at a time on the executor, write in order.
+//
+// Who may start which gRPC operation: reactions (OnReadDone / OnWriteDone / OnCancel) may start
+// reads and may finish when no request is being processed; while one is (busy_), only the task
+// processing it starts the write or the finish. Decisions are taken under mu_, operations are
+// started after releasing it (gRPC may run a reaction inline). The processing task holds a
+// reference (refs_) so the reactor outlives OnDone until the task has returned.
+class AttendReactor final : public grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse> {
+ public:
+  AttendReactor(ShardStore* store, TaskExecutor* executor) : store_(store), executor_(executor) {
+    {
+      absl::MutexLock lock(&mu_);
+      reading_ = true;
+    }
+    StartRead(&read_);
+  }
+
+  void OnReadDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      reading_ = false;
+      if (ok) {
+        queue_.push_back(std::move(read_));
+        read_.Clear();
+      } else {
+        reads_done_ = true;
+      }
+    }
+    Step();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
+      if (!ok && !error_) {
+        error_ = grpc::Status(grpc::StatusCode::CANCELLED, "Attend: write failed");
+      }
+    }
+    Step();
+  }
+
+  void OnCancel() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!error_) error_ = grpc::Status(grpc::StatusCode::CANCELLED, "Attend cancelled");
+    }
+    Step();
+  }
+
+  void OnDone() override {
+    bool last;
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      last = refs_ == 0;
+    }
+    if (last) delete this;
+  }
+
+ private:
+  // Starts whatever the state allows: a read, the next request, or the finish.
+  void Step() {
+    bool start_read = false;
+    std::optional<v1::AttendRequest> next;
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || busy_) {
+        // The processing task decides what comes next; we may only read ahead (below).
+      } else if (error_) {
+        finished_ = true;
+        finish = *error_;
+      } else if (!queue_.empty()) {
+        busy_ = true;
+        ++refs_;
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      } else if (reads_done_) {
+        finished_ = true;
+        finish = grpc::Status::OK;
+      }
+      start_read = !finished_ && !error_ && !reading_ && !reads_done_ &&
+                   queue_.size() < static_cast<size_t>(kMaxQueuedAttends);
+      if (start_read) reading_ = true;
+    }
+    if (start_read) StartRead(&read_);
+    if (next) {
+      executor_->Submit([this, request = std::move(*next)] { Process(request); });
+    }
+    if (finish) Finish(*finish);
+  }
+
+  // Runs on the executor: attention for one request, then its write (or the stream's finish).
+  void Process(const v1::AttendRequest& request) {
+    std::vector<QueryView> queries;
+    queries.reserve(static_cast<size_t>(request.queries_size()));
+    for (const v1::SequenceQuery& q : request.queries()) {
+      queries.push_back(QueryView{View(q.sequence_id()), View(q.q()), View(q.codes())});
+    }
+    std::vector<SequencePartialResult> results;
+    absl::Status status = store_->Attend(request.layer(), request.scale(), queries, &results);
+    write_.Clear();
+    if (status.ok()) {
+      write_.set_step_id(request.step_id());
+      for (size_t i = 0; i < results.size(); ++i) {
+        const SequencePartialResult& r = results[i];
+        v1::SequencePartial* p = write_.add_partials();
+        p->set_sequence_id(request.queries(static_cast<int>(i)).sequence_id());
+        p->mutable_o()->resize(r.o.size() * sizeof(float));
+        if (!r.o.empty()) std::memcpy(p->mutable_o()->data(), r.o.data(), r.o.size() * 4);
+        p->mutable_lse()->Add(r.lse.begin(), r.lse.end());
+        p->mutable_n_touched()->Add(r.n_touched.begin(), r.n_touched.end());
+        p->set_n_keys(r.n_keys);
+      }
+    }
+    bool write = false;
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!status.ok() && !error_) error_ = ToGrpcStatus(status);
+      if (error_) {
+        busy_ = false;
+        finished_ = true;
+        finish = *error_;
+      } else {
+        write = true;  // busy_ stays set until OnWriteDone
+      }
+    }
+    if (write) StartWrite(&write_);
+    if (finish) Finish(*finish);
+    Unref();
+  }
+
+  void Unref() {
+    bool last;
+    {
+      absl::MutexLock lock(&mu_);
+      last = --refs_ == 0 && done_;
+    }
+    if (last) delete this;
+  }
+
+  ShardStore* store_;
+  TaskExecutor* executor_;
+  v1::AttendRequest read_;    // the outstanding read's buffer
+  v1::AttendResponse write_;  // the outstanding write's buffer (one at a time)
+
+  absl::Mutex mu_;
+  std::deque<v1::AttendRequest> queue_ ABSL_GUARDED_BY(mu_);
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a request is being processed or written
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  int refs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<grpc::Status> error_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<EstimatorKind> EstimatorFromProto(v1::Estimator e) {
+  switch (e) {
+    case v1::ESTIMATOR_UNSPECIFIED:
+    case v1::ESTIMATOR_MAGICPIG:
+      return EstimatorKind::kMagicPig;
+    case v1::ESTIMATOR_FULL:
+      return EstimatorKind::kFull;
+    case v1::ESTIMATOR_TOPK:
+      return EstimatorKind::kTopK;
+    case v1::ESTIMATOR_ORACLE:
+      return EstimatorKind::kOracle;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape.estimator: unknown value ", static_cast<int>(e)));
+  }
+}
+
+absl::StatusOr<KvStorage> StorageFromProto(v1::KvDtype d) {
+  switch (d) {
+    case v1::KV_DTYPE_UNSPECIFIED:
+    case v1::KV_DTYPE_BF16:
+      return KvStorage::kBf16;
+    case v1::KV_DTYPE_F32:
+      return KvStorage::kF32;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape.dtype: unknown value ", static_cast<int>(d)));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<SequenceSpec> SequenceSpecFromProto(const v1::CreateSequenceRequest& request) {
+  if (!request.has_shape()) return absl::InvalidArgumentError("shape: missing");
+  const v1::ShardShape& shape = request.shape();
+  SequenceSpec spec;
+  spec.id = request.sequence_id();
+  spec.layers.assign(shape.layers().begin(), shape.layers().end());
+  spec.n_kv_heads = shape.n_kv_heads();
+  spec.group = shape.group();
+  spec.head_dim = shape.head_dim();
+  spec.lsh_k = shape.lsh_k();
+  spec.lsh_l = shape.lsh_l();
+  absl::StatusOr<KvStorage> storage = StorageFromProto(shape.dtype());
+  if (!storage.ok()) return storage.status();
+  spec.storage = *storage;
+  absl::StatusOr<EstimatorKind> estimator = EstimatorFromProto(shape.estimator());
+  if (!estimator.ok()) return estimator.status();
+  spec.estimator = *estimator;
+  spec.budget = shape.budget();
+  spec.seed = shape.seed();
+  spec.token_begin = request.token_begin();
+  spec.max_tokens = request.max_tokens();
+  if (absl::Status s = ValidateSequenceSpec(spec); !s.ok()) return s;
+  return spec;
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSequence(
+    grpc::CallbackServerContext* context, const v1::CreateSequenceRequest* request,
+    v1::CreateSequenceResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<SequenceSpec> spec = SequenceSpecFromProto(*request);
+  if (!spec.ok()) {
+    reactor->Finish(ToGrpcStatus(spec.status()));
+    return reactor;
+  }
+  executor_->Submit([this, reactor, response, spec = std::move(*spec)] {
+    absl::StatusOr<int64_t> reserved = store_->CreateSequence(spec);
+    if (reserved.ok()) response->set_bytes_reserved(*reserved);
+    reactor->Finish(ToGrpcStatus(reserved.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerReadReactor<v1::KvChunk>* AttentionServiceImpl::AppendKV(
+    grpc::CallbackServerContext* context, v1::AppendKvResponse* response) {
+  return new AppendReactor(context, response, store_, executor_);
+}
+
+grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttentionServiceImpl::Attend(
+    grpc::CallbackServerContext* context) {
+  return new AttendReactor(store_, executor_);
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::ReleaseSequence(
+    grpc::CallbackServerContext* context, const v1::ReleaseSequenceRequest* request,
+    v1::ReleaseSequenceResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Freeing a large sequence's buffers is not instant: off the reaction thread.
+  executor_->Submit([this, reactor, request, response] {
+    absl::StatusOr<int64_t> freed = store_->ReleaseSequence(View(request->sequence_id()));
+    if (freed.ok()) response->set_bytes_freed(*freed);
+    reactor->Finish(ToGrpcStatus(freed.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::NodeStatus(grpc::CallbackServerContext* context,
+                                                           const v1::NodeStatusRequest* request,
+                                                           v1::NodeStatusResponse* response) {
+  const StoreStats stats = store_->Stats();
+  response->set_memory_budget_bytes(stats.memory_budget_bytes);
+  response->set_memory_used_bytes(stats.memory_used_bytes);
+  response->set_sequences(stats.sequences);
+  response->set_draining(stats.draining);
+  response->set_threads(executor_->threads());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace magicpig

@@ -1,0 +1,76 @@
+// AttentionServiceImpl: magicpig.v1.AttentionService (proto/magicpig/v1/attention.proto) on the
+// gRPC callback API, a thin shell over a ShardStore (DESIGN §4, §5).
+//
+// - CreateSequence / ReleaseSequence: unary; the store call runs on the TaskExecutor and finishes
+//   the default reactor from there. NodeStatus answers inline (a few counters).
+// - AppendKV: a ServerReadReactor. Each chunk is decoded and checked on arrival (ShardStore::Stage;
+//   a bad chunk finishes the call at once with its status, nothing committed); when the client
+//   closes the stream, ShardStore::Commit (table builds) runs on the executor, which finishes the
+//   call. A cancelled stream commits nothing.
+// - Attend: a ServerBidiReactor. Requests are read ahead (up to kMaxQueuedAttends), processed one
+//   at a time in arrival order on the executor, and each response is written before the next
+//   request starts, so responses come in request order. An error (NOT_FOUND for an unknown
+//   sequence, INVALID_ARGUMENT naming the field) finishes the stream with that status.
+// Every absl::Status maps 1:1 to the grpc::Status of the same code.
+//
+// Draining: StartDraining makes CreateSequence answer UNAVAILABLE; calls in flight and the other
+// methods go on. (AttentionServer also flips the health status.)
+//
+// Thread-safety: the object is shared by all of gRPC's callback threads; it holds no per-call
+// state (reactors own theirs and delete themselves in OnDone). The store and the executor must
+// outlive the server that serves this service.
+#ifndef MAGICPIG_ATTN_NODE_SERVICE_ATTENTION_SERVICE_H_
+#define MAGICPIG_ATTN_NODE_SERVICE_ATTENTION_SERVICE_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "attn_node/service/shard_store.h"
+#include "attn_node/service/task_executor.h"
+#include "grpcpp/grpcpp.h"
+#include "magicpig/v1/attention.grpc.pb.h"
+
+namespace magicpig {
+
+// Attend requests read ahead of the one being processed, per stream.
+inline constexpr int kMaxQueuedAttends = 8;
+
+// The store's spec for a CreateSequenceRequest: INVALID_ARGUMENT naming the field for a missing
+// shape, an unknown dtype or estimator enum value, or anything ValidateSequenceSpec rejects.
+absl::StatusOr<SequenceSpec> SequenceSpecFromProto(const v1::CreateSequenceRequest& request);
+
+// The grpc::Status of the same code and message.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class AttentionServiceImpl final : public v1::AttentionService::CallbackService {
+ public:
+  // store and executor are borrowed and must outlive every call served.
+  AttentionServiceImpl(ShardStore* store, TaskExecutor* executor)
+      : store_(store), executor_(executor) {}
+
+  grpc::ServerUnaryReactor* CreateSequence(grpc::CallbackServerContext* context,
+                                           const v1::CreateSequenceRequest* request,
+                                           v1::CreateSequenceResponse* response) override;
+  grpc::ServerReadReactor<v1::KvChunk>* AppendKV(grpc::CallbackServerContext* context,
+                                                 v1::AppendKvResponse* response) override;
+  grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* Attend(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ReleaseSequence(grpc::CallbackServerContext* context,
+                                            const v1::ReleaseSequenceRequest* request,
+                                            v1::ReleaseSequenceResponse* response) override;
+  grpc::ServerUnaryReactor* NodeStatus(grpc::CallbackServerContext* context,
+                                       const v1::NodeStatusRequest* request,
+                                       v1::NodeStatusResponse* response) override;
+
+  // CreateSequence answers UNAVAILABLE from now on (ShardStore::StartDraining).
+  void StartDraining() { store_->StartDraining(); }
+
+  ShardStore* store() const { return store_; }
+
+ private:
+  ShardStore* store_;
+  TaskExecutor* executor_;
+};
+
+}  // namespace magicpig
+
+#endif  // MAGICPIG_ATTN_NODE_SERVICE_ATTENTION_SERVICE_H_

@@ -1,0 +1,136 @@
+#include "attn_node/service/node_flags.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace magicpig {
+
+absl::StatusOr<int64_t> ParseByteSize(std::string_view text) {
+  std::string s = absl::AsciiStrToUpper(absl::string_view(text.data(), text.size()));
+  auto bad = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte size '", absl::string_view(text.data(), text.size()),
+                     "': expected a non-negative integer with an optional K, M, G or T suffix"));
+  };
+  for (std::string_view unit : {"IB", "B"}) {
+    if (s.size() > unit.size() && s.compare(s.size() - unit.size(), unit.size(), unit) == 0) {
+      s.resize(s.size() - unit.size());
+      break;
+    }
+  }
+  int shift = 0;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K':
+        shift = 10;
+        break;
+      case 'M':
+        shift = 20;
+        break;
+      case 'G':
+        shift = 30;
+        break;
+      case 'T':
+        shift = 40;
+        break;
+      default:
+        break;
+    }
+    if (shift > 0) s.pop_back();
+  }
+  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(c); })) {
+    return bad();
+  }
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(s, &value)) return bad();
+  if (value > (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) >> shift)) return bad();
+  return static_cast<int64_t>(value << shift);
+}
+
+int64_t DefaultMemoryBudget() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return int64_t{1} << 30;
+  return static_cast<int64_t>(pages) * page / 2;
+}
+
+std::string NodeUsage() {
+  return "usage: magicpig_attn_node [--listen HOST:PORT] [--memory-budget BYTES[K|M|G|T]]\n"
+         "                          [--threads N] [--shutdown-grace SECONDS] [--health]\n"
+         "  --listen          address to serve on (default 0.0.0.0:50051; port 0 picks one)\n"
+         "  --memory-budget   KV + LSH tables the node may admit (default: half the RAM)\n"
+         "  --threads         attention / table-build threads (default: one per core)\n"
+         "  --shutdown-grace  seconds in-flight calls may run after SIGTERM (default 10)\n"
+         "  --health          probe the node at --listen; exit 0 iff it is SERVING\n";
+}
+
+absl::StatusOr<NodeFlags> ParseNodeFlags(const std::vector<std::string>& args) {
+  NodeFlags flags;
+  bool budget_given = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+      has_value = true;
+    }
+    if (name == "health" || name == "help") {
+      if (has_value) return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
+      (name == "health" ? flags.health : flags.help) = true;
+      continue;
+    }
+    if (name != "listen" && name != "memory-budget" && name != "threads" &&
+        name != "shutdown-grace") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      }
+      value = args[++i];
+    }
+    if (name == "listen") {
+      if (value.find(':') == std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--listen: expected HOST:PORT, got '", value, "'"));
+      }
+      flags.listen = value;
+    } else if (name == "memory-budget") {
+      absl::StatusOr<int64_t> bytes = ParseByteSize(value);
+      if (!bytes.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--memory-budget: ", bytes.status().message()));
+      }
+      flags.memory_budget_bytes = *bytes;
+      budget_given = true;
+    } else if (name == "threads") {
+      if (!absl::SimpleAtoi(value, &flags.threads) || flags.threads < 0 || flags.threads > 4096) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--threads: expected an integer in [0, 4096], got '", value, "'"));
+      }
+    } else {
+      if (!absl::SimpleAtod(value, &flags.shutdown_grace_seconds) ||
+          !std::isfinite(flags.shutdown_grace_seconds) || flags.shutdown_grace_seconds < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--shutdown-grace: expected seconds >= 0, got '", value, "'"));
+      }
+    }
+  }
+  if (!budget_given) flags.memory_budget_bytes = DefaultMemoryBudget();
+  return flags;
+}
+
+}  // namespace magicpig
