@@ -1,0 +1,788 @@
+// MagicPIG attention core benchmarks (issue #3): one decode step of one sparse layer at
+// Llama-3.1-8B shapes (32 query heads, 8 kv heads, d = 128, GQA groups of 4), `magicpig(K, L)`
+// against `full` on the same data in the same process, next to a read-only memory-bandwidth probe.
+//
+// Cases, in run order:
+//   Probe/threads:T            read-only sum over a 1 GiB buffer (std::thread), GB/s.
+//   QueryHash/K/L              SimHash::Codes of the 32 query heads of one step.
+//   MagicPig/n/K/L/threads     AttentionRunner(T) running MagicPigEstimator::AttendGroup over the 8
+//                              (shard, kv head) GroupWork items of one step (retrieval + gather +
+//                              group kernel): the reported time. In the same loop (timed apart):
+//                              every iteration first hashes the step's 32 queries (hash_us, in a
+//                              T-thread arena); every kFullEvery-th iteration also runs
+//                              FullEstimator on the same shards and queries (full_ms) and the 32
+//                              retrievals alone on this thread (retr_cpu_ms). speedup = full /
+//                              magicpig, step_speedup = full / (hash + magicpig); for T = 1 also
+//                              cpu_ms, full_cpu_ms and speedup_cpu from thread CPU time (see
+//                              Stamp). GBps = bytes / magicpig time; probe_GBps is measured right
+//                              after the loop (ProbeGbps) and of_probe = GBps / probe_GBps.
+//   TableBuild/K/L/threads     LshTables::Build of 64K keys x 8 kv heads vs ten cold reads of the
+//                              same keys (bf16, read with the probe's sum on the shards' buffers).
+//   KeyHash/K/L/threads        SimHash::Codes of those 64K x 8 centred keys (the other half of a
+//                              shard's build, for reference).
+//   Full/n/threads             FullEstimator over all n keys of the 8 kv heads, GB/s and the
+//                              fraction of the probe.
+//
+// Every timed attention step and table build starts from a cold cache: a 256 MiB buffer is read
+// first (not timed), because the L3 (105 MiB here) would otherwise hold a 16K or 32K layer, and the
+// decode of a real model reads 31 other layers between two steps of one layer. Times are manual
+// (wall clock around the timed call), so the flush never counts.
+//
+// Bytes read per step: full = n x 8 x 128 x (2 + 2) (bf16 keys and values). magicpig = per kv head,
+// the union of the group's sample sets x (256 B key + 256 B value + 4 B key norm) + 4 B per bucket
+// entry scanned by the 32 per-head retrievals (the CSR offsets and the per-thread uint8 counters
+// are not counted). frac = mean over heads of |S_h| / n (the paper's Cost2); union_frac = mean over
+// kv heads of |union of the group's S_h| / n (the rows actually gathered).
+//
+// Test data (MakeKeys / MakeQueries). Per kv head, a fixed geometry drawn from its own seed:
+//   a_k       unit key-cone axis;
+//   a_q       unit query-cone axis at cos(a_q, a_k) = -0.5 (queries and keys in separate cones);
+//   U         kRank = 32 directions (rows N(0, 1/d): nearly orthonormal), the low-rank subspace
+//             where keys vary; scale lambda_j = kKeySpread * 0.95^j.
+// Token i's key: k_i = kKeyAxis a_k + sum_j lambda_j z_ij U_j + kNoise eps_i (z, eps ~ N(0, 1)),
+// a narrow cone around a_k (mean cos(k_i, a_k) = 0.84); token 0 is the attention sink,
+// k_0 = -kSinkScale kKeyAxis a_k + kNoise eps_0, opposite the cone (after centring it has the
+// largest norm and the largest score for every query). Values are N(0, 1). Keys are centred with
+// their mean (KvShard::Create's center), as the attention node does. Keys are generated token by
+// token from the head's seed, so a shorter context is a prefix of a longer one.
+// Query of head h (group member m of kv head g) at decode step s:
+//   q = kQueryAxis a_q + sum_j lambda_j (rho w_sj + sqrt(1 - rho^2) e_hsj) U_j + kNoise eps
+// with w_s shared by the group at that step and e per head (rho^2 = 0.5: the queries of one group
+// are at mean cosine 0.78: correlated but different). The query's part in U spreads
+// cos(q, k_i - c) with std 0.117 (isotropic keys in d = 128 would give 0.088; the sink sits at
+// cos 0.38), which gives sampled fractions near the paper's Table 9 (2% at (10, 150), 4% at
+// (9, 120), 5% at (8, 75)); docs/benchmarks.md has the measured fractions.
+//
+// Data sets (shards of every kv head for one (n, K, L)) are built once and cached; building the
+// next one frees the previous one, so the peak stays near one data set (128K: 512 MiB of bf16 K/V +
+// ~600 MiB of tables at L = 150) plus the 256 MiB flush and 1 GiB probe buffers.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "attn_node/core/attention_runner.h"
+#include "attn_node/core/estimators.h"
+#include "attn_node/core/kv_shard.h"
+#include "attn_node/core/lsh_tables.h"
+#include "attn_node/core/partial_attention.h"
+#include "attn_node/core/simhash.h"
+#include "common/half.h"
+#include "tbb/parallel_for.h"
+#include "tbb/task_arena.h"
+
+namespace magicpig {
+namespace {
+
+constexpr int kQHeads = 32;
+constexpr int kKvHeads = 8;
+constexpr int kGroup = kQHeads / kKvHeads;
+constexpr int64_t kDim = 128;
+constexpr int kSteps = 8;      // query sets (decode steps) per data set, used round-robin
+constexpr int kFullEvery = 4;  // magicpig cases run `full` on every kFullEvery-th iteration
+constexpr uint64_t kHashSeed = 0x6d61676963706967ull;
+constexpr int64_t kTableBuildN = 65536;
+
+// Generator knobs (see the file comment).
+constexpr int kRank = 32;
+constexpr float kKeyAxis = 6.0f;
+constexpr float kKeySpread = 1.0f;
+constexpr float kNoise = 0.2f;
+constexpr float kSinkScale = 3.0f;
+constexpr float kQueryAxis = 6.0f;
+constexpr float kQueryRho2 = 0.5f;
+
+const float kScale = 1.0f / std::sqrt(static_cast<float>(kDim));
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Wall clock and the calling thread's CPU time. Other jobs on this shared 2-core machine take
+// turns on the cores; thread CPU time leaves their turns out (stalls on memory still count), so for
+// one thread (AttentionRunner(1) and a one-slot arena run the work on the calling thread) it is
+// the steadier figure: the *_cpu counters. Two-thread cases report wall time only.
+struct Stamp {
+  Clock::time_point wall;
+  double cpu;
+};
+
+Stamp Now() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return {Clock::now(), static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9};
+}
+
+struct Lap {
+  double wall = 0, cpu = 0;
+  int64_t runs = 0;
+  // Adds b - a; returns the wall seconds of this lap.
+  double Add(const Stamp& a, const Stamp& b) {
+    const double w = Seconds(a.wall, b.wall);
+    wall += w;
+    cpu += b.cpu - a.cpu;
+    ++runs;
+    return w;
+  }
+  double MeanWall() const { return runs > 0 ? wall / runs : 0; }
+  double MeanCpu() const { return runs > 0 ? cpu / runs : 0; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Memory reads: the probe, the cache flush and the key-read reference share one sum.
+
+using AliasU64 = uint64_t __attribute__((may_alias));
+
+uint64_t SumWords(const void* p, size_t bytes) {
+  const AliasU64* w = static_cast<const AliasU64*>(p);
+  const size_t n = bytes / 8;
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += w[i];
+    s1 += w[i + 1];
+    s2 += w[i + 2];
+    s3 += w[i + 3];
+  }
+  for (; i < n; ++i) s0 += w[i];
+  return s0 + s1 + s2 + s3;
+}
+
+struct Span {
+  const void* p;
+  size_t bytes;
+};
+
+// Read-only sum over the buffers, each split evenly over `threads` std::threads (the calling
+// thread takes the first part).
+uint64_t ParallelSum(const std::vector<Span>& bufs, int threads) {
+  std::vector<uint64_t> sums(static_cast<size_t>(threads), 0);
+  auto part = [&](int t) {
+    uint64_t s = 0;
+    for (const Span& b : bufs) {
+      const size_t words = b.bytes / 8;
+      const size_t w0 = words * t / threads, w1 = words * (t + 1) / threads;
+      s += SumWords(static_cast<const char*>(b.p) + w0 * 8, (w1 - w0) * 8);
+    }
+    sums[static_cast<size_t>(t)] = s;
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(part, t);
+  part(0);
+  for (auto& th : pool) th.join();
+  uint64_t s = 0;
+  for (uint64_t x : sums) s += x;
+  return s;
+}
+
+std::vector<uint64_t> FilledBuffer(size_t bytes) {
+  std::vector<uint64_t> buf(bytes / 8);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = i;
+  return buf;
+}
+
+// Evicts the caches (L3 is 105 MiB on the development machine) by reading 256 MiB.
+void FlushCaches() {
+  static const std::vector<uint64_t> flush = FilledBuffer(size_t{256} << 20);
+  {
+    const uint64_t sum = ParallelSum({{flush.data(), flush.size() * 8}}, 2);
+    benchmark::DoNotOptimize(sum);
+  }
+}
+
+const std::vector<uint64_t>& ProbeBuffer() {
+  static const std::vector<uint64_t> buf = FilledBuffer(size_t{1} << 30);  // 1 GiB
+  return buf;
+}
+
+// Best of two reads of the 1 GiB probe buffer with `threads` threads, GB/s: the probe_GBps
+// counter of the attention cases, measured right after each case's loop (the bandwidth left to
+// this machine varies with its neighbours, so a figure from the start of the run is not enough).
+double ProbeGbps(int threads) {
+  const std::vector<uint64_t>& buf = ProbeBuffer();
+  double best = 1e30;
+  for (int r = 0; r < 2; ++r) {
+    const auto t0 = Clock::now();
+    {
+      const uint64_t sum = ParallelSum({{buf.data(), buf.size() * 8}}, threads);
+      benchmark::DoNotOptimize(sum);
+    }
+    best = std::min(best, Seconds(t0, Clock::now()));
+  }
+  return static_cast<double>(buf.size() * 8) / best * 1e-9;
+}
+
+void BM_Probe(benchmark::State& state, int threads) {
+  const std::vector<uint64_t>& buf = ProbeBuffer();
+  double seconds = 0;
+  int64_t iter = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    const uint64_t sum = ParallelSum({{buf.data(), buf.size() * 8}}, threads);
+    seconds += Seconds(t0, Clock::now());
+    ++iter;
+    benchmark::DoNotOptimize(sum);
+  }
+  if (iter > 0)
+    state.counters["GBps"] = static_cast<double>(buf.size() * 8) * iter / seconds * 1e-9;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Test data.
+
+struct HeadGeometry {
+  std::vector<float> key_axis;    // [d] unit
+  std::vector<float> query_axis;  // [d] unit, cos with key_axis = -0.5
+  std::vector<float> basis;       // [kRank][d]
+  std::vector<float> lambda;      // [kRank]
+};
+
+void Normalize(std::vector<float>* v) {
+  double sq = 0;
+  for (float x : *v) sq += static_cast<double>(x) * x;
+  const float inv = static_cast<float>(1.0 / std::sqrt(sq));
+  for (float& x : *v) x *= inv;
+}
+
+HeadGeometry MakeGeometry(int kv_head) {
+  std::mt19937_64 rng(1000 + kv_head);
+  std::normal_distribution<float> nd;
+  HeadGeometry g;
+  g.key_axis.resize(kDim);
+  for (float& x : g.key_axis) x = nd(rng);
+  Normalize(&g.key_axis);
+  // A unit vector orthogonal to a_k, then a_q = -0.5 a_k + sqrt(0.75) b.
+  std::vector<float> b(kDim);
+  for (float& x : b) x = nd(rng);
+  double dot = 0;
+  for (int64_t t = 0; t < kDim; ++t) dot += b[t] * g.key_axis[t];
+  for (int64_t t = 0; t < kDim; ++t) b[t] -= static_cast<float>(dot) * g.key_axis[t];
+  Normalize(&b);
+  g.query_axis.resize(kDim);
+  for (int64_t t = 0; t < kDim; ++t) {
+    g.query_axis[t] = -0.5f * g.key_axis[t] + std::sqrt(0.75f) * b[t];
+  }
+  g.basis.resize(kRank * kDim);
+  const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(kDim));
+  for (float& x : g.basis) x = nd(rng) * inv_sqrt_d;
+  g.lambda.resize(kRank);
+  for (int j = 0; j < kRank; ++j) g.lambda[j] = kKeySpread * std::pow(0.95f, static_cast<float>(j));
+  return g;
+}
+
+// keys, values: [n][d]; center: [d] mean key.
+void MakeKeys(const HeadGeometry& g, int kv_head, int64_t n, std::vector<float>* keys,
+              std::vector<float>* values, std::vector<float>* center) {
+  std::mt19937_64 rng(2000 + kv_head);
+  std::normal_distribution<float> nd;
+  keys->assign(static_cast<size_t>(n * kDim), 0.0f);
+  values->resize(static_cast<size_t>(n * kDim));
+  std::vector<double> sum(kDim, 0.0);
+  float z[kRank];
+  for (int64_t i = 0; i < n; ++i) {
+    float* k = keys->data() + i * kDim;
+    if (i == 0) {
+      for (int64_t t = 0; t < kDim; ++t) {
+        k[t] = -kSinkScale * kKeyAxis * g.key_axis[t] + kNoise * nd(rng);
+      }
+    } else {
+      for (int j = 0; j < kRank; ++j) z[j] = g.lambda[j] * nd(rng);
+      for (int64_t t = 0; t < kDim; ++t) k[t] = kKeyAxis * g.key_axis[t] + kNoise * nd(rng);
+      for (int j = 0; j < kRank; ++j) {
+        const float* u = g.basis.data() + j * kDim;
+        for (int64_t t = 0; t < kDim; ++t) k[t] += z[j] * u[t];
+      }
+    }
+    for (int64_t t = 0; t < kDim; ++t) sum[t] += k[t];
+    float* v = values->data() + i * kDim;
+    for (int64_t t = 0; t < kDim; ++t) v[t] = nd(rng);
+  }
+  center->resize(kDim);
+  for (int64_t t = 0; t < kDim; ++t)
+    (*center)[t] = static_cast<float>(sum[t] / std::max<int64_t>(n, 1));
+}
+
+// [kSteps][kQHeads][d] raw queries.
+std::vector<float> MakeQueries(const std::vector<HeadGeometry>& geo) {
+  std::vector<float> q(static_cast<size_t>(kSteps * kQHeads * kDim));
+  const float rho = std::sqrt(kQueryRho2), rest = std::sqrt(1.0f - kQueryRho2);
+  for (int s = 0; s < kSteps; ++s) {
+    for (int g = 0; g < kKvHeads; ++g) {
+      std::mt19937_64 rng(3000 + s * 64 + g);
+      std::normal_distribution<float> nd;
+      float shared[kRank];
+      for (int j = 0; j < kRank; ++j) shared[j] = nd(rng);
+      for (int m = 0; m < kGroup; ++m) {
+        float* qh = q.data() + (static_cast<int64_t>(s) * kQHeads + g * kGroup + m) * kDim;
+        for (int64_t t = 0; t < kDim; ++t) {
+          qh[t] = kQueryAxis * geo[g].query_axis[t] + kNoise * nd(rng);
+        }
+        for (int j = 0; j < kRank; ++j) {
+          const float w = geo[g].lambda[j] * (rho * shared[j] + rest * nd(rng));
+          const float* u = geo[g].basis.data() + j * kDim;
+          for (int64_t t = 0; t < kDim; ++t) qh[t] += w * u[t];
+        }
+      }
+    }
+  }
+  return q;
+}
+
+struct StepStats {
+  double frac = 0;        // mean |S_h| / n over the 32 heads
+  double union_frac = 0;  // mean |union| / n over the 8 kv heads
+  double bytes = 0;       // bytes read by the step (see the file comment)
+  double entries = 0;     // bucket entries scanned by the 32 retrievals
+};
+
+struct DataSet {
+  int64_t n = 0;
+  int k = 0, l = 0;
+  std::unique_ptr<SimHash> hash;
+  std::vector<KvShard> shards;   // [kv head]
+  std::vector<float> q;          // [kSteps][kQHeads][d]
+  std::vector<uint16_t> codes;   // [kSteps][kQHeads][L]
+  std::vector<StepStats> stats;  // [kSteps]
+  double build_s = 0;
+};
+
+StepStats ComputeStats(const DataSet& ds, int step) {
+  StepStats st;
+  LshScratch scratch;
+  std::vector<int32_t> sample;
+  std::vector<uint8_t> in_union(static_cast<size_t>(ds.n), 0);
+  for (int g = 0; g < kKvHeads; ++g) {
+    const KvShard& shard = ds.shards[g];
+    int64_t union_size = 0;
+    for (int m = 0; m < kGroup; ++m) {
+      const uint16_t* c =
+          ds.codes.data() + (static_cast<int64_t>(step) * kQHeads + g * kGroup + m) * ds.l;
+      (void)shard.Retrieve(c, &scratch, &sample);
+      st.frac += static_cast<double>(sample.size()) / ds.n / kQHeads;
+      for (int32_t i : sample) {
+        if (!in_union[i]) ++union_size;
+        in_union[i] = 1;
+      }
+      for (int t = 0; t < ds.l; ++t) {
+        const int32_t* off = shard.tables().offsets(t);
+        st.entries += off[c[t] + 1] - off[c[t]];
+      }
+    }
+    std::fill(in_union.begin(), in_union.end(), 0);
+    st.union_frac += static_cast<double>(union_size) / ds.n / kKvHeads;
+    st.bytes += static_cast<double>(union_size) * (kDim * 2 * 2 + 4);
+  }
+  st.bytes += st.entries * 4;
+  return st;
+}
+
+std::unique_ptr<DataSet> g_data;  // the one cached data set
+
+// Shards for (n, K, L) (cached; building another frees this one first). nullptr on error.
+const DataSet* GetDataSet(int64_t n, int k, int l) {
+  if (g_data && g_data->n == n && g_data->k == k && g_data->l == l) return g_data.get();
+  g_data.reset();
+  const auto t0 = Clock::now();
+  auto ds = std::make_unique<DataSet>();
+  ds->n = n;
+  ds->k = k;
+  ds->l = l;
+  absl::StatusOr<SimHash> hash = SimHash::Create(kDim, k, l, kHashSeed);
+  if (!hash.ok()) return nullptr;
+  ds->hash = std::make_unique<SimHash>(*std::move(hash));
+  std::vector<HeadGeometry> geo;
+  for (int g = 0; g < kKvHeads; ++g) geo.push_back(MakeGeometry(g));
+  std::vector<std::unique_ptr<KvShard>> shards(kKvHeads);
+  std::vector<absl::Status> status(kKvHeads);
+  tbb::parallel_for(0, kKvHeads, [&](int g) {
+    std::vector<float> keys, values, center;
+    MakeKeys(geo[g], g, n, &keys, &values, &center);
+    absl::StatusOr<KvShard> shard =
+        KvShard::Create(*ds->hash, keys.data(), center.data(), values.data(), n, KvStorage::kBf16);
+    if (!shard.ok()) {
+      status[g] = shard.status();
+      return;
+    }
+    shards[g] = std::make_unique<KvShard>(*std::move(shard));
+  });
+  for (int g = 0; g < kKvHeads; ++g) {
+    if (!status[g].ok()) {
+      std::fprintf(stderr, "KvShard::Create: %s\n", std::string(status[g].message()).c_str());
+      return nullptr;
+    }
+    ds->shards.push_back(std::move(*shards[g]));
+  }
+  ds->q = MakeQueries(geo);
+  ds->codes.resize(static_cast<size_t>(kSteps * kQHeads * l));
+  if (!ds->hash->Codes(ds->q.data(), kSteps * kQHeads, kDim, ds->codes.data()).ok()) return nullptr;
+  for (int s = 0; s < kSteps; ++s) ds->stats.push_back(ComputeStats(*ds, s));
+  ds->build_s = Seconds(t0, Clock::now());
+  std::fprintf(stderr, "[data set n=%lld K=%d L=%d: %.1f s to generate and build 8 shards]\n",
+               static_cast<long long>(n), k, l, ds->build_s);
+  g_data = std::move(ds);
+  return g_data.get();
+}
+
+// Any cached data set with n keys, else builds (n, 10, 150).
+const DataSet* GetAnyDataSet(int64_t n) {
+  if (g_data && g_data->n == n) return g_data.get();
+  return GetDataSet(n, 10, 150);
+}
+
+// Work items of one step: kv head g's shard with its 4 query heads.
+std::vector<GroupWork> MakeWork(const DataSet& ds, const float* q, const uint16_t* codes,
+                                PartialAttention* out) {
+  std::vector<GroupWork> work(kKvHeads);
+  for (int g = 0; g < kKvHeads; ++g) {
+    work[g].shard = &ds.shards[g];
+    work[g].q = q + g * kGroup * kDim;
+    work[g].codes = codes != nullptr ? codes + g * kGroup * ds.l : nullptr;
+    work[g].g = kGroup;
+    work[g].out = out + g * kGroup;
+  }
+  return work;
+}
+
+double FullBytes(int64_t n) { return static_cast<double>(n) * kKvHeads * kDim * 2 * 2; }
+
+// ---------------------------------------------------------------------------------------------
+// Cases.
+
+void BM_QueryHash(benchmark::State& state, int k, int l) {
+  absl::StatusOr<SimHash> hash = SimHash::Create(kDim, k, l, kHashSeed);
+  std::vector<HeadGeometry> geo;
+  for (int g = 0; g < kKvHeads; ++g) geo.push_back(MakeGeometry(g));
+  const std::vector<float> q = MakeQueries(geo);
+  std::vector<uint16_t> codes(static_cast<size_t>(kQHeads * l));
+  int64_t i = 0;
+  for (auto _ : state) {
+    const float* qs = q.data() + (i++ % kSteps) * kQHeads * kDim;
+    if (!hash->Codes(qs, kQHeads, kDim, codes.data()).ok()) {
+      state.SkipWithError("SimHash::Codes failed");
+      return;
+    }
+    benchmark::DoNotOptimize(codes.data());
+  }
+}
+
+void BM_MagicPig(benchmark::State& state, int64_t n, int k, int l, int threads) {
+  const DataSet* ds = GetDataSet(n, k, l);
+  if (ds == nullptr) {
+    state.SkipWithError("data set build failed");
+    return;
+  }
+  AttentionRunner runner(threads);
+  tbb::task_arena hash_arena(threads);
+  const MagicPigEstimator magicpig(k, l);
+  const FullEstimator full;
+  std::vector<PartialAttention> out(kQHeads), full_out(kQHeads);
+  std::vector<uint16_t> codes(static_cast<size_t>(kQHeads * l));
+  // Warm-up (allocates the per-thread scratch and the outputs).
+  for (int s = 0; s < kSteps; ++s) {
+    const float* q = ds->q.data() + s * kQHeads * kDim;
+    const uint16_t* c = ds->codes.data() + s * kQHeads * l;
+    if (!runner.Run(magicpig, MakeWork(*ds, q, c, out.data()), kScale).ok()) {
+      state.SkipWithError("magicpig step failed");
+      return;
+    }
+  }
+  (void)runner.Run(full, MakeWork(*ds, ds->q.data(), nullptr, full_out.data()), kScale);
+  LshScratch lsh;
+  std::vector<int32_t> sample;
+  int64_t iter = 0;
+  Lap mp, hash, fl, retrieve;
+  double bytes = 0, frac = 0, union_frac = 0;
+  for (auto _ : state) {
+    const int s = static_cast<int>(iter % kSteps);
+    const float* q = ds->q.data() + s * kQHeads * kDim;
+    if (iter % kFullEvery == 0) {
+      // `full` on the same shards and queries.
+      const std::vector<GroupWork> work = MakeWork(*ds, q, nullptr, full_out.data());
+      FlushCaches();
+      const Stamp t0 = Now();
+      const absl::Status st = runner.Run(full, work, kScale);
+      fl.Add(t0, Now());
+      if (!st.ok()) {
+        state.SkipWithError("full step failed");
+        return;
+      }
+      // Retrieval alone (the 32 per-head Retrieve calls inside AttendGroup), on this thread.
+      const uint16_t* c = ds->codes.data() + s * kQHeads * l;
+      FlushCaches();
+      const Stamp t1 = Now();
+      for (int h = 0; h < kQHeads; ++h) {
+        (void)ds->shards[h / kGroup].Retrieve(c + h * l, &lsh, &sample);
+      }
+      retrieve.Add(t1, Now());
+    }
+    const std::vector<GroupWork> work = MakeWork(*ds, q, codes.data(), out.data());
+    FlushCaches();
+    const Stamp t0 = Now();
+    absl::Status st;
+    hash_arena.execute([&] { st = ds->hash->Codes(q, kQHeads, kDim, codes.data()); });
+    const Stamp t1 = Now();
+    if (st.ok()) st = runner.Run(magicpig, work, kScale);
+    const Stamp t2 = Now();
+    if (!st.ok()) {
+      state.SkipWithError("magicpig step failed");
+      return;
+    }
+    hash.Add(t0, t1);
+    state.SetIterationTime(mp.Add(t1, t2));
+    bytes += ds->stats[s].bytes;
+    frac += ds->stats[s].frac;
+    union_frac += ds->stats[s].union_frac;
+    ++iter;
+  }
+  if (iter == 0) return;
+  state.counters["frac"] = frac / iter;
+  state.counters["union_frac"] = union_frac / iter;
+  state.counters["bytes"] = bytes / iter;
+  const double probe = ProbeGbps(threads);
+  state.counters["GBps"] = bytes / mp.wall * 1e-9;
+  state.counters["probe_GBps"] = probe;
+  state.counters["of_probe"] = bytes / mp.wall * 1e-9 / probe;
+  state.counters["full_ms"] = fl.MeanWall() * 1e3;
+  state.counters["speedup"] = fl.MeanWall() / mp.MeanWall();
+  state.counters["hash_us"] = hash.MeanWall() * 1e6;
+  state.counters["step_speedup"] = fl.MeanWall() / (mp.MeanWall() + hash.MeanWall());
+  state.counters["retr_cpu_ms"] = retrieve.MeanCpu() * 1e3;
+  if (threads == 1) {
+    state.counters["cpu_ms"] = mp.MeanCpu() * 1e3;
+    state.counters["full_cpu_ms"] = fl.MeanCpu() * 1e3;
+    state.counters["speedup_cpu"] = fl.MeanCpu() / mp.MeanCpu();
+  }
+}
+
+void BM_Full(benchmark::State& state, int64_t n, int threads) {
+  const DataSet* ds = GetAnyDataSet(n);
+  if (ds == nullptr) {
+    state.SkipWithError("data set build failed");
+    return;
+  }
+  AttentionRunner runner(threads);
+  const FullEstimator full;
+  std::vector<PartialAttention> out(kQHeads);
+  (void)runner.Run(full, MakeWork(*ds, ds->q.data(), nullptr, out.data()), kScale);
+  int64_t iter = 0;
+  Lap lap;
+  for (auto _ : state) {
+    const float* q = ds->q.data() + (iter++ % kSteps) * kQHeads * kDim;
+    const std::vector<GroupWork> work = MakeWork(*ds, q, nullptr, out.data());
+    FlushCaches();
+    const Stamp t0 = Now();
+    const absl::Status st = runner.Run(full, work, kScale);
+    state.SetIterationTime(lap.Add(t0, Now()));
+    if (!st.ok()) {
+      state.SkipWithError("full step failed");
+      return;
+    }
+  }
+  if (iter == 0) return;
+  const double gbps = FullBytes(n) / lap.MeanWall() * 1e-9, probe = ProbeGbps(threads);
+  state.counters["bytes"] = FullBytes(n);
+  state.counters["GBps"] = gbps;
+  state.counters["probe_GBps"] = probe;
+  state.counters["of_probe"] = gbps / probe;
+  if (threads == 1) {
+    state.counters["cpu_ms"] = lap.MeanCpu() * 1e3;
+    state.counters["GBps_cpu"] = FullBytes(n) / lap.MeanCpu() * 1e-9;
+    state.counters["of_probe_cpu"] = FullBytes(n) / lap.MeanCpu() * 1e-9 / probe;
+  }
+}
+
+// codes [n][L] of a shard's keys, read back from its tables (each key sits in one bucket per
+// table), so the build benchmark needs no second hashing pass.
+std::vector<uint16_t> CodesFromTables(const LshTables& t) {
+  const int64_t n = t.size();
+  const int l = t.l();
+  std::vector<uint16_t> codes(static_cast<size_t>(n * l));
+  for (int table = 0; table < l; ++table) {
+    const int32_t* off = t.offsets(table);
+    const int32_t* idx = t.indices(table);
+    for (int64_t b = 0; b < t.num_buckets(); ++b) {
+      for (int32_t p = off[b]; p < off[b + 1]; ++p) {
+        codes[static_cast<size_t>(idx[p]) * l + table] = static_cast<uint16_t>(b);
+      }
+    }
+  }
+  return codes;
+}
+
+// Five cold reads of the 8 shards' bf16 key buffers with `threads` threads.
+Lap ColdKeyRead(const DataSet& ds, int threads) {
+  std::vector<Span> bufs;
+  for (const KvShard& s : ds.shards) {
+    bufs.push_back({s.key_rows(), static_cast<size_t>(s.size() * kDim * 2)});
+  }
+  Lap lap;
+  for (int r = 0; r < 5; ++r) {
+    FlushCaches();
+    const Stamp t0 = Now();
+    const uint64_t sum = ParallelSum(bufs, threads);
+    lap.Add(t0, Now());
+    benchmark::DoNotOptimize(sum);
+  }
+  return lap;
+}
+
+void BM_TableBuild(benchmark::State& state, int k, int l, int threads) {
+  const DataSet* ds = GetDataSet(kTableBuildN, k, l);
+  if (ds == nullptr) {
+    state.SkipWithError("data set build failed");
+    return;
+  }
+  std::vector<std::vector<uint16_t>> codes;
+  for (const KvShard& s : ds->shards) codes.push_back(CodesFromTables(s.tables()));
+  const Lap read = ColdKeyRead(*ds, threads);
+  tbb::task_arena arena(threads);
+  Lap build;
+  for (auto _ : state) {
+    std::vector<LshTables> built;
+    built.reserve(kKvHeads);
+    FlushCaches();
+    const Stamp t0 = Now();
+    bool ok = true;
+    arena.execute([&] {
+      for (int g = 0; g < kKvHeads && ok; ++g) {
+        absl::StatusOr<LshTables> t = LshTables::Build(codes[g].data(), kTableBuildN, k, l);
+        ok = t.ok();
+        if (ok) built.push_back(*std::move(t));
+      }
+    });
+    const double s = build.Add(t0, Now());
+    if (!ok) {
+      state.SkipWithError("LshTables::Build failed");
+      return;
+    }
+    state.SetIterationTime(s);
+  }
+  if (build.runs == 0) return;
+  const double key_bytes = static_cast<double>(kTableBuildN) * kKvHeads * kDim * 2;
+  state.counters["key_read_ms"] = read.MeanWall() * 1e3;
+  state.counters["key_read_GBps"] = key_bytes / read.MeanWall() * 1e-9;
+  state.counters["build_over_10_reads"] = build.MeanWall() / (10 * read.MeanWall());
+  if (threads == 1) {
+    state.counters["cpu_ms"] = build.MeanCpu() * 1e3;
+    state.counters["key_read_cpu_ms"] = read.MeanCpu() * 1e3;
+    state.counters["ratio_cpu"] = build.MeanCpu() / (10 * read.MeanCpu());
+  }
+  state.counters["table_MiB"] =
+      static_cast<double>(ds->shards[0].tables().bytes()) * kKvHeads / (1 << 20);
+}
+
+void BM_KeyHash(benchmark::State& state, int k, int l, int threads) {
+  const DataSet* ds = GetDataSet(kTableBuildN, k, l);
+  if (ds == nullptr) {
+    state.SkipWithError("data set build failed");
+    return;
+  }
+  // The stored (bf16) centred keys back to float: the same work as hashing the fp32 ones.
+  std::vector<std::vector<float>> keys(kKvHeads);
+  for (int g = 0; g < kKvHeads; ++g) {
+    const uint16_t* src = static_cast<const uint16_t*>(ds->shards[g].key_rows());
+    keys[g].resize(static_cast<size_t>(kTableBuildN * kDim));
+    for (size_t i = 0; i < keys[g].size(); ++i) keys[g][i] = Bf16ToFloat(src[i]);
+  }
+  std::vector<uint16_t> codes(static_cast<size_t>(kTableBuildN * l));
+  tbb::task_arena arena(threads);
+  double seconds = 0;
+  int64_t iter = 0;
+  for (auto _ : state) {
+    absl::Status st;
+    const auto t0 = Clock::now();
+    arena.execute([&] {
+      for (int g = 0; g < kKvHeads && st.ok(); ++g) {
+        st = ds->hash->Codes(keys[g].data(), kTableBuildN, kDim, codes.data());
+      }
+    });
+    seconds += Seconds(t0, Clock::now());
+    ++iter;
+    if (!st.ok()) {
+      state.SkipWithError("SimHash::Codes failed");
+      return;
+    }
+    benchmark::DoNotOptimize(codes.data());
+  }
+  if (iter > 0) {
+    state.counters["Mkeys_per_s"] =
+        static_cast<double>(kTableBuildN) * kKvHeads * iter / seconds * 1e-6;
+  }
+}
+
+struct KL {
+  int k, l;
+};
+constexpr KL kConfigs[] = {{10, 150}, {9, 120}, {8, 75}};
+constexpr int64_t kContexts[] = {16384, 32768, 65536, 131072};
+
+void RegisterAll() {
+  using benchmark::RegisterBenchmark;
+  for (int t : {1, 2}) {
+    RegisterBenchmark(("Probe/threads:" + std::to_string(t)).c_str(), BM_Probe, t)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  for (const KL& c : kConfigs) {
+    RegisterBenchmark(("QueryHash/K:" + std::to_string(c.k) + "/L:" + std::to_string(c.l)).c_str(),
+                      BM_QueryHash, c.k, c.l)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
+  for (int64_t n : kContexts) {
+    for (const KL& c : kConfigs) {
+      const std::string kl = "/K:" + std::to_string(c.k) + "/L:" + std::to_string(c.l);
+      for (int t : {1, 2}) {
+        RegisterBenchmark(
+            ("MagicPig/n:" + std::to_string(n) + kl + "/threads:" + std::to_string(t)).c_str(),
+            BM_MagicPig, n, c.k, c.l, t)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseManualTime();
+      }
+      if (n == kTableBuildN) {
+        for (int t : {1, 2}) {
+          RegisterBenchmark(("TableBuild" + kl + "/threads:" + std::to_string(t)).c_str(),
+                            BM_TableBuild, c.k, c.l, t)
+              ->Unit(benchmark::kMillisecond)
+              ->UseManualTime();
+        }
+        for (int t : {1, 2}) {
+          RegisterBenchmark(("KeyHash" + kl + "/threads:" + std::to_string(t)).c_str(), BM_KeyHash,
+                            c.k, c.l, t)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
+        }
+      }
+    }
+    for (int t : {1, 2}) {
+      RegisterBenchmark(("Full/n:" + std::to_string(n) + "/threads:" + std::to_string(t)).c_str(),
+                        BM_Full, n, t)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseManualTime();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace magicpig
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  magicpig::RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
