@@ -5,10 +5,14 @@
 // sequence's data intact; memory admission and NodeStatus accounting; draining.
 #include "attn_node/service/attention_service.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attn_node/core/estimators.h"
@@ -505,10 +509,10 @@ TEST(AttentionServiceTest, MemoryAdmissionAndAccounting) {
   v1::AppendKvResponse appended;
   ASSERT_TRUE(client.Append({MakeChunk("one", 1, data, 0, 0, 100)}, &appended).ok());
   EXPECT_EQ(appended.tokens(), 100);
-  EXPECT_EQ(appended.bytes(), per_sequence);
   StoreStats stats = server->store().Stats();
   EXPECT_GT(stats.memory_actual_bytes, 0);
   EXPECT_LE(stats.memory_actual_bytes, per_sequence);
+  EXPECT_EQ(appended.bytes(), stats.memory_actual_bytes);
   EXPECT_EQ(client.Status().memory_used_bytes(), 2 * per_sequence);
 
   v1::ReleaseSequenceResponse released;
@@ -551,6 +555,146 @@ TEST(AttentionServiceTest, DrainingRefusesNewSequencesOnly) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].partials(0).n_keys(), 10);
   ASSERT_TRUE(client.Release("before").ok());
+}
+
+// Many requests pipelined on one stream (more than the read-ahead queue) come back in order; a
+// client that cancels a busy stream, and a shutdown with a stream still open, leave the node
+// working / return promptly.
+TEST(AttentionServiceTest, PipelinedCancelledAndOpenStreams) {
+  auto server = testing::StartServer(kBudget);
+  ASSERT_NE(server, nullptr);
+  Client client(server->address());
+  const int n_kv = 2, group = 2, d = 32, k = 4, l = 10, n = 400;
+  auto hash = SimHash::Create(d, k, l, 11);
+  ASSERT_TRUE(hash.ok());
+  const LayerData data = MakeLayer(*hash, n_kv, n, 6);
+  ASSERT_TRUE(client
+                  .Create(MakeCreate("p", {0}, n_kv, group, d, k, l, v1::KV_DTYPE_BF16,
+                                     v1::ESTIMATOR_MAGICPIG, 0, n))
+                  .ok());
+  ASSERT_TRUE(client.Append({MakeChunk("p", 0, data, 0, 0, n)}).ok());
+  std::mt19937 rng(2);
+  std::vector<v1::AttendRequest> requests;
+  for (int i = 0; i < 3 * kMaxQueuedAttends; ++i) {
+    requests.push_back(MakeAttend(1000 + i, 0, 0.2f));
+    *requests.back().add_queries() =
+        MakeQuery("p", testing::Randn(static_cast<size_t>(n_kv) * group * d, rng), *hash, nullptr);
+  }
+  std::vector<v1::AttendResponse> out;
+  ASSERT_TRUE(client.Attend(requests, &out).ok());
+  ASSERT_EQ(out.size(), requests.size());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].step_id(), 1000 + i);
+
+  auto stub = v1::AttentionService::NewStub(
+      grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+  for (int round = 0; round < 5; ++round) {
+    grpc::ClientContext ctx;
+    auto stream = stub->Attend(&ctx);
+    for (const auto& r : requests) stream->Write(r);
+    v1::AttendResponse resp;
+    if (round % 2 == 0) stream->Read(&resp);
+    ctx.TryCancel();
+    while (stream->Read(&resp)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // A cancelled AppendKV commits nothing.
+  {
+    grpc::ClientContext ctx;
+    v1::AppendKvResponse resp;
+    auto writer = stub->AppendKV(&ctx, &resp);
+    ASSERT_TRUE(client.Release("p").ok());
+    ASSERT_TRUE(client
+                    .Create(MakeCreate("p", {0}, n_kv, group, d, k, l, v1::KV_DTYPE_BF16,
+                                       v1::ESTIMATOR_MAGICPIG, 0, n))
+                    .ok());
+    writer->Write(MakeChunk("p", 0, data, 0, 0, 100));
+    ctx.TryCancel();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  ASSERT_TRUE(client.Append({MakeChunk("p", 0, data, 0, 0, 50)}).ok());  // position 0 still free
+  ASSERT_TRUE(client.Attend({requests[0]}, &out).ok());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].partials(0).n_keys(), 50);
+
+  // Shutdown while a stream is open and idle (the client never half-closes).
+  grpc::ClientContext ctx;
+  auto stream = stub->Attend(&ctx);
+  ASSERT_TRUE(stream->Write(requests[0]));
+  v1::AttendResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  const auto start = std::chrono::steady_clock::now();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_FALSE(stream->Read(&resp));
+  EXPECT_FALSE(stream->Finish().ok());
+}
+
+// Several clients attend while another appends to the same sequences (commits take the
+// sequences' locks exclusively while attention holds them shared, all on the executor's two
+// threads): everything completes, n_keys only grows, and the final state is complete.
+TEST(AttentionServiceTest, ConcurrentClientsAttendWhileAppending) {
+  auto server = testing::StartServer(kBudget, /*threads=*/2);
+  ASSERT_NE(server, nullptr);
+  const int n_kv = 2, group = 2, d = 32, k = 4, l = 10, n = 1200, chunk = 100;
+  auto hash = SimHash::Create(d, k, l, 12);
+  ASSERT_TRUE(hash.ok());
+  const LayerData data = MakeLayer(*hash, n_kv, n, 7);
+  Client setup(server->address());
+  for (const char* id : {"c0", "c1"}) {
+    ASSERT_TRUE(setup
+                    .Create(MakeCreate(id, {0}, n_kv, group, d, k, l, v1::KV_DTYPE_BF16,
+                                       v1::ESTIMATOR_MAGICPIG, 0, n))
+                    .ok());
+  }
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    Client client(server->address());
+    for (int begin = 0; begin < n; begin += chunk) {
+      // One stream carries both sequences' chunks (one commit locking both).
+      EXPECT_TRUE(client
+                      .Append({MakeChunk("c0", 0, data, 0, begin, chunk),
+                               MakeChunk("c1", 0, data, 0, begin, chunk)})
+                      .ok());
+    }
+    done = true;
+  });
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&, t] {
+      Client client(server->address());
+      std::mt19937 rng(t);
+      int64_t last = 0;
+      while (!done) {
+        std::vector<v1::AttendRequest> requests;
+        for (int i = 0; i < 4; ++i) {
+          requests.push_back(MakeAttend(i, 0, 0.2f));
+          for (const char* id : {"c1", "c0"}) {
+            *requests.back().add_queries() = MakeQuery(
+                id, testing::Randn(static_cast<size_t>(n_kv) * group * d, rng), *hash, nullptr);
+          }
+        }
+        std::vector<v1::AttendResponse> out;
+        grpc::Status st = client.Attend(requests, &out);
+        ASSERT_TRUE(st.ok()) << st.error_message();
+        ASSERT_EQ(out.size(), requests.size());
+        for (const auto& r : out) {
+          EXPECT_GE(r.partials(0).n_keys(), last);
+          EXPECT_EQ(r.partials(0).n_keys() % chunk, 0);
+          last = r.partials(0).n_keys();
+        }
+      }
+    });
+  }
+  writer.join();
+  for (auto& r : readers) r.join();
+  std::vector<v1::AttendResponse> out;
+  v1::AttendRequest r = MakeAttend(0, 0, 0.2f);
+  std::mt19937 rng(9);
+  *r.add_queries() =
+      MakeQuery("c0", testing::Randn(static_cast<size_t>(n_kv) * group * d, rng), *hash, nullptr);
+  ASSERT_TRUE(setup.Attend({r}, &out).ok());
+  EXPECT_EQ(out[0].partials(0).n_keys(), n);
 }
 
 }  // namespace

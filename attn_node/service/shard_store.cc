@@ -13,6 +13,7 @@
 #include "common/code_packing.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
+#include "tbb/task_arena.h"
 
 namespace magicpig {
 
@@ -159,6 +160,15 @@ class SequenceLocks {
 // seq.layers for code that holds seq.mu through SequenceLocks (invisible to the analysis).
 std::vector<StoredSequence::Layer>& LayersOf(StoredSequence& seq) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   return seq.layers;
+}
+
+// tbb::parallel_for over [0, n) in grains of 1, isolated (this_task_arena::isolate): a thread
+// waiting inside it must not pick up another store task enqueued in the same arena (an Attend or
+// Commit) that would block on the sequence locks the caller holds.
+template <typename Body>
+void IsolatedParallelFor(size_t n, const Body& body) {
+  tbb::this_task_arena::isolate(
+      [&] { tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1), body); });
 }
 
 int64_t ShardBytes(StoredSequence& seq) {
@@ -496,33 +506,31 @@ absl::StatusOr<AppendResult> ShardStore::Commit(AppendStaging* staging) {
     }
   };
   auto run_heads = [&](bool build_phase) {
-    tbb::parallel_for(
-        tbb::blocked_range<size_t>(0, work.size(), 1), [&](const tbb::blocked_range<size_t>& r) {
-          std::vector<float> keys, values;
-          std::vector<uint16_t> codes;
-          for (size_t i = r.begin(); i < r.end(); ++i) {
-            Group& g = groups[work[i].group];
-            const int h = work[i].head;
-            if (g.fresh != build_phase) continue;
-            const SequenceSpec& s = g.seq->spec;
-            gather(g, h, &keys, &values, &codes);
-            if (g.fresh) {
-              auto shard =
-                  KvShard::CreateFromCodes(s.head_dim, s.lsh_k, s.lsh_l, keys.data(), codes.data(),
-                                           values.data(), g.tokens, s.storage);
-              if (shard.ok()) {
-                g.built[static_cast<size_t>(h)] = std::make_unique<KvShard>(std::move(*shard));
-              } else {
-                g.status[static_cast<size_t>(h)] = shard.status();
-              }
-            } else {
-              g.status[static_cast<size_t>(h)] =
-                  LayersOf(*g.seq)[static_cast<size_t>(g.layer)]
-                      .heads[static_cast<size_t>(h)]
-                      ->AppendWithCodes(keys.data(), codes.data(), values.data(), g.tokens);
-            }
+    IsolatedParallelFor(work.size(), [&](const tbb::blocked_range<size_t>& r) {
+      std::vector<float> keys, values;
+      std::vector<uint16_t> codes;
+      for (size_t i = r.begin(); i < r.end(); ++i) {
+        Group& g = groups[work[i].group];
+        const int h = work[i].head;
+        if (g.fresh != build_phase) continue;
+        const SequenceSpec& s = g.seq->spec;
+        gather(g, h, &keys, &values, &codes);
+        if (g.fresh) {
+          auto shard = KvShard::CreateFromCodes(s.head_dim, s.lsh_k, s.lsh_l, keys.data(),
+                                                codes.data(), values.data(), g.tokens, s.storage);
+          if (shard.ok()) {
+            g.built[static_cast<size_t>(h)] = std::make_unique<KvShard>(std::move(*shard));
+          } else {
+            g.status[static_cast<size_t>(h)] = shard.status();
           }
-        });
+        } else {
+          g.status[static_cast<size_t>(h)] =
+              LayersOf(*g.seq)[static_cast<size_t>(g.layer)]
+                  .heads[static_cast<size_t>(h)]
+                  ->AppendWithCodes(keys.data(), codes.data(), values.data(), g.tokens);
+        }
+      }
+    });
   };
   run_heads(/*build_phase=*/true);
   for (const Group& g : groups) {
@@ -556,7 +564,7 @@ absl::StatusOr<AppendResult> ShardStore::Commit(AppendStaging* staging) {
   const Group& last = groups[group_of.at({chunks.back().seq.get(), chunks.back().layer})];
   AppendResult result;
   result.tokens = last.seq->layers[static_cast<size_t>(last.layer)].tokens;
-  result.bytes = std::max(last.seq->reserved, last.seq->actual);
+  result.bytes = last.seq->actual;
   return result;
 }
 
@@ -630,26 +638,25 @@ absl::Status ShardStore::Attend(int32_t layer, float scale, std::span<const Quer
   std::mutex error_mu;
   absl::Status first_error;
   std::atomic<bool> failed{false};
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, items.size(), 1),
-                    [&](const tbb::blocked_range<size_t>& r) {
-                      EstimatorScratch& scratch = scratch_.local();
-                      for (size_t i = r.begin(); i < r.end(); ++i) {
-                        if (failed.load(std::memory_order_relaxed)) return;
-                        const Item& it = items[i];
-                        const SequenceSpec& s = it.p->seq->spec;
-                        const int64_t h0 = int64_t{it.kv_head} * s.group;
-                        absl::Status st = it.p->seq->estimator->AttendGroup(
-                            *it.shard, it.p->q.data() + h0 * s.head_dim,
-                            it.p->codes.empty() ? nullptr : it.p->codes.data() + h0 * s.lsh_l,
-                            s.group, scale, &scratch, it.p->parts.data() + h0);
-                        if (!st.ok()) {
-                          std::lock_guard<std::mutex> lock(error_mu);
-                          if (first_error.ok()) first_error = st;
-                          failed = true;
-                          return;
-                        }
-                      }
-                    });
+  IsolatedParallelFor(items.size(), [&](const tbb::blocked_range<size_t>& r) {
+    EstimatorScratch& scratch = scratch_.local();
+    for (size_t i = r.begin(); i < r.end(); ++i) {
+      if (failed.load(std::memory_order_relaxed)) return;
+      const Item& it = items[i];
+      const SequenceSpec& s = it.p->seq->spec;
+      const int64_t h0 = int64_t{it.kv_head} * s.group;
+      absl::Status st = it.p->seq->estimator->AttendGroup(
+          *it.shard, it.p->q.data() + h0 * s.head_dim,
+          it.p->codes.empty() ? nullptr : it.p->codes.data() + h0 * s.lsh_l, s.group, scale,
+          &scratch, it.p->parts.data() + h0);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (first_error.ok()) first_error = st;
+        failed = true;
+        return;
+      }
+    }
+  });
   if (!first_error.ok()) {
     return absl::InternalError(absl::StrCat("attention failed: ", first_error.message()));
   }

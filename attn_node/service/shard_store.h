@@ -19,10 +19,10 @@
 // the sum of the charges. ReleaseSequence returns the charge.
 //
 // Thread-safety: every method may be called concurrently from any thread. Commit and Attend run
-// oneTBB parallel loops in the CALLER's task arena (the service calls them from tasks enqueued in
-// its own arena); they block until done, so call them from a worker, not an RPC reaction.
-// Attend holds the sequences' locks shared, Commit exclusive (taken in id order, so a request
-// touching several sequences cannot deadlock with another).
+// isolated oneTBB parallel loops (this_task_arena::isolate) in the CALLER's task arena (the service
+// calls them from tasks enqueued in its own arena); they block until done, so call them from a
+// worker, not an RPC reaction. Attend holds the sequences' locks shared, Commit exclusive (taken in
+// id order, so a request touching several sequences cannot deadlock with another).
 #ifndef MAGICPIG_ATTN_NODE_SERVICE_SHARD_STORE_H_
 #define MAGICPIG_ATTN_NODE_SERVICE_SHARD_STORE_H_
 
@@ -125,7 +125,7 @@ class AppendStaging {
 
 struct AppendResult {
   int64_t tokens = 0;  // tokens held per (layer, kv head) for the last chunk's layer
-  int64_t bytes = 0;   // memory charged to the last chunk's sequence
+  int64_t bytes = 0;   // bytes held by the last chunk's sequence (its shards' KvShard::bytes())
 };
 
 // One query of an Attend request (views into the message).
