@@ -213,6 +213,19 @@ absl::Status KvShard::AppendWithCodes(const float* centred_keys, const uint16_t*
   return absl::OkStatus();
 }
 
+void KvShard::Reserve(int64_t rows) {
+  if (rows <= n_) return;
+  const size_t count = static_cast<size_t>(rows * d_);
+  norms_.reserve(static_cast<size_t>(rows));
+  if (storage_ == KvStorage::kF32) {
+    keys_.reserve(count);
+    values_.reserve(count);
+  } else {
+    keys16_.reserve(count);
+    values16_.reserve(count);
+  }
+}
+
 absl::Status KvShard::MergePending() {
   MAGICPIG_RETURN_IF_ERROR(tables_.Append(pending_codes_.data(), pending()));
   pending_codes_.clear();

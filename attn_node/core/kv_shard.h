@@ -61,6 +61,9 @@ class KvShard {
   // change) for a code >= 2^K or null inputs with m > 0.
   absl::Status AppendWithCodes(const float* centred_keys, const uint16_t* codes,
                                const float* values, int64_t m);
+  // Reserves row storage (keys, values, norms) for `rows` keys in total, so appends up to that size
+  // never reallocate (a growing vector would briefly hold twice the rows). bytes() counts it.
+  void Reserve(int64_t rows);
   // Merges the pending segment into the tables now.
   absl::Status MergePending();
 

@@ -519,6 +519,9 @@ absl::StatusOr<AppendResult> ShardStore::Commit(AppendStaging* staging) {
           auto shard = KvShard::CreateFromCodes(s.head_dim, s.lsh_k, s.lsh_l, keys.data(),
                                                 codes.data(), values.data(), g.tokens, s.storage);
           if (shard.ok()) {
+            // Room for every token the sequence may hold here, so later appends do not grow
+            // (and transiently double) the row storage beyond the admitted reservation.
+            shard->Reserve(s.max_tokens);
             g.built[static_cast<size_t>(h)] = std::make_unique<KvShard>(std::move(*shard));
           } else {
             g.status[static_cast<size_t>(h)] = shard.status();

@@ -1,6 +1,7 @@
 #include "gpu_node/engine/remote_attention_shards.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -11,6 +12,17 @@
 
 namespace magicpig::engine {
 namespace v1 = ::magicpig::v1;
+
+namespace {
+// Deadlines: control calls are small; a chunked AppendKV of one layer's rows is bounded by the
+// network; a node that stops answering is treated as failed (recoverable) rather than waited on.
+constexpr int kControlSeconds = 10;
+constexpr int kAppendSeconds = 120;
+
+std::chrono::system_clock::time_point Deadline(int seconds) {
+  return std::chrono::system_clock::now() + std::chrono::seconds(seconds);
+}
+}  // namespace
 
 AttentionNodeClient::AttentionNodeClient(std::string address)
     : address_(std::move(address)),
@@ -41,12 +53,15 @@ RemoteAttentionShards::~RemoteAttentionShards() { Release(); }
 void RemoteAttentionShards::Release() {
   for (Range& r : ranges_) {
     if (r.attend_stream != nullptr) {
-      r.attend_stream->WritesDone();
+      // Cancel rather than finish: the stream may hold an unread answer (after another node
+      // failed mid-step), and a finish would wait for it.
+      r.attend_context->TryCancel();
       (void)r.attend_stream->Finish();
       r.attend_stream.reset();
       r.attend_context.reset();
     }
     grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline(kControlSeconds));
     v1::ReleaseSequenceRequest req;
     v1::ReleaseSequenceResponse resp;
     req.set_sequence_id(sequence_id_);
@@ -88,6 +103,7 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
     std::vector<int64_t> free;
     for (int c : candidates) {
       grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline(kControlSeconds));
       v1::NodeStatusRequest req;
       v1::NodeStatusResponse st;
       if (!nodes_[static_cast<size_t>(c)]->stub().NodeStatus(&ctx, req, &st).ok()) continue;
@@ -118,6 +134,7 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
     for (; created < ranges.size(); ++created) {
       Range& r = ranges[created];
       grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline(kControlSeconds));
       v1::CreateSequenceRequest req;
       v1::CreateSequenceResponse resp;
       req.set_sequence_id(sequence_id_);
@@ -136,6 +153,7 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
     // Undo this attempt; a full node leaves the placement, anything else is an error.
     for (size_t i = 0; i < created; ++i) {
       grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline(kControlSeconds));
       v1::ReleaseSequenceRequest req;
       v1::ReleaseSequenceResponse resp;
       req.set_sequence_id(sequence_id_);
@@ -159,6 +177,7 @@ absl::Status RemoteAttentionShards::SendRows(Range& range, int64_t layer, int64_
   const int64_t per_chunk = std::clamp<int64_t>((int64_t{1} << 20) / (n_kv * d * 8), 1, 4096);
   AttentionNodeClient& node = *nodes_[static_cast<size_t>(range.node)];
   grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(kAppendSeconds));
   v1::AppendKvResponse resp;
   std::unique_ptr<grpc::ClientWriter<v1::KvChunk>> writer = node.stub().AppendKV(&ctx, &resp);
   std::vector<uint16_t> chunk_codes;
