@@ -227,6 +227,16 @@ absl::Status RemoteAttentionShards::Append(int64_t layer, int64_t first_pos, int
   return absl::OkStatus();
 }
 
+absl::Status RemoteAttentionShards::CloseBrokenStream(Range& r) {
+  r.attend_stream->WritesDone();
+  grpc::Status s = r.attend_stream->Finish();
+  r.attend_stream.reset();
+  r.attend_context.reset();
+  return NoteFailure(
+      r, FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed") : s,
+                  "Attend", nodes_[static_cast<size_t>(r.node)]->address()));
+}
+
 absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const uint16_t* codes,
                                            float scale, PartialAttention* out) {
   const int64_t n_head = static_cast<int64_t>(shape_.n_kv_heads()) * shape_.group();
@@ -247,28 +257,14 @@ absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const 
       r.attend_context = std::make_unique<grpc::ClientContext>();
       r.attend_stream = node.stub().Attend(r.attend_context.get());
     }
-    if (!r.attend_stream->Write(req)) {
-      r.attend_stream->WritesDone();
-      grpc::Status s = r.attend_stream->Finish();
-      r.attend_stream.reset();
-      return NoteFailure(
-          r, FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed") : s,
-                      "Attend", node.address()));
-    }
+    if (!r.attend_stream->Write(req)) return CloseBrokenStream(r);
   }
   node_parts_.assign(ranges_.size() * static_cast<size_t>(n_head), PartialAttention{});
   for (size_t ri = 0; ri < ranges_.size(); ++ri) {
     Range& r = ranges_[ri];
     AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
     v1::AttendResponse resp;
-    if (!r.attend_stream->Read(&resp)) {
-      r.attend_stream->WritesDone();
-      grpc::Status s = r.attend_stream->Finish();
-      r.attend_stream.reset();
-      return NoteFailure(
-          r, FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed") : s,
-                      "Attend", node.address()));
-    }
+    if (!r.attend_stream->Read(&resp)) return CloseBrokenStream(r);
     if (resp.step_id() != req.step_id() || resp.partials_size() != 1 ||
         resp.partials(0).o().size() != static_cast<size_t>(n_head * d * 4) ||
         resp.partials(0).lse_size() != n_head || resp.partials(0).n_touched_size() != n_head) {

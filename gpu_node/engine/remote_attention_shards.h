@@ -81,6 +81,8 @@ class RemoteAttentionShards final : public AttentionShards {
   absl::Status Place(int64_t begin, int64_t n);
   // Records the node of `range` as failed when `status` is recoverable; returns status.
   absl::Status NoteFailure(const Range& range, absl::Status status);
+  // A Write or Read on range's Attend stream failed: finish it and report why (recoverable).
+  absl::Status CloseBrokenStream(Range& range);
   absl::Status SendRows(Range& range, int64_t layer, int64_t first_pos, int64_t n,
                         int64_t row_offset, int64_t total_rows, const float* keys,
                         const float* values, const uint16_t* codes);

@@ -30,6 +30,15 @@ inline void PrefetchRow(const void* base, int64_t r, int64_t d) {
   for (int64_t off = 0; off < bytes; off += 64) Prefetch(p + off);
 }
 
+// The stored row of list entry `at`; a gathered list also prefetches the row kPrefetchAhead
+// entries later from `base` (keys or values).
+template <bool kBf16>
+inline int64_t RowAt(const GroupAttentionArgs& a, int64_t at, const void* base) {
+  if (a.rows == nullptr) return a.row_begin + at;
+  if (at + kPrefetchAhead < a.n_rows) PrefetchRow<kBf16>(base, a.rows[at + kPrefetchAhead], a.d);
+  return a.rows[at];
+}
+
 // ln(u(c) + 1e-4) by linear interpolation in the caller's table (uniform grid on [-1, 1]).
 inline float LookupLnU(const float* table, int size, float c) {
   if (!(c == c)) c = 0.0f;  // NaN (only from non-finite inputs) reads as cos 0
@@ -63,15 +72,7 @@ void RunImpl(const GroupAttentionArgs& a) {
     const int64_t nt = MinI(kGroupTile, a.n_rows - t0);
     // Logits: each key row once, against every head that attends to it.
     for (int64_t j = 0; j < nt; ++j) {
-      int64_t r;
-      if (a.rows != nullptr) {
-        r = a.rows[t0 + j];
-        if (t0 + j + kPrefetchAhead < a.n_rows) {
-          PrefetchRow<kBf16>(a.keys, a.rows[t0 + j + kPrefetchAhead], d);
-        }
-      } else {
-        r = a.row_begin + t0 + j;
-      }
+      const int64_t r = RowAt<kBf16>(a, t0 + j, a.keys);
       const uint32_t mask = a.masks != nullptr ? a.masks[t0 + j] : all;
       for (int64_t c = 0; c < chunks; ++c) row[c] = LoadRowChunk<kBf16>(a.keys, r, d, c);
       for (int h = 0; h < g; ++h) {
@@ -131,15 +132,7 @@ void RunImpl(const GroupAttentionArgs& a) {
     }
     // Values: each value row once, into every head that gave it weight.
     for (int64_t j = 0; j < nt; ++j) {
-      int64_t r;
-      if (a.rows != nullptr) {
-        r = a.rows[t0 + j];
-        if (t0 + j + kPrefetchAhead < a.n_rows) {
-          PrefetchRow<kBf16>(a.values, a.rows[t0 + j + kPrefetchAhead], d);
-        }
-      } else {
-        r = a.row_begin + t0 + j;
-      }
+      const int64_t r = RowAt<kBf16>(a, t0 + j, a.values);
       for (int64_t c = 0; c < chunks; ++c) row[c] = LoadRowChunk<kBf16>(a.values, r, d, c);
       for (int h = 0; h < g; ++h) {
         const float p = x[h * kGroupTile + j];
