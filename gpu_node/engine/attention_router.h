@@ -62,6 +62,11 @@ struct SparseAttentionOptions {
   int64_t window_budget = 64 + 256;
   std::vector<int64_t> dense_layers;  // empty: {0, n_layer / 2}
   KvStorage storage = KvStorage::kBf16;
+  // The prompt region is stored in blocks of this many tokens (the last block also takes the
+  // tokens that leave the static window later); each block is attended on its own and the blocks'
+  // partials merge in position order, embedded and remote alike, so the arithmetic — hence the
+  // tokens — does not depend on how blocks are spread over attention nodes.
+  int64_t shard_block = 4096;
 };
 
 struct SparseAttentionStats {

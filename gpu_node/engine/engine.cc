@@ -119,7 +119,7 @@ std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(int64_t n_prompt, int6
   return std::make_unique<RemoteAttentionShards>(
       std::move(nodes),
       absl::StrCat("seq-", getpid(), "-", reinterpret_cast<uintptr_t>(this), "-", next_sequence_++),
-      shape, max_tokens + attention_.window_budget);
+      shape, max_tokens + attention_.window_budget, attention_.shard_block);
 }
 
 absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
@@ -166,8 +166,8 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
     if (attention_nodes_.empty()) {
       shards = std::make_unique<LocalAttentionShards>(
           c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim,
-          attention_.lsh_k, attention_.lsh_l, attention_.storage, estimator.get(),
-          attention_runner_.get());
+          attention_.lsh_k, attention_.lsh_l, attention_.storage, attention_.shard_block,
+          estimator.get(), attention_runner_.get());
     } else {
       shards = MakeRemoteShards(n_prompt, request.max_tokens, budget);
     }

@@ -53,6 +53,7 @@ TEST(EngineTest, SparseDecodeSplitAndMergeIsExact) {
   exact.n_local = 8;
   exact.window_budget = 12;
   exact.storage = KvStorage::kF32;
+  exact.shard_block = 16;  // several blocks, merged in order
   auto full = MakeEngine();
   auto split = MakeEngine(0, 256, exact);
   GenerateRequest req;

@@ -1,5 +1,7 @@
-// LocalAttentionShards: the embedded mode's AttentionShards — one KvShard per (sparse layer, kv
-// head) in this process, attended through an AttentionRunner (one work item per kv head).
+// LocalAttentionShards: the embedded mode's AttentionShards — KvShards in this process, per
+// (sparse layer, block of the prompt region, kv head), attended through an AttentionRunner (one
+// work item per (block, kv head)); the blocks' partials merge in block order (MergePartials), the
+// same arithmetic as RemoteAttentionShards with any placement of the blocks.
 //
 // Thread-safety: as AttentionShards; the estimator and runner are shared and thread-safe.
 #ifndef MAGICPIG_GPU_NODE_ENGINE_LOCAL_ATTENTION_SHARDS_H_
@@ -18,7 +20,8 @@ namespace magicpig::engine {
 class LocalAttentionShards final : public AttentionShards {
  public:
   LocalAttentionShards(int64_t n_layer, int64_t n_kv, int group, int64_t head_dim, int k, int l,
-                       KvStorage storage, const Estimator* estimator, AttentionRunner* runner);
+                       KvStorage storage, int64_t block, const Estimator* estimator,
+                       AttentionRunner* runner);
 
   absl::Status Append(int64_t layer, int64_t first_pos, int64_t n, const float* keys,
                       const float* values, const uint16_t* codes) override;
@@ -28,13 +31,16 @@ class LocalAttentionShards final : public AttentionShards {
   int64_t bytes() const override;
 
  private:
-  int64_t n_kv_, head_dim_;
+  int64_t n_kv_, head_dim_, block_;
   int group_, k_, l_;
   KvStorage storage_;
   const Estimator* estimator_;
   AttentionRunner* runner_;
-  std::vector<std::vector<KvShard>> shards_;  // [layer][kv head]; empty until the first Append
+  // [layer][block][kv head]; empty until the layer's first Append.
+  std::vector<std::vector<std::vector<KvShard>>> shards_;
+  std::vector<int64_t> size_;  // [layer] keys per kv head
   std::vector<GroupWork> work_;
+  std::vector<PartialAttention> block_parts_;  // [block][head]
 };
 
 }  // namespace magicpig::engine

@@ -38,11 +38,12 @@ absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_
 
 RemoteAttentionShards::RemoteAttentionShards(std::vector<AttentionNodeClient*> nodes,
                                              std::string sequence_id, v1::ShardShape shape,
-                                             int64_t reserve_tokens)
+                                             int64_t reserve_tokens, int64_t block)
     : nodes_(std::move(nodes)),
       sequence_id_(std::move(sequence_id)),
       shape_(std::move(shape)),
-      reserve_tokens_(reserve_tokens) {
+      reserve_tokens_(reserve_tokens),
+      block_(block > 0 ? block : int64_t{1} << 40) {
   int64_t max_layer = 0;
   for (int32_t l : shape_.layers()) max_layer = std::max<int64_t>(max_layer, l);
   layer_size_.assign(static_cast<size_t>(max_layer + 1), 0);
@@ -64,7 +65,7 @@ void RemoteAttentionShards::Release() {
     ctx.set_deadline(Deadline(kControlSeconds));
     v1::ReleaseSequenceRequest req;
     v1::ReleaseSequenceResponse resp;
-    req.set_sequence_id(sequence_id_);
+    req.set_sequence_id(r.id);
     (void)nodes_[static_cast<size_t>(r.node)]->stub().ReleaseSequence(&ctx, req, &resp);
   }
   ranges_.clear();
@@ -114,20 +115,25 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
     int64_t total = 0;
     for (int64_t f : free) total += f;
     if (live.empty() || total == 0) break;
-    // Contiguous ranges in node order, sized in proportion to free memory.
+    // Blocks of the region; runs of consecutive blocks per node in node order, sized in proportion
+    // to free memory.
+    const int64_t n_blocks = (n + block_ - 1) / block_;
     std::vector<Range> ranges;
-    int64_t at = begin;
+    int64_t next_block = 0;
     for (size_t i = 0; i < live.size(); ++i) {
-      const int64_t len = i + 1 == live.size()
-                              ? begin + n - at
-                              : static_cast<int64_t>(static_cast<double>(n) * free[i] / total);
-      if (len <= 0) continue;
-      Range r;
-      r.node = live[i];
-      r.begin = at;
-      r.end = at + len;
-      at += len;
-      ranges.push_back(std::move(r));
+      const int64_t count =
+          i + 1 == live.size()
+              ? n_blocks - next_block
+              : static_cast<int64_t>(static_cast<double>(n_blocks) * free[i] / total);
+      for (int64_t b = next_block; b < next_block + count; ++b) {
+        Range r;
+        r.id = absl::StrCat(sequence_id_, "/b", b);
+        r.node = live[i];
+        r.begin = begin + b * block_;
+        r.end = std::min(begin + n, r.begin + block_);
+        ranges.push_back(std::move(r));
+      }
+      next_block += count;
     }
     absl::Status status;
     size_t created = 0;
@@ -137,7 +143,7 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       ctx.set_deadline(Deadline(kControlSeconds));
       v1::CreateSequenceRequest req;
       v1::CreateSequenceResponse resp;
-      req.set_sequence_id(sequence_id_);
+      req.set_sequence_id(r.id);
       *req.mutable_shape() = shape_;
       req.set_token_begin(r.begin);
       req.set_max_tokens(r.end - r.begin + (created + 1 == ranges.size() ? reserve_tokens_ : 0));
@@ -156,7 +162,7 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       ctx.set_deadline(Deadline(kControlSeconds));
       v1::ReleaseSequenceRequest req;
       v1::ReleaseSequenceResponse resp;
-      req.set_sequence_id(sequence_id_);
+      req.set_sequence_id(ranges[i].id);
       (void)nodes_[static_cast<size_t>(ranges[i].node)]->stub().ReleaseSequence(&ctx, req, &resp);
     }
     if (!absl::IsResourceExhausted(status)) return status;
@@ -184,7 +190,7 @@ absl::Status RemoteAttentionShards::SendRows(Range& range, int64_t layer, int64_
   for (int64_t c0 = 0; c0 < n; c0 += per_chunk) {
     const int64_t cn = std::min(per_chunk, n - c0);
     v1::KvChunk chunk;
-    chunk.set_sequence_id(sequence_id_);
+    chunk.set_sequence_id(range.id);
     chunk.set_layer(static_cast<int32_t>(layer));
     chunk.set_first_pos(first_pos + c0);
     chunk.set_n_tokens(static_cast<int32_t>(cn));
@@ -246,13 +252,13 @@ absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const 
   req.set_layer(static_cast<int32_t>(layer));
   req.set_scale(scale);
   v1::SequenceQuery* query = req.add_queries();
-  query->set_sequence_id(sequence_id_);
   query->set_q(std::string(reinterpret_cast<const char*>(q), n_head * d * sizeof(float)));
   MAGICPIG_RETURN_IF_ERROR(
       PackCodes(codes, n_head * shape_.lsh_l(), shape_.lsh_k(), query->mutable_codes()));
   // Send to every node first so they work in parallel, then collect.
   for (Range& r : ranges_) {
     AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
+    query->set_sequence_id(r.id);
     if (r.attend_stream == nullptr) {
       r.attend_context = std::make_unique<grpc::ClientContext>();
       r.attend_stream = node.stub().Attend(r.attend_context.get());

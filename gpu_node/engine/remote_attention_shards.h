@@ -1,16 +1,19 @@
 // RemoteAttentionShards: a sequence's offloaded keys on attention nodes over gRPC (DESIGN §2-§5,
 // proto/magicpig/v1/attention.proto).
 //
-// Placement: at the first Append (the prompt region of the first sparse layer) the region is split
-// into contiguous token ranges over the nodes in proportion to their free memory (NodeStatus); each
-// range becomes a shard (CreateSequence) reserving room for its tokens, and the last range also for
-// `reserve_tokens` more (the tokens that later leave the static window). A node that answers
+// Placement: at the first Append (the prompt region of the first sparse layer) the region is cut
+// into blocks of `block` tokens, and runs of consecutive blocks go to the nodes in proportion to
+// their free memory (NodeStatus); each block is a shard of its own on its node (a node-side
+// sequence "<id>/b<k>", CreateSequence) reserving room for its tokens, and the last block also for
+// `reserve_tokens` more (the tokens that later leave the static window). Blocks are attended
+// separately and their partials merged in block order — exactly what LocalAttentionShards does —
+// so the result does not depend on the number of nodes. A node that answers
 // RESOURCE_EXHAUSTED is dropped from this sequence's placement and the region is split again over
 // the others; with no room anywhere the Append fails with RESOURCE_EXHAUSTED naming the size.
 // Every sparse layer uses the same ranges. Rows travel in AppendKV chunks of about 1 MiB.
 //
 // Attend sends one AttendRequest per node holding a range (on a bidi stream kept per node for the
-// sequence), then reads the answers and merges the per-node partials of each head by LSE.
+// block), then reads the answers and merges the per-block partials of each head by LSE.
 //
 // Thread-safety: one instance per sequence, one caller at a time. AttentionNodeClient is shared by
 // all sequences and thread-safe (gRPC stubs are).
@@ -48,8 +51,9 @@ absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_
 class RemoteAttentionShards final : public AttentionShards {
  public:
   // shape: the sparse layers, heads, (K, L), dtype and estimator of every shard of the sequence.
+  // block: tokens per block of the prompt region (see the file comment).
   RemoteAttentionShards(std::vector<AttentionNodeClient*> nodes, std::string sequence_id,
-                        magicpig::v1::ShardShape shape, int64_t reserve_tokens);
+                        magicpig::v1::ShardShape shape, int64_t reserve_tokens, int64_t block);
   ~RemoteAttentionShards() override;  // releases the sequence on every node
 
   absl::Status Append(int64_t layer, int64_t first_pos, int64_t n, const float* keys,
@@ -67,6 +71,7 @@ class RemoteAttentionShards final : public AttentionShards {
 
   // Node address and [begin, end) token range of each shard (the router's shard map).
   struct Range {
+    std::string id;  // the node-side sequence id of this block: "<sequence id>/b<index>"
     int node = 0;
     int64_t begin = 0, end = 0;  // end grows on the last range as tokens are appended
     int64_t bytes = 0;           // as last reported by the node
@@ -92,6 +97,7 @@ class RemoteAttentionShards final : public AttentionShards {
   std::string sequence_id_;
   magicpig::v1::ShardShape shape_;
   int64_t reserve_tokens_;
+  int64_t block_;
   std::vector<Range> ranges_;
   std::vector<int> failed_;          // node indices that failed for this sequence
   std::vector<int64_t> layer_size_;  // tokens per layer (indexed by layer id)
