@@ -188,5 +188,60 @@ TEST_F(DistributedDecodeTest, NodeKilledMidGenerationRecoversWithSameTokens) {
   EXPECT_EQ(status.memory_used_bytes(), 0);
 }
 
+// Admission: with 256-token blocks a block of this 1041-token prompt reserves about 70 MB on a
+// node (bucket offsets dominate) and the last block about 91 MB (it also reserves room for the
+// generation). Nodes of 330 MiB and 150 MiB: placement by free memory gives each two blocks, the
+// small node refuses (RESOURCE_EXHAUSTED), and the sequence is placed again, all on the large node;
+// the tokens are the embedded ones. Two nodes of 150 MiB: both placements are refused and the
+// request fails with a clear error, leaving nothing reserved on either node; a smaller request then
+// runs on the same nodes (nothing else was disturbed).
+TEST_F(DistributedDecodeTest, RefusedShardIsPlacedElsewhereOrFailsCleanly) {
+  const std::string fact = ReadFile(SourceDir() + "/examples/buried_fact.txt");
+  auto embedded = LoadEngine({});
+  ASSERT_NE(embedded, nullptr);
+  auto big = embedded->EncodeChat({{"user", fact.substr(fact.size() / 2, 5000) + "\n\nWhy?"}});
+  auto small = embedded->EncodeChat({{"user", fact.substr(0, 1500) + "\n\nWho is there?"}});
+  ASSERT_TRUE(big.ok() && small.ok());
+  ASSERT_GT(big->size(), 900u);
+  ASSERT_LT(big->size(), 1100u);
+  auto want = embedded->Generate(Request(*big, 24), {});
+  ASSERT_TRUE(want.ok());
+  embedded.reset();
+
+  StartNodes(1, {"--threads", "1", "--memory-budget", "330M"});
+  StartNodes(3, {"--threads", "1", "--memory-budget", "150M"});
+  auto node_status = [&](int i) {
+    engine::AttentionNodeClient client(addresses_[static_cast<size_t>(i)]);
+    grpc::ClientContext ctx;
+    magicpig::v1::NodeStatusRequest req;
+    magicpig::v1::NodeStatusResponse st;
+    EXPECT_TRUE(client.stub().NodeStatus(&ctx, req, &st).ok());
+    return st;
+  };
+  {
+    auto remote = LoadEngine({addresses_[0], addresses_[1]});
+    ASSERT_NE(remote, nullptr);
+    auto got = remote->Generate(Request(*big, 24), {});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->tokens, want->tokens);
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(node_status(i).sequences(), 0);
+
+  auto remote = LoadEngine({addresses_[2], addresses_[3]});
+  ASSERT_NE(remote, nullptr);
+  auto refused = remote->Generate(Request(*big, 24), {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("no attention node has room"), std::string::npos)
+      << refused.status();
+  for (int i = 2; i < 4; ++i) {
+    EXPECT_EQ(node_status(i).sequences(), 0);
+    EXPECT_EQ(node_status(i).memory_used_bytes(), 0);
+  }
+  auto ok = remote->Generate(Request(*small, 8), {});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->tokens.size(), 8u);
+}
+
 }  // namespace
 }  // namespace magicpig
