@@ -34,6 +34,16 @@ absl::StatusOr<AttentionMode> ParseAttentionMode(std::string_view name) {
                                                  "' (choose full, magicpig, topk or oracle)"));
 }
 
+std::vector<bool> DenseLayers(int64_t n_layer, const SparseAttentionOptions& options) {
+  std::vector<bool> dense(static_cast<size_t>(n_layer), false);
+  std::vector<int64_t> list = options.dense_layers;
+  if (list.empty()) list = {0, n_layer / 2};
+  for (int64_t l : list) {
+    if (l >= 0 && l < n_layer) dense[static_cast<size_t>(l)] = true;
+  }
+  return dense;
+}
+
 SparseAttentionRouter::SparseAttentionRouter(const model::ModelConfig& config,
                                              const SparseAttentionOptions& options,
                                              const SimHash* hash, AttentionShards* shards,
@@ -44,14 +54,8 @@ SparseAttentionRouter::SparseAttentionRouter(const model::ModelConfig& config,
       shards_(shards),
       backend_(backend),
       kv_(kv),
-      dense_(static_cast<size_t>(config.n_layer), false),
-      layers_(static_cast<size_t>(config.n_layer)) {
-  std::vector<int64_t> dense = options.dense_layers;
-  if (dense.empty()) dense = {0, config.n_layer / 2};
-  for (int64_t l : dense) {
-    if (l >= 0 && l < config.n_layer) dense_[static_cast<size_t>(l)] = true;
-  }
-}
+      dense_(DenseLayers(config.n_layer, options)),
+      layers_(static_cast<size_t>(config.n_layer)) {}
 
 bool SparseAttentionRouter::IsDense(int64_t layer) const {
   return dense_[static_cast<size_t>(layer)];
@@ -101,9 +105,8 @@ absl::Status SparseAttentionRouter::Offload(int64_t layer, const backend::KvLaye
 template <typename Op>
 absl::Status SparseAttentionRouter::WithRecovery(Op op) {
   absl::Status status = op();
-  const int64_t max_recoveries = 8;
   while (!status.ok() && kv_ != nullptr && shards_->IsRecoverable(status) &&
-         stats_.recoveries < max_recoveries) {
+         stats_.recoveries < kMaxRecoveries) {
     MAGICPIG_RETURN_IF_ERROR(Recover());
     status = op();
   }
@@ -111,18 +114,17 @@ absl::Status SparseAttentionRouter::WithRecovery(Op op) {
 }
 
 absl::Status SparseAttentionRouter::Recover() {
-  ++stats_.recoveries;
-  shards_->Reset();
-  for (int64_t l = 0; l < config_.n_layer; ++l) {
-    const Layer& st = layers_[static_cast<size_t>(l)];
-    if (!st.offloaded) continue;
-    absl::Status s = Offload(l, kv_->layer(l), options_.n_sinks, st.window_begin);
-    if (!s.ok()) {
-      if (shards_->IsRecoverable(s) && stats_.recoveries < 8) return Recover();
-      return s;
+  absl::Status status;
+  do {  // another node may fail while the region is sent again
+    ++stats_.recoveries;
+    shards_->Reset();
+    status = absl::OkStatus();
+    for (int64_t l = 0; l < config_.n_layer && status.ok(); ++l) {
+      const Layer& st = layers_[static_cast<size_t>(l)];
+      if (st.offloaded) status = Offload(l, kv_->layer(l), options_.n_sinks, st.window_begin);
     }
-  }
-  return absl::OkStatus();
+  } while (!status.ok() && shards_->IsRecoverable(status) && stats_.recoveries < kMaxRecoveries);
+  return status;
 }
 
 absl::Status SparseAttentionRouter::OffloadNew(int64_t layer, const backend::KvLayerView& cache,

@@ -69,6 +69,9 @@ struct SparseAttentionOptions {
   int64_t shard_block = 4096;
 };
 
+// dense[l]: layer l keeps exact attention (options.dense_layers, default {0, n_layer / 2}).
+std::vector<bool> DenseLayers(int64_t n_layer, const SparseAttentionOptions& options);
+
 struct SparseAttentionStats {
   int64_t keys_touched = 0;    // sum over sparse (layer, head, step) of keys the estimator used
   int64_t keys_offloaded = 0;  // sum over the same of the keys in the shards
@@ -110,6 +113,9 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   // recovery per attention node).
   template <typename Op>
   absl::Status WithRecovery(Op op);
+
+  // Shard rebuilds per sequence before a failure is returned as it is.
+  static constexpr int64_t kMaxRecoveries = 8;
 
   model::ModelConfig config_;
   SparseAttentionOptions options_;

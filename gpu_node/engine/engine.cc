@@ -89,9 +89,9 @@ std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(int64_t n_prompt, int6
                                                           int64_t budget) {
   const model::ModelConfig& c = weights_->config();
   magicpig::v1::ShardShape shape;
-  SparseAttentionRouter probe(c, attention_, hash_.get(), nullptr, nullptr);
+  const std::vector<bool> dense = DenseLayers(c.n_layer, attention_);
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    if (!probe.IsDense(l)) shape.add_layers(static_cast<int32_t>(l));
+    if (!dense[static_cast<size_t>(l)]) shape.add_layers(static_cast<int32_t>(l));
   }
   shape.set_n_kv_heads(static_cast<int32_t>(c.n_head_kv));
   shape.set_group(static_cast<int32_t>(c.n_head / c.n_head_kv));
