@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/code_packing.h"
+#include "common/status_macros.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
 #include "tbb/task_arena.h"
@@ -247,9 +248,8 @@ absl::StatusOr<int64_t> ShardStore::CreateSequence(const SequenceSpec& spec) {
   if (absl::Status s = ValidateSequenceSpec(spec); !s.ok()) return s;
   const int64_t estimate = EstimateSequenceBytes(spec);
   auto seq = std::make_shared<StoredSequence>();
-  {
-    // Cheap checks first, so a refused request builds nothing.
-    absl::MutexLock lock(&mu_);
+  // Admission checks; the caller holds mu_.
+  auto admissible = [&]() -> absl::Status {
     if (draining_) return absl::UnavailableError("node is draining: not admitting sequences");
     if (sequences_.contains(spec.id)) {
       return absl::AlreadyExistsError(absl::StrCat("sequence_id '", spec.id, "' already exists"));
@@ -259,6 +259,12 @@ absl::StatusOr<int64_t> ShardStore::CreateSequence(const SequenceSpec& spec) {
                                                        " bytes; node budget ", budget_, " bytes, ",
                                                        used_, " in use"));
     }
+    return absl::OkStatus();
+  };
+  {
+    // Cheap checks first, so a refused request builds nothing.
+    absl::MutexLock lock(&mu_);
+    MAGICPIG_RETURN_IF_ERROR(admissible());
   }
   seq->spec = spec;
   seq->reserved = estimate;
@@ -272,15 +278,7 @@ absl::StatusOr<int64_t> ShardStore::CreateSequence(const SequenceSpec& spec) {
   }
   absl::MutexLock lock(&mu_);
   // Re-check: another call may have admitted meanwhile.
-  if (draining_) return absl::UnavailableError("node is draining: not admitting sequences");
-  if (sequences_.contains(spec.id)) {
-    return absl::AlreadyExistsError(absl::StrCat("sequence_id '", spec.id, "' already exists"));
-  }
-  if (estimate > budget_ - used_) {
-    return absl::ResourceExhaustedError(absl::StrCat("sequence '", spec.id, "' needs ", estimate,
-                                                     " bytes; node budget ", budget_, " bytes, ",
-                                                     used_, " in use"));
-  }
+  MAGICPIG_RETURN_IF_ERROR(admissible());
   used_ += estimate;
   sequences_.emplace(spec.id, Entry{std::move(seq), estimate});
   return estimate;
