@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -20,7 +23,15 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 std::string_view FinishReasonName(FinishReason r) {
-  return r == FinishReason::kStop ? "stop" : "length";
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      break;
+  }
+  return "abort";
 }
 
 double GenerateStats::prefill_tokens_per_second() const {
@@ -65,6 +76,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   e->context_length_ =
       options.context_length > 0 ? options.context_length : e->weights_->config().context_length;
   e->prefill_chunk_ = options.prefill_chunk;
+  e->num_threads_ = options.num_threads;
   e->attention_ = options.attention;
   if (e->attention_.mode != AttentionMode::kFull) {
     const model::ModelConfig& c = e->weights_->config();
@@ -85,22 +97,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   return e;
 }
 
-std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(int64_t n_prompt, int64_t max_tokens,
-                                                          int64_t budget) {
+std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(const SparseAttentionOptions& attention,
+                                                          int64_t max_tokens, int64_t budget) {
   const model::ModelConfig& c = weights_->config();
   magicpig::v1::ShardShape shape;
-  const std::vector<bool> dense = DenseLayers(c.n_layer, attention_);
+  const std::vector<bool> dense = DenseLayers(c.n_layer, attention);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (!dense[static_cast<size_t>(l)]) shape.add_layers(static_cast<int32_t>(l));
   }
   shape.set_n_kv_heads(static_cast<int32_t>(c.n_head_kv));
   shape.set_group(static_cast<int32_t>(c.n_head / c.n_head_kv));
   shape.set_head_dim(static_cast<int32_t>(c.head_dim));
-  shape.set_lsh_k(attention_.lsh_k);
-  shape.set_lsh_l(attention_.lsh_l);
-  shape.set_dtype(attention_.storage == KvStorage::kF32 ? magicpig::v1::KV_DTYPE_F32
-                                                        : magicpig::v1::KV_DTYPE_BF16);
-  switch (attention_.mode) {
+  shape.set_lsh_k(attention.lsh_k);
+  shape.set_lsh_l(attention.lsh_l);
+  shape.set_dtype(attention.storage == KvStorage::kF32 ? magicpig::v1::KV_DTYPE_F32
+                                                       : magicpig::v1::KV_DTYPE_BF16);
+  switch (attention.mode) {
     case AttentionMode::kTopK:
       shape.set_estimator(magicpig::v1::ESTIMATOR_TOPK);
       break;
@@ -112,19 +124,119 @@ std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(int64_t n_prompt, int6
       break;
   }
   shape.set_budget(budget);
-  shape.set_seed(attention_.lsh_seed);
+  shape.set_seed(attention.lsh_seed);
   std::vector<AttentionNodeClient*> nodes;
   for (auto& n : attention_nodes_) nodes.push_back(n.get());
   // Tokens that may later leave the static window: everything generated.
   return std::make_unique<RemoteAttentionShards>(
       std::move(nodes),
       absl::StrCat("seq-", getpid(), "-", reinterpret_cast<uintptr_t>(this), "-", next_sequence_++),
-      shape, max_tokens + attention_.window_budget, attention_.shard_block);
+      shape, max_tokens + attention.window_budget, attention.shard_block);
 }
 
-absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
-                                                const GenerateCallbacks& callbacks) {
+Sequence::~Sequence() = default;
+
+void Sequence::Abort() {
+  if (!finished_) Finish(FinishReason::kAbort);
+}
+
+void Sequence::Finish(FinishReason reason) {
+  finished_ = true;
+  result_.finish = reason;
+  if (reason != FinishReason::kAbort) {
+    std::string rest = stream_->Flush();
+    if (!rest.empty() && callbacks_.on_text) callbacks_.on_text(rest);
+    if (!rest.empty() && callbacks_.on_token) {
+      callbacks_.on_token(TokenOutput{.token = -1, .text = rest, .logprob = nullptr});
+    }
+  }
+  result_.text = stream_->text();
+  result_.stats.generated_tokens = static_cast<int64_t>(result_.tokens.size());
+  if (decode_start_ns_ != 0) {
+    result_.stats.decode_seconds =
+        (std::chrono::steady_clock::now().time_since_epoch().count() - decode_start_ns_) * 1e-9;
+  }
+  if (router_ != nullptr) {
+    result_.stats.attention_keys_touched = router_->stats().keys_touched;
+    result_.stats.attention_keys_offloaded = router_->stats().keys_offloaded;
+    result_.stats.attention_shard_bytes = shards_->bytes();
+    result_.stats.attention_recoveries = router_->stats().recoveries;
+  }
+  // The memory goes as soon as the sequence ends, not when the caller drops it.
+  router_.reset();
+  shards_.reset();
+  kv_.reset();
+}
+
+absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attention, Sequence& seq) {
+  const model::ModelConfig& c = weights_->config();
+  const int64_t n_prompt = seq.prompt_tokens();
+  const SimHash* hash = hash_.get();
+  if (hash == nullptr || hash->k() != attention.lsh_k || hash->l() != attention.lsh_l ||
+      hash->seed() != attention.lsh_seed) {
+    MAGICPIG_ASSIGN_OR_RETURN(SimHash h, SimHash::Create(c.head_dim, attention.lsh_k,
+                                                         attention.lsh_l, attention.lsh_seed));
+    seq.hash_ = std::make_unique<SimHash>(std::move(h));
+    hash = seq.hash_.get();
+  }
+  const int64_t offloaded = std::max<int64_t>(1, n_prompt - attention.n_sinks - attention.n_local);
+  const int64_t budget =
+      attention.budget > 0 ? attention.budget : std::max<int64_t>(1, offloaded / 50);
+  switch (attention.mode) {
+    case AttentionMode::kMagicPig:
+      seq.estimator_ = std::make_unique<MagicPigEstimator>(attention.lsh_k, attention.lsh_l);
+      break;
+    case AttentionMode::kTopK:
+      seq.estimator_ = std::make_unique<TopKEstimator>(budget);
+      break;
+    default:
+      seq.estimator_ = std::make_unique<OracleEstimator>(budget, attention.lsh_seed);
+      break;
+  }
+  if (attention_nodes_.empty()) {
+    seq.shards_ = std::make_unique<LocalAttentionShards>(
+        c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim,
+        attention.lsh_k, attention.lsh_l, attention.storage, attention.shard_block,
+        seq.estimator_.get(), attention_runner_.get());
+  } else {
+    seq.shards_ = MakeRemoteShards(attention, seq.request_.max_tokens, budget);
+  }
+  seq.router_ = std::make_unique<SparseAttentionRouter>(c, attention, hash, seq.shards_.get(),
+                                                        backend_.get(), seq.kv_.get());
+  return absl::OkStatus();
+}
+
+namespace {
+
+// log_softmax(logits)[token] and the `top` most likely entries, from one pass over the vocabulary
+// so that a chosen token that is also the arg-max gets the very same float.
+void FillLogprob(absl::Span<const float> logits, int32_t token, int top, TokenLogprob* out) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (float v : logits) max = std::max(max, v);
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - max));
+  const float log_z = max + static_cast<float>(std::log(sum));
+  out->token = token;
+  out->logprob = logits[static_cast<size_t>(token)] - log_z;
+  out->top.clear();
+  if (top <= 0) return;
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  const size_t k = std::min<size_t>(static_cast<size_t>(top), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (size_t i = 0; i < k; ++i) out->top.emplace_back(ids[i], logits[ids[i]] - log_z);
+}
+
+int64_t NowNs() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& request,
+                                                        GenerateCallbacks callbacks) {
   MAGICPIG_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  const model::ModelConfig& c = weights_->config();
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   if (n_prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
   if (request.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
@@ -132,94 +244,129 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
     return absl::OutOfRangeError(absl::StrCat("the prompt has ", n_prompt,
                                               " tokens; the context length is ", context_length_));
   }
+  for (int32_t id : request.prompt) {
+    if (id < 0 || id >= c.n_vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " is outside the vocabulary [0, ", c.n_vocab, ")"));
+    }
+  }
+  if (request.top_logprobs > 20) {
+    return absl::InvalidArgumentError("top_logprobs must be at most 20");
+  }
+  const SparseAttentionOptions& attention =
+      request.attention.has_value() ? *request.attention : attention_;
+  if (attention.mode != AttentionMode::kFull && c.head_dim % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sparse attention needs a head dim that is a multiple of 16; this model has ", c.head_dim));
+  }
   absl::MutexLock lock(&mu_);
-  const model::ModelConfig& c = weights_->config();
-  const int64_t capacity = std::min(context_length_, n_prompt + request.max_tokens);
-  MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
-                            KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, capacity));
-  GenerateResult result;
-  result.stats.prompt_tokens = n_prompt;
-  Sampler sampler(request.sampling);
-  TextStream stream(request.stop);
-  std::vector<float> logits;
-
-  // Sparse decoding: a router for this sequence and the estimator it asks.
-  std::unique_ptr<Estimator> estimator;
-  std::unique_ptr<AttentionShards> shards;
-  std::unique_ptr<SparseAttentionRouter> router;
-  if (attention_.mode != AttentionMode::kFull) {
-    const int64_t offloaded =
-        std::max<int64_t>(1, n_prompt - attention_.n_sinks - attention_.n_local);
-    const int64_t budget =
-        attention_.budget > 0 ? attention_.budget : std::max<int64_t>(1, offloaded / 50);
-    switch (attention_.mode) {
-      case AttentionMode::kMagicPig:
-        estimator = std::make_unique<MagicPigEstimator>(attention_.lsh_k, attention_.lsh_l);
-        break;
-      case AttentionMode::kTopK:
-        estimator = std::make_unique<TopKEstimator>(budget);
-        break;
-      default:
-        estimator = std::make_unique<OracleEstimator>(budget, attention_.lsh_seed);
-        break;
-    }
-    if (attention_nodes_.empty()) {
-      shards = std::make_unique<LocalAttentionShards>(
-          c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim,
-          attention_.lsh_k, attention_.lsh_l, attention_.storage, attention_.shard_block,
-          estimator.get(), attention_runner_.get());
-    } else {
-      shards = MakeRemoteShards(n_prompt, request.max_tokens, budget);
-    }
-    router = std::make_unique<SparseAttentionRouter>(c, attention_, hash_.get(), shards.get(),
-                                                     backend_.get(), kv.get());
+  std::unique_ptr<Sequence> seq(new Sequence());
+  seq->request_ = request;
+  seq->callbacks_ = std::move(callbacks);
+  seq->capacity_ = std::min(context_length_, n_prompt + request.max_tokens);
+  MAGICPIG_ASSIGN_OR_RETURN(seq->kv_,
+                            KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq->capacity_));
+  seq->sampler_ = std::make_unique<Sampler>(request.sampling);
+  seq->stream_ = std::make_unique<TextStream>(request.stop);
+  seq->result_.stats.prompt_tokens = n_prompt;
+  if (attention.mode != AttentionMode::kFull) {
+    if (attention_runner_ == nullptr)
+      attention_runner_ = std::make_unique<AttentionRunner>(num_threads_);
+    MAGICPIG_RETURN_IF_ERROR(SetUpSparseAttention(attention, *seq));
   }
 
-  auto start = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
   ForwardOptions prefill;
-  prefill.attention_hook = router.get();
+  prefill.attention_hook = seq->router_.get();
   prefill.logits = LogitsMode::kLast;
   prefill.max_chunk = prefill_chunk_;
-  prefill.on_layer_done = callbacks.on_prefill_layer;
-  MAGICPIG_RETURN_IF_ERROR(transformer_->Forward(request.prompt, *kv, prefill, &logits));
-  result.stats.prefill_seconds = SecondsSince(start);
+  prefill.on_layer_done = seq->callbacks_.on_prefill_layer;
+  if (request.prompt_logprobs) {
+    prefill.logits = LogitsMode::kAll;
+    const int top = std::max(request.top_logprobs, 0);
+    std::vector<TokenLogprob>& out = seq->result_.prompt_logprobs;
+    out.resize(static_cast<size_t>(n_prompt - 1));
+    prefill.on_logits = [&](int64_t first, int64_t rows, const float* logits) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t pos = first + r;  // predicts prompt[pos + 1]
+        if (pos + 1 >= n_prompt) break;
+        FillLogprob(absl::MakeConstSpan(logits + r * c.n_vocab, c.n_vocab), request.prompt[pos + 1],
+                    top, &out[pos]);
+      }
+    };
+  }
+  MAGICPIG_RETURN_IF_ERROR(
+      transformer_->Forward(request.prompt, *seq->kv_, prefill, &seq->logits_));
+  seq->result_.stats.prefill_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (request.max_tokens == 0) seq->Finish(FinishReason::kLength);
+  return seq;
+}
 
-  auto decode_start = std::chrono::steady_clock::now();
-  ForwardOptions decode;
-  decode.logits = LogitsMode::kLast;
-  decode.attention_hook = router.get();
-  result.finish = FinishReason::kLength;
-  for (int64_t i = 0; i < request.max_tokens; ++i) {
-    const int32_t token = sampler.Sample(logits);
-    result.tokens.push_back(token);
-    if (!request.ignore_eos && tokenizer_->IsEndOfGeneration(token)) {
-      result.finish = FinishReason::kStop;
-      break;
-    }
-    // Control tokens render as nothing (as llama.cpp does by default).
-    const int32_t one[1] = {token};
-    std::string piece = stream.Append(tokenizer_->Decode(one));
-    if (!piece.empty() && callbacks.on_text) callbacks.on_text(piece);
-    if (stream.stopped()) {
-      result.finish = FinishReason::kStop;
-      break;
-    }
-    if (i + 1 == request.max_tokens || kv->size() >= capacity) break;
-    const int32_t next[1] = {token};
-    MAGICPIG_RETURN_IF_ERROR(transformer_->Forward(next, *kv, decode, &logits));
+bool Engine::SampleNext(Sequence& seq) {
+  const GenerateRequest& request = seq.request_;
+  if (seq.decode_start_ns_ == 0) seq.decode_start_ns_ = NowNs();
+  const int32_t token = seq.sampler_->Sample(seq.logits_);
+  seq.result_.tokens.push_back(token);
+  const TokenLogprob* logprob = nullptr;
+  if (request.top_logprobs >= 0) {
+    seq.result_.logprobs.emplace_back();
+    FillLogprob(seq.logits_, token, request.top_logprobs, &seq.result_.logprobs.back());
+    logprob = &seq.result_.logprobs.back();
   }
-  std::string rest = stream.Flush();
-  if (!rest.empty() && callbacks.on_text) callbacks.on_text(rest);
-  result.text = stream.text();
-  result.stats.generated_tokens = static_cast<int64_t>(result.tokens.size());
-  result.stats.decode_seconds = SecondsSince(decode_start);
-  if (router != nullptr) {
-    result.stats.attention_keys_touched = router->stats().keys_touched;
-    result.stats.attention_keys_offloaded = router->stats().keys_offloaded;
-    result.stats.attention_shard_bytes = shards->bytes();
-    result.stats.attention_recoveries = router->stats().recoveries;
+  if (!request.ignore_eos && tokenizer_->IsEndOfGeneration(token)) {
+    if (seq.callbacks_.on_token) seq.callbacks_.on_token({token, {}, logprob});
+    seq.Finish(FinishReason::kStop);
+    return false;
   }
-  return result;
+  // Control tokens render as nothing (as llama.cpp does by default).
+  const int32_t one[1] = {token};
+  std::string piece = seq.stream_->Append(tokenizer_->Decode(one));
+  if (!piece.empty() && seq.callbacks_.on_text) seq.callbacks_.on_text(piece);
+  if (seq.callbacks_.on_token) seq.callbacks_.on_token({token, piece, logprob});
+  if (seq.stream_->stopped()) {
+    seq.Finish(FinishReason::kStop);
+    return false;
+  }
+  if (seq.generated() >= request.max_tokens || seq.kv_->size() >= seq.capacity_) {
+    seq.Finish(FinishReason::kLength);
+    return false;
+  }
+  return true;
+}
+
+absl::Status Engine::Step(absl::Span<Sequence* const> batch, StepTimings* timings,
+                          double* sampling_seconds) {
+  absl::MutexLock lock(&mu_);
+  const auto sample_start = std::chrono::steady_clock::now();
+  std::vector<DecodeItem> items;
+  std::vector<Sequence*> going_on;
+  for (Sequence* seq : batch) {
+    if (seq == nullptr || seq->finished()) continue;
+    if (!SampleNext(*seq)) continue;
+    items.push_back(DecodeItem{seq->result_.tokens.back(), seq->kv_.get(), seq->router_.get()});
+    going_on.push_back(seq);
+  }
+  if (sampling_seconds != nullptr) {
+    *sampling_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - sample_start).count();
+  }
+  if (items.empty()) return absl::OkStatus();
+  std::vector<float> logits;
+  MAGICPIG_RETURN_IF_ERROR(transformer_->ForwardBatch(items, &logits, timings));
+  const int64_t n_vocab = weights_->config().n_vocab;
+  for (size_t i = 0; i < going_on.size(); ++i) {
+    going_on[i]->logits_.assign(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
+                                                const GenerateCallbacks& callbacks) {
+  MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, Start(request, callbacks));
+  Sequence* one[1] = {seq.get()};
+  while (!seq->finished()) MAGICPIG_RETURN_IF_ERROR(Step(one));
+  return seq->TakeResult();
 }
 
 absl::StatusOr<std::vector<int32_t>> Engine::EncodeChat(

@@ -5,13 +5,20 @@
 //   GenerateRequest req{.prompt = engine->tokenizer().Encode(text, true), .max_tokens = 64};
 //   MAGICPIG_ASSIGN_OR_RETURN(GenerateResult r, engine->Generate(req, {}));
 //
-// Thread-safety: Generate calls are serialised (one sequence at a time in this version).
+// Generate runs one request to the end. A scheduler batching many requests uses the parts it is
+// made of: Start (validation, memory, prefill) and Step (one sampled token for each sequence of a
+// batch, then one batched forward pass of those still running).
+//
+// Thread-safety: Start, Step, Generate and ScoreAll may be called from any thread; they are
+// serialised by the engine (the backend runs one batch at a time). A Sequence is used by one
+// thread at a time (the scheduler's).
 #ifndef MAGICPIG_GPU_NODE_ENGINE_ENGINE_H_
 #define MAGICPIG_GPU_NODE_ENGINE_ENGINE_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +30,7 @@
 #include "gpu_node/engine/attention_router.h"
 #include "gpu_node/engine/remote_attention_shards.h"
 #include "gpu_node/engine/sampler.h"
+#include "gpu_node/engine/text_stream.h"
 #include "gpu_node/engine/transformer.h"
 #include "gpu_node/model/chat_template.h"
 #include "gpu_node/model/model_weights.h"
@@ -49,9 +57,17 @@ struct GenerateRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  // Log-probabilities (of the model's distribution, before temperature): -1 none; 0 the chosen
+  // token's; N > 0 also the N most likely tokens at each step.
+  int top_logprobs = -1;
+  // Also the teacher-forced log-probabilities of prompt tokens 1.. (for `echo`), with
+  // max(top_logprobs, 0) alternatives.
+  bool prompt_logprobs = false;
+  // Decode attention for this request instead of the engine's (evaluation); nullopt: the engine's.
+  std::optional<SparseAttentionOptions> attention;
 };
 
-enum class FinishReason { kStop, kLength };
+enum class FinishReason { kStop, kLength, kAbort };
 std::string_view FinishReasonName(FinishReason r);
 
 struct GenerateStats {
@@ -70,16 +86,71 @@ struct GenerateStats {
   double decode_tokens_per_second() const;
 };
 
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;                           // natural log
+  std::vector<std::pair<int32_t, float>> top;  // the most likely tokens, most likely first
+};
+
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (excluding the prompt; including a final EOS)
   std::string text;             // detokenised, cut before any stop string
   FinishReason finish = FinishReason::kLength;
   GenerateStats stats;
+  std::vector<TokenLogprob> logprobs;         // per generated token, when requested
+  std::vector<TokenLogprob> prompt_logprobs;  // prompt tokens 1.., when requested
+};
+
+// One generated token as it is produced. At the end, text that was held back (a possible stop
+// string that did not complete) comes as a last TokenOutput with token -1.
+struct TokenOutput {
+  int32_t token = 0;
+  std::string_view text;                  // newly releasable text (may be empty: held back)
+  const TokenLogprob* logprob = nullptr;  // when requested
 };
 
 struct GenerateCallbacks {
   std::function<void(std::string_view)> on_text;  // streamed text pieces
+  std::function<void(const TokenOutput&)> on_token;
   std::function<void(int64_t layer, int64_t n_layer)> on_prefill_layer;
+};
+
+class Engine;
+
+// One request being generated: its cache, sampler, text stream and (sparse decoding) attention
+// router. Created by Engine::Start, advanced by Engine::Step; destroying it frees its memory and
+// releases its attention shards.
+class Sequence {
+ public:
+  ~Sequence();
+  bool finished() const { return finished_; }
+  // Valid once finished().
+  const GenerateResult& result() const { return result_; }
+  GenerateResult TakeResult() { return std::move(result_); }
+  int64_t generated() const { return static_cast<int64_t>(result_.tokens.size()); }
+  int64_t prompt_tokens() const { return static_cast<int64_t>(request_.prompt.size()); }
+  // Ends the sequence now with finish reason kAbort (e.g. the client went away).
+  void Abort();
+
+ private:
+  friend class Engine;
+  Sequence() = default;
+  void Finish(FinishReason reason);
+
+  GenerateRequest request_;
+  GenerateCallbacks callbacks_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<TextStream> stream_;
+  std::unique_ptr<SimHash> hash_;  // when the request overrides (K, L, seed)
+  std::unique_ptr<Estimator> estimator_;
+  std::unique_ptr<AttentionShards> shards_;
+  std::unique_ptr<SparseAttentionRouter> router_;
+  std::vector<float> logits_;  // of the next token
+  int64_t capacity_ = 0;
+  bool finished_ = false;
+  int64_t decode_start_ns_ = 0;  // steady clock, at the first Step
+  GenerateResult result_;
 };
 
 class Engine {
@@ -104,13 +175,30 @@ class Engine {
   absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
                                           const GenerateCallbacks& callbacks);
 
+  // Validates the request, allocates its cache and shards and runs the prefill. INVALID_ARGUMENT
+  // / OUT_OF_RANGE for a bad request, RESOURCE_EXHAUSTED when memory or attention capacity is
+  // short. The returned sequence has its first token's logits ready (finished already when
+  // max_tokens is 0).
+  absl::StatusOr<std::unique_ptr<Sequence>> Start(const GenerateRequest& request,
+                                                  GenerateCallbacks callbacks);
+  // One token for every unfinished sequence in `batch` (callbacks run here), then one batched
+  // forward pass of the sequences that go on. An error fails the whole step (the sequences are
+  // left unfinished; the caller decides). timings (optional) accumulate the step's breakdown.
+  absl::Status Step(absl::Span<Sequence* const> batch, StepTimings* timings = nullptr,
+                    double* sampling_seconds = nullptr);
+
   // Teacher-forced logits for every position of `tokens` ([n][n_vocab]); for evaluation and tests.
   absl::StatusOr<std::vector<float>> ScoreAll(const std::vector<int32_t>& tokens);
 
  private:
   Engine() = default;
-  std::unique_ptr<AttentionShards> MakeRemoteShards(int64_t n_prompt, int64_t max_tokens,
-                                                    int64_t budget);
+  std::unique_ptr<AttentionShards> MakeRemoteShards(const SparseAttentionOptions& attention,
+                                                    int64_t max_tokens, int64_t budget);
+  absl::Status SetUpSparseAttention(const SparseAttentionOptions& attention, Sequence& seq);
+  // Samples seq's next token, records it and its logprobs, runs the callbacks and finishes the
+  // sequence when a stop condition holds. Returns true when the sequence goes on.
+  bool SampleNext(Sequence& seq);
+  void Finalize(Sequence& seq);
 
   std::unique_ptr<backend::Backend> backend_;
   std::shared_ptr<const model::GgufFile> file_;
@@ -125,6 +213,7 @@ class Engine {
   int64_t next_sequence_ = 0;
   int64_t context_length_ = 0;
   int64_t prefill_chunk_ = 256;
+  int num_threads_ = 0;
   absl::Mutex mu_;
 };
 

@@ -1,5 +1,6 @@
 #include "gpu_node/engine/engine.h"
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -174,6 +175,144 @@ TEST(EngineTest, ContextLengthCapsGeneration) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->tokens.size(), 7u);  // 4 prompt + 6 cached positions, the 7th token needs no cache
   EXPECT_EQ(r->finish, FinishReason::kLength);
+}
+
+// Continuous batching: sequences of different lengths, started at different steps and finishing
+// at different steps, decoded together with Step, give each sequence the tokens it gets alone —
+// with exact attention and with the sparse (top-k at full budget, exact) router alike.
+TEST(EngineTest, BatchedStepsGiveEachSequenceItsOwnTokens) {
+  SparseAttentionOptions exact;
+  exact.mode = AttentionMode::kTopK;
+  exact.budget = 1 << 20;
+  exact.dense_layers = {0};
+  exact.n_local = 4;
+  exact.window_budget = 8;
+  exact.storage = KvStorage::kF32;
+  for (const SparseAttentionOptions& attention : {FullAttention(), exact}) {
+    auto e = MakeEngine(0, 256, attention);
+    const std::vector<std::string> texts = {
+        "the cat sat on the mat and looked at the bird in the tree",
+        "hello",
+        "one two three four five six seven eight nine ten eleven twelve",
+        "a b c d e f g",
+    };
+    std::vector<GenerateRequest> requests;
+    std::vector<std::vector<int32_t>> alone;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      GenerateRequest req;
+      req.prompt = e->tokenizer().Encode(texts[i], false);
+      req.max_tokens = 6 + 5 * static_cast<int64_t>(i);
+      req.ignore_eos = true;
+      req.sampling.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+      req.sampling.seed = 7 + i;
+      auto r = e->Generate(req, {});
+      ASSERT_TRUE(r.ok()) << r.status();
+      requests.push_back(req);
+      alone.push_back(r->tokens);
+    }
+    // Sequence i joins the batch at step 2 * i.
+    std::vector<std::unique_ptr<Sequence>> running;
+    std::vector<std::vector<int32_t>> streamed(texts.size());
+    for (int step = 0; step < 100; ++step) {
+      if (step % 2 == 0 && static_cast<size_t>(step / 2) < requests.size()) {
+        const size_t i = static_cast<size_t>(step / 2);
+        GenerateCallbacks cb;
+        cb.on_token = [&streamed, i](const TokenOutput& t) {
+          if (t.token >= 0) streamed[i].push_back(t.token);
+        };
+        auto seq = e->Start(requests[i], cb);
+        ASSERT_TRUE(seq.ok()) << seq.status();
+        running.push_back(std::move(*seq));
+      }
+      std::vector<Sequence*> batch;
+      for (auto& s : running) batch.push_back(s.get());
+      ASSERT_TRUE(e->Step(batch).ok());
+    }
+    ASSERT_EQ(running.size(), requests.size());
+    for (size_t i = 0; i < running.size(); ++i) {
+      ASSERT_TRUE(running[i]->finished());
+      EXPECT_EQ(running[i]->result().tokens, alone[i]) << "sequence " << i;
+      EXPECT_EQ(streamed[i], alone[i]) << "sequence " << i;
+      EXPECT_EQ(running[i]->result().finish, FinishReason::kLength);
+    }
+  }
+}
+
+// Log-probabilities against an independent computation in float64 from ScoreAll's logits: the
+// prompt's (teacher forced, for echo) and the generated tokens', with the top alternatives sorted
+// and the greedy token's value identical to the top entry's.
+TEST(EngineTest, LogprobsMatchLogSoftmaxOfTheLogits) {
+  auto e = MakeEngine();
+  GenerateRequest req;
+  req.prompt = e->tokenizer().Encode("the quick brown fox jumps", false);
+  req.max_tokens = 4;
+  req.ignore_eos = true;
+  req.top_logprobs = 3;
+  req.prompt_logprobs = true;
+  auto r = e->Generate(req, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int64_t n = static_cast<int64_t>(req.prompt.size());
+  ASSERT_EQ(r->prompt_logprobs.size(), static_cast<size_t>(n - 1));
+  ASSERT_EQ(r->logprobs.size(), 4u);
+  std::vector<int32_t> all = req.prompt;
+  all.insert(all.end(), r->tokens.begin(), r->tokens.end() - 1);
+  auto logits = e->ScoreAll(all);
+  ASSERT_TRUE(logits.ok());
+  const int64_t v = e->config().n_vocab;
+  auto log_softmax = [&](int64_t row, int32_t token) {
+    const float* x = logits->data() + row * v;
+    double max = x[0];
+    for (int64_t j = 0; j < v; ++j) max = std::max<double>(max, x[j]);
+    double sum = 0;
+    for (int64_t j = 0; j < v; ++j) sum += std::exp(x[j] - max);
+    return x[token] - max - std::log(sum);
+  };
+  for (int64_t p = 0; p + 1 < n; ++p) {
+    const TokenLogprob& lp = r->prompt_logprobs[p];
+    EXPECT_EQ(lp.token, req.prompt[p + 1]);
+    EXPECT_NEAR(lp.logprob, log_softmax(p, lp.token), 1e-4) << "prompt position " << p + 1;
+    ASSERT_EQ(lp.top.size(), 3u);
+    EXPECT_GE(lp.top[0].second, lp.top[1].second);
+    EXPECT_GE(lp.top[1].second, lp.top[2].second);
+    EXPECT_EQ(lp.top[0].first, Argmax(absl::MakeConstSpan(logits->data() + p * v, v)));
+  }
+  for (size_t i = 0; i < r->logprobs.size(); ++i) {
+    const TokenLogprob& lp = r->logprobs[i];
+    EXPECT_EQ(lp.token, r->tokens[i]);
+    EXPECT_NEAR(lp.logprob, log_softmax(n - 1 + i, lp.token), 1e-4);
+    ASSERT_EQ(lp.top.size(), 3u);
+    EXPECT_EQ(lp.top[0].first, lp.token);     // greedy
+    EXPECT_EQ(lp.top[0].second, lp.logprob);  // the very same float
+  }
+}
+
+TEST(EngineTest, AbortAndZeroMaxTokens) {
+  auto e = MakeEngine();
+  GenerateRequest req;
+  req.prompt = e->tokenizer().Encode("hello world", false);
+  req.max_tokens = 0;
+  req.prompt_logprobs = true;
+  req.top_logprobs = 0;
+  auto seq = e->Start(req, {});
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_TRUE((*seq)->finished());
+  EXPECT_EQ((*seq)->result().finish, FinishReason::kLength);
+  EXPECT_TRUE((*seq)->result().tokens.empty());
+  EXPECT_EQ((*seq)->result().prompt_logprobs.size(), req.prompt.size() - 1);
+
+  req.max_tokens = 50;
+  req.ignore_eos = true;
+  auto running = e->Start(req, {});
+  ASSERT_TRUE(running.ok());
+  Sequence* batch[1] = {running->get()};
+  ASSERT_TRUE(e->Step(batch).ok());
+  ASSERT_TRUE(e->Step(batch).ok());
+  (*running)->Abort();
+  EXPECT_TRUE((*running)->finished());
+  EXPECT_EQ((*running)->result().finish, FinishReason::kAbort);
+  EXPECT_EQ((*running)->result().tokens.size(), 2u);
+  ASSERT_TRUE(e->Step(batch).ok());  // a finished sequence is skipped
+  EXPECT_EQ((*running)->result().tokens.size(), 2u);
 }
 
 }  // namespace

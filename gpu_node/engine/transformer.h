@@ -53,8 +53,25 @@ struct ForwardOptions {
   // [n][kv_dim]): the post-RoPE queries and keys of the chunk. For analysis tools (e.g. dumping
   // real keys/queries for the attention accuracy tests); must not keep the pointers.
   std::function<void(int64_t, int64_t, int64_t, const float*, const float*)> on_qk;
+  // With LogitsMode::kAll: receives the logits in row blocks (first row, rows, [rows][n_vocab])
+  // instead of `logits` holding all of them (which then holds only the last row's).
+  std::function<void(int64_t, int64_t, const float*)> on_logits;
   // Optional sparse attention for decode steps (not owned).
   LayerAttentionHook* attention_hook = nullptr;
+};
+
+// One sequence's place in a batched decode step: its next token, its cache and (optionally) the
+// hook that computes its attention.
+struct DecodeItem {
+  int32_t token = 0;
+  KvCache* kv = nullptr;
+  LayerAttentionHook* attention_hook = nullptr;
+};
+
+// Seconds spent in a batched step, split for the decode-step breakdown metric.
+struct StepTimings {
+  double attention = 0;  // KV store + exact or hooked attention, every layer
+  double dense = 0;      // everything else of the forward pass (norms, products, LM head)
 };
 
 class Transformer {
@@ -68,9 +85,25 @@ class Transformer {
   absl::Status Forward(absl::Span<const int32_t> tokens, KvCache& kv, const ForwardOptions& options,
                        std::vector<float>* logits);
 
+  // One decode step of several sequences: item i appends items[i].token to its own cache at
+  // position kv->size(). The dense products run once over the batch (the weights are read once);
+  // the KV store and attention run per sequence. logits: [items.size()][n_vocab]. A batch of one
+  // computes exactly what Forward does with one token.
+  absl::Status ForwardBatch(absl::Span<const DecodeItem> items, std::vector<float>* logits,
+                            StepTimings* timings = nullptr);
+
  private:
-  absl::Status LayerChunk(int64_t layer, float* x, int64_t n, int64_t first_pos, KvCache& kv,
-                          const ForwardOptions& options);
+  // A run of tokens of one sequence inside a layer step: rows [row, row + n) of the activations.
+  struct Slot {
+    KvCache* kv;
+    int64_t first_pos;
+    int64_t row;
+    int64_t n;
+    LayerAttentionHook* hook;
+  };
+  absl::Status LayerStep(int64_t layer, float* x, int64_t n, absl::Span<const Slot> slots,
+                         const ForwardOptions* options, StepTimings* timings);
+  void ResizeScratch(int64_t rows);
 
   const model::ModelWeights* weights_;
   backend::Backend* backend_;
