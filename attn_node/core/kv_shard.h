@@ -105,6 +105,11 @@ class KvShard {
   // Heap bytes: keys and values (4 or 2 bytes per element by storage), norms (4 bytes each),
   // center, pending codes and tables (excluding sizeof(*this)).
   int64_t bytes() const;
+  // The part of bytes() that indexes the keys: the LSH tables (bucket offsets, key indices) and the
+  // pending segment's codes. bytes() - table_bytes() is the rows: keys, values, norms and center.
+  int64_t table_bytes() const {
+    return tables_.bytes() + static_cast<int64_t>(pending_codes_.capacity() * sizeof(uint16_t));
+  }
 
  private:
   static absl::StatusOr<KvShard> FromCentred(int64_t d, int k_bits, int l, std::vector<float> c,

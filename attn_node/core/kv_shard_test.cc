@@ -135,6 +135,12 @@ TEST(KvShardTest, Bf16StorageRoundsKeysAndValuesKeepsFp32NormsAndTables) {
   // Exact memory: 2 bytes per key / value element, 4 per norm and center element, plus the tables.
   EXPECT_EQ(bf->bytes(), 2 * 2 * n * d + 4 * n + 4 * d + bf->tables().bytes());
   EXPECT_EQ(f32->bytes(), 4 * 2 * n * d + 4 * n + 4 * d + f32->tables().bytes());
+  // table_bytes: the tables, plus the pending segment's codes (2 bytes per code) after an append.
+  EXPECT_EQ(bf->table_bytes(), bf->tables().bytes());
+  ASSERT_TRUE(bf->Append(*hash, keys.data(), values.data(), 3).ok());
+  ASSERT_EQ(bf->pending(), 3);
+  EXPECT_GE(bf->table_bytes(), bf->tables().bytes() + 3 * l * 2);
+  EXPECT_LE(bf->table_bytes(), bf->bytes());
 
   auto empty = KvShard::Create(*hash, nullptr, nullptr, nullptr, 0, KvStorage::kBf16);
   ASSERT_TRUE(empty.ok());

@@ -36,7 +36,8 @@ struct StoredSequence {
   mutable absl::Mutex mu;
   bool released ABSL_GUARDED_BY(mu) = false;
   std::vector<Layer> layers ABSL_GUARDED_BY(mu);
-  int64_t actual ABSL_GUARDED_BY(mu) = 0;  // sum of the shards' bytes()
+  int64_t actual ABSL_GUARDED_BY(mu) = 0;       // sum of the shards' bytes()
+  int64_t table_bytes ABSL_GUARDED_BY(mu) = 0;  // sum of the shards' table_bytes()
 };
 
 struct StagedChunk {
@@ -176,6 +177,14 @@ int64_t ShardBytes(StoredSequence& seq) {
   int64_t total = 0;
   for (const auto& layer : LayersOf(seq)) {
     for (const auto& shard : layer.heads) total += shard ? shard->bytes() : 0;
+  }
+  return total;
+}
+
+int64_t ShardTableBytes(StoredSequence& seq) {
+  int64_t total = 0;
+  for (const auto& layer : LayersOf(seq)) {
+    for (const auto& shard : layer.heads) total += shard ? shard->table_bytes() : 0;
   }
   return total;
 }
@@ -557,6 +566,7 @@ absl::StatusOr<AppendResult> ShardStore::Commit(AppendStaging* staging) {
   }
   for (StoredSequence* seq : locks.sequences()) {
     seq->actual = ShardBytes(*seq);
+    seq->table_bytes = ShardTableBytes(*seq);
     (void)Recharge(*seq, seq->actual, /*check_budget=*/false);
   }
   if (!append_status.ok()) {
@@ -707,7 +717,12 @@ StoreStats ShardStore::Stats() const {
   for (const auto& seq : seqs) {
     absl::ReaderMutexLock lock(&seq->mu);
     stats.memory_actual_bytes += seq->actual;
+    stats.table_bytes += seq->table_bytes;
+    int64_t tokens = 0;
+    for (const auto& layer : seq->layers) tokens = std::max(tokens, layer.tokens);
+    stats.kv_tokens += tokens;
   }
+  stats.kv_bytes = stats.memory_actual_bytes - stats.table_bytes;
   return stats;
 }
 

@@ -147,6 +147,12 @@ struct StoreStats {
   int64_t memory_budget_bytes = 0;
   int64_t memory_used_bytes = 0;    // sum over sequences of max(reserved, actual)
   int64_t memory_actual_bytes = 0;  // sum of the shards' KvShard::bytes()
+  // memory_actual_bytes split: LSH tables and pending codes (KvShard::table_bytes()), and the rest
+  // (keys, values, norms, centers): kv_bytes + table_bytes == memory_actual_bytes.
+  int64_t kv_bytes = 0;
+  int64_t table_bytes = 0;
+  // Tokens held, summed over sequences; a sequence's count is that of its fullest layer.
+  int64_t kv_tokens = 0;
   int32_t sequences = 0;
   bool draining = false;
 };

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "attn_node/core/simhash.h"
@@ -108,6 +109,36 @@ TEST(ShardStoreTest, AppendPastNodeBudgetIsRefused) {
   ASSERT_TRUE(store.Stage(View(testing::MakeChunk("a", 0, data, 0, 0, 1)), &s).ok());
   ASSERT_TRUE(store.Commit(&s).ok());
   EXPECT_EQ(store.Stats().memory_used_bytes, small);
+}
+
+TEST(ShardStoreTest, StatsCountTokensAndSplitBytes) {
+  auto hash = SimHash::Create(kD, kK, kL, 5);
+  ASSERT_TRUE(hash.ok());
+  const LayerData data = testing::MakeLayer(*hash, kKv, 40, 2);
+  ShardStore store(int64_t{1} << 30);
+  EXPECT_EQ(store.Stats().kv_tokens, 0);
+  EXPECT_EQ(store.Stats().kv_bytes, 0);
+  EXPECT_EQ(store.Stats().table_bytes, 0);
+  ASSERT_TRUE(store.CreateSequence(Spec("s", 100)).ok());
+  ASSERT_TRUE(store.CreateSequence(Spec("t", 50)).ok());
+  for (const auto& [id, layer, count] :
+       std::vector<std::tuple<std::string, int, int>>{{"s", 1, 20}, {"s", 0, 10}, {"t", 0, 5}}) {
+    AppendStaging st;
+    ASSERT_TRUE(store.Stage(View(testing::MakeChunk(id, layer, data, 0, 0, count)), &st).ok());
+    ASSERT_TRUE(store.Commit(&st).ok());
+  }
+  const StoreStats stats = store.Stats();
+  EXPECT_EQ(stats.sequences, 2);
+  EXPECT_EQ(stats.kv_tokens, 20 + 5);  // per sequence: its fullest layer
+  EXPECT_EQ(stats.kv_bytes + stats.table_bytes, stats.memory_actual_bytes);
+  // Rows are reserved for max_tokens at the build (f32): keys, values, norms, and the center.
+  const auto rows = [](int64_t max_tokens) { return (2 * max_tokens * kD + max_tokens + kD) * 4; };
+  EXPECT_EQ(stats.kv_bytes, kKv * (2 * rows(100) + rows(50)));
+  // Tables: L * (2^K + 1) offsets and L indices per key, 4 bytes each, per (layer, kv head).
+  const auto tables = [](int64_t n) { return kL * ((int64_t{1} << kK) + 1 + n) * 4; };
+  EXPECT_EQ(stats.table_bytes, kKv * (tables(20) + tables(10) + tables(5)));
+  ASSERT_TRUE(store.ReleaseSequence("s").ok());
+  EXPECT_EQ(store.Stats().kv_tokens, 5);
 }
 
 TEST(ShardStoreTest, ConcurrentAttendAndAppend) {
