@@ -1,5 +1,6 @@
 // magicpig_attn_node: the attention node's thin main (DESIGN §4, §5). Parses flags, starts an
-// AttentionServer, prints "listening on HOST:PORT" on stdout, and on SIGTERM / SIGINT drains
+// AttentionServer, prints "listening on HOST:PORT" on stdout (and "metrics on HOST:PORT", the
+// HTTP /metrics and probe port, on stderr), and on SIGTERM / SIGINT drains
 // (stops admitting, NOT_SERVING on the health service), shuts down with a grace deadline and
 // exits 0. With --health it is instead a probe of a running node (see node_flags.h).
 #include <pthread.h>
@@ -14,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "attn_node/service/attention_server.h"
 #include "attn_node/service/node_flags.h"
+#include "common/metrics/metrics.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 
@@ -76,10 +78,14 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
+  prometheus::Registry registry;  // outlives the server
+  magicpig::metrics::AddBuildInfo(registry, "attention");
   magicpig::AttentionServerOptions options;
   options.listen_address = flags->listen;
   options.memory_budget_bytes = flags->memory_budget_bytes;
   options.threads = flags->threads;
+  options.metrics_listen = flags->metrics_listen;
+  options.metrics_registry = &registry;
   absl::StatusOr<std::unique_ptr<magicpig::AttentionServer>> server =
       magicpig::AttentionServer::Start(options);
   if (!server.ok()) {
@@ -89,6 +95,9 @@ int main(int argc, char** argv) {
   std::cout << "listening on " << (*server)->address() << std::endl;
   std::cerr << "magicpig_attn_node: memory budget " << options.memory_budget_bytes << " bytes, "
             << (*server)->threads() << " threads\n";
+  if ((*server)->metrics_port() != 0) {
+    std::cerr << "metrics on " << (*server)->metrics_address() << std::endl;
+  }
 
   int signal_number = 0;
   sigwait(&stop, &signal_number);

@@ -15,7 +15,7 @@
 #include "tbb/parallel_for.h"
 #include "tbb/parallel_reduce.h"
 #include "tbb/task_arena.h"
-#include "tools/cli_args.h"
+#include "common/cli_args.h"
 
 namespace magicpig::tools {
 namespace {

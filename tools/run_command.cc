@@ -5,32 +5,37 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/cli_args.h"
 #include "gpu_node/engine/engine.h"
+#include "gpu_node/engine/engine_flags.h"
 #include "tbb/task_arena.h"
-#include "tools/cli_args.h"
 
 namespace magicpig::tools {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: magicpig run --model FILE.gguf (--prompt TEXT | --prompt-file FILE) [options]\n"
-    "  --chat                 wrap the prompt as a user message in the model's chat template\n"
-    "  --system TEXT          system message (with --chat)\n"
-    "  --max-tokens N         tokens to generate (default 128)\n"
-    "  --temperature T        0 = greedy (default 0)\n"
-    "  --top-k K  --top-p P   sampling filters (default off)\n"
-    "  --seed S               sampling seed (default 0)\n"
-    "  --stop TEXT            stop string (repeatable)\n"
-    "  --ignore-eos           keep generating past end-of-sequence\n"
-    "  --threads N            CPU threads (default: all cores)\n"
-    "  --ctx N                context length (default: the model's)\n"
-    "  --attention MODE       decode attention: magicpig (default), full, topk, oracle\n"
-    "  --lsh-k K  --lsh-l L   MagicPIG SimHash bits per table and tables (default 10, 150)\n"
-    "  --lsh-seed S           SimHash projection seed (default 1234)\n"
-    "  --budget N             keys per head for topk / oracle (default: 2% of the prompt)\n"
-    "  --attention-nodes A    comma-separated attention nodes host:port (default: in process)\n";
+std::string Usage() {
+  return absl::StrCat(
+      "usage: magicpig run --model FILE.gguf (--prompt TEXT | --prompt-file FILE) [options]\n"
+      "  --chat                 wrap the prompt as a user message in the model's chat template\n"
+      "  --system TEXT          system message (with --chat)\n"
+      "  --max-tokens N         tokens to generate (default 128)\n"
+      "  --temperature T        0 = greedy (default 0)\n"
+      "  --top-k K  --top-p P   sampling filters (default off)\n"
+      "  --seed S               sampling seed (default 0)\n"
+      "  --stop TEXT            stop string (repeatable)\n"
+      "  --ignore-eos           keep generating past end-of-sequence\n",
+      engine::EngineFlagsUsage());
+}
+
+std::set<std::string> ValueFlags() {
+  std::set<std::string> flags = engine::EngineValueFlags();
+  flags.insert({"prompt", "prompt-file", "system", "max-tokens", "temperature", "top-k", "top-p",
+                "seed", "stop"});
+  return flags;
+}
 
 int Fail(const absl::Status& s) {
   std::cerr << "magicpig run: " << s.message() << "\n";
@@ -40,23 +45,18 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
-  auto parsed =
-      CliArgs::Parse(args,
-                     {"model", "prompt", "prompt-file", "system", "max-tokens", "temperature",
-                      "top-k", "top-p", "seed", "stop", "threads", "ctx", "attention", "lsh-k",
-                      "lsh-l", "lsh-seed", "budget", "attention-nodes"},
-                     {"chat", "ignore-eos", "help"});
+  auto parsed = CliArgs::Parse(args, ValueFlags(), {"chat", "ignore-eos", "help"});
   if (!parsed.ok()) {
-    std::cerr << "magicpig run: " << parsed.status().message() << "\n" << kUsage;
+    std::cerr << "magicpig run: " << parsed.status().message() << "\n" << Usage();
     return 2;
   }
   const CliArgs& a = *parsed;
   if (a.Has("help")) {
-    std::cout << kUsage;
+    std::cout << Usage();
     return 0;
   }
   if (!a.Has("model") || (a.Has("prompt") == a.Has("prompt-file"))) {
-    std::cerr << kUsage;
+    std::cerr << Usage();
     return 2;
   }
   std::string prompt = a.Get("prompt");
@@ -67,44 +67,17 @@ int RunCommand(const std::vector<std::string>& args) {
     ss << in.rdbuf();
     prompt = ss.str();
   }
-  engine::EngineOptions options;
-  options.model_path = a.Get("model");
-  auto threads = a.GetInt("threads", 0);
-  auto ctx = a.GetInt("ctx", 0);
+  auto options = engine::EngineOptionsFromArgs(a);
+  if (!options.ok()) return Fail(options.status());
   auto max_tokens = a.GetInt("max-tokens", 128);
   auto temperature = a.GetDouble("temperature", 0.0);
   auto top_k = a.GetInt("top-k", 0);
   auto top_p = a.GetDouble("top-p", 1.0);
   auto seed = a.GetInt("seed", 0);
-  auto lsh_k = a.GetInt("lsh-k", 10);
-  auto lsh_l = a.GetInt("lsh-l", 150);
-  auto lsh_seed = a.GetInt("lsh-seed", 1234);
-  auto budget = a.GetInt("budget", 0);
   for (const absl::Status& s :
-       {threads.status(), ctx.status(), max_tokens.status(), temperature.status(), top_k.status(),
-        top_p.status(), seed.status(), lsh_k.status(), lsh_l.status(), lsh_seed.status(),
-        budget.status()}) {
+       {max_tokens.status(), temperature.status(), top_k.status(), top_p.status(), seed.status()}) {
     if (!s.ok()) return Fail(s);
   }
-  auto mode = engine::ParseAttentionMode(a.Has("attention") ? a.Get("attention") : "magicpig");
-  if (!mode.ok()) return Fail(mode.status());
-  if (*lsh_k < 1 || *lsh_k > 16 || *lsh_l < 2 || *lsh_l > 512) {
-    return Fail(absl::InvalidArgumentError("--lsh-k must be in [1, 16] and --lsh-l in [2, 512]"));
-  }
-  if (*budget < 0) return Fail(absl::InvalidArgumentError("--budget must be >= 0"));
-  options.attention.mode = *mode;
-  options.attention.lsh_k = static_cast<int>(*lsh_k);
-  options.attention.lsh_l = static_cast<int>(*lsh_l);
-  options.attention.lsh_seed = static_cast<uint64_t>(*lsh_seed);
-  options.attention.budget = *budget;
-  if (a.Has("attention-nodes")) {
-    for (absl::string_view node :
-         absl::StrSplit(a.Get("attention-nodes"), ',', absl::SkipEmpty())) {
-      options.attention_nodes.emplace_back(node);
-    }
-  }
-  options.num_threads = static_cast<int>(*threads);
-  options.context_length = *ctx;
   engine::SamplingParams sampling;
   sampling.temperature = static_cast<float>(*temperature);
   sampling.top_k = static_cast<int32_t>(*top_k);
@@ -113,7 +86,7 @@ int RunCommand(const std::vector<std::string>& args) {
   // Reject bad flags before the (slow) model load.
   if (absl::Status s = engine::ValidateSamplingParams(sampling); !s.ok()) return Fail(s);
   if (*max_tokens < 0) return Fail(absl::InvalidArgumentError("--max-tokens must be >= 0"));
-  auto engine = engine::Engine::Load(options);
+  auto engine = engine::Engine::Load(*options);
   if (!engine.ok()) return Fail(engine.status());
   engine::Engine& e = **engine;
 
@@ -146,9 +119,9 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!result.ok()) return Fail(result.status());
   std::cout << "\n" << std::flush;
   const engine::GenerateStats& st = result->stats;
-  std::string attention(engine::AttentionModeName(options.attention.mode));
-  if (options.attention.mode == engine::AttentionMode::kMagicPig) {
-    attention += absl::StrFormat("(%d,%d)", options.attention.lsh_k, options.attention.lsh_l);
+  std::string attention(engine::AttentionModeName(options->attention.mode));
+  if (options->attention.mode == engine::AttentionMode::kMagicPig) {
+    attention += absl::StrFormat("(%d,%d)", options->attention.lsh_k, options->attention.lsh_l);
   }
   if (st.attention_keys_offloaded > 0) {
     attention +=
@@ -160,7 +133,7 @@ int RunCommand(const std::vector<std::string>& args) {
       "(%s) | threads: %d | attention: %s\n",
       st.prompt_tokens, st.prefill_tokens_per_second(), st.decode_tokens_per_second(),
       st.generated_tokens, std::string(engine::FinishReasonName(result->finish)),
-      options.num_threads > 0 ? options.num_threads : tbb::this_task_arena::max_concurrency(),
+      options->num_threads > 0 ? options->num_threads : tbb::this_task_arena::max_concurrency(),
       attention);
   return 0;
 }

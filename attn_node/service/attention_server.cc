@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/metrics/metrics.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "tbb/info.h"
 
@@ -18,6 +20,22 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+// "HOST:PORT" / "[V6]:PORT" -> (HOST without brackets, PORT); INVALID_ARGUMENT otherwise.
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address '", address, "': expected HOST:PORT"));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::make_pair(std::move(host), port);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
@@ -27,12 +45,20 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
         absl::StrCat("memory budget must be >= 0, got ", options.memory_budget_bytes));
   }
   std::unique_ptr<AttentionServer> s(new AttentionServer());
+  if (options.metrics_registry != nullptr) {
+    s->registry_ = options.metrics_registry;
+  } else {
+    s->owned_registry_ = std::make_unique<prometheus::Registry>();
+    s->registry_ = s->owned_registry_.get();
+  }
+  s->metrics_ = std::make_unique<NodeMetrics>(*s->registry_);
   const int threads = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
   s->parallelism_ = std::make_unique<tbb::global_control>(
       tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads) + 1);
   s->store_ = std::make_unique<ShardStore>(options.memory_budget_bytes);
   s->executor_ = std::make_unique<TaskExecutor>(threads);
-  s->service_ = std::make_unique<AttentionServiceImpl>(s->store_.get(), s->executor_.get());
+  s->service_ = std::make_unique<AttentionServiceImpl>(s->store_.get(), s->executor_.get(),
+                                                       s->metrics_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -49,7 +75,47 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
     health->SetServingStatus(true);
     health->SetServingStatus(kServiceName, true);
   }
+  if (!options.metrics_listen.empty()) {
+    absl::StatusOr<std::pair<std::string, int>> host_port = SplitHostPort(options.metrics_listen);
+    if (!host_port.ok()) return host_port.status();
+    http::ServerOptions http_options;
+    http_options.host = host_port->first;
+    http_options.port = host_port->second;
+    http_options.max_connections = 16;  // scrapers and probes
+    absl::StatusOr<std::unique_ptr<http::Server>> http =
+        http::Server::Start(http_options, s->MakeRouter());
+    if (!http.ok()) {
+      return absl::Status(http.status().code(),
+                          absl::StrCat("metrics port: ", http.status().message()));
+    }
+    s->http_ = std::move(*http);
+    s->metrics_address_ = absl::StrCat(HostOf(options.metrics_listen), ":", s->http_->port());
+  }
   return s;
+}
+
+std::string AttentionServer::RenderMetrics() {
+  metrics_->Refresh(store_->Stats());
+  return metrics::Render(*registry_);
+}
+
+http::Router AttentionServer::MakeRouter() {
+  http::Router router;
+  router.Handle("GET", "/metrics", [this](const http::Request&, http::Responder& responder) {
+    responder.Send(200, metrics::kContentType, RenderMetrics()).IgnoreError();
+  });
+  router.Handle("GET", "/healthz", [](const http::Request&, http::Responder& responder) {
+    responder.Send(200, "text/plain; charset=utf-8", "ok\n").IgnoreError();
+  });
+  auto ready = [this](const http::Request&, http::Responder& responder) {
+    const bool draining = store_->draining();
+    responder
+        .Send(draining ? 503 : 200, "text/plain; charset=utf-8", draining ? "draining\n" : "ok\n")
+        .IgnoreError();
+  };
+  router.Handle("GET", "/readyz", ready);
+  router.Handle("GET", "/health", ready);
+  return router;
 }
 
 AttentionServer::~AttentionServer() { Shutdown(std::chrono::system_clock::now()); }
@@ -70,11 +136,14 @@ void AttentionServer::Shutdown(std::chrono::system_clock::time_point deadline) {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  if (server_ == nullptr) return;
-  StartDraining();
-  server_->Shutdown(deadline);
-  server_->Wait();
-  executor_->WaitIdle();
+  if (server_ != nullptr) {
+    StartDraining();
+    server_->Shutdown(deadline);
+    server_->Wait();
+    executor_->WaitIdle();
+  }
+  // Last: readiness answers 503 while the gRPC calls drain.
+  if (http_ != nullptr) http_->Shutdown(absl::Seconds(1));
 }
 
 }  // namespace magicpig

@@ -18,6 +18,14 @@
 // tbb::global_control raising max_allowed_parallelism to threads + 1 so that `threads` workers
 // exist (process-wide, like any global_control; the most demanding live one wins).
 //
+// Metrics and probes over HTTP: with metrics_listen set, an http::Server on that address answers
+//   GET /metrics   the registry in the Prometheus text format (the node's gauges refreshed from
+//                  ShardStore::Stats() first; node_metrics.h lists the metrics)
+//   GET /healthz   200 while the process runs (liveness)
+//   GET /readyz    200 while serving, 503 once draining (readiness); /health is an alias
+// The metrics go to options.metrics_registry, or to a registry the server owns when it is null.
+// The HTTP server stops last, after the gRPC server has drained, so readiness reads 503 throughout.
+//
 // Thread-safety: StartDraining, Shutdown and the accessors may be called from any thread;
 // Shutdown is idempotent (the destructor calls it with an immediate deadline).
 #ifndef MAGICPIG_ATTN_NODE_SERVICE_ATTENTION_SERVER_H_
@@ -32,9 +40,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "attn_node/service/attention_service.h"
+#include "attn_node/service/node_metrics.h"
 #include "attn_node/service/shard_store.h"
 #include "attn_node/service/task_executor.h"
+#include "common/http/server.h"
 #include "grpcpp/grpcpp.h"
+#include "prometheus/registry.h"
 #include "tbb/global_control.h"
 
 namespace magicpig {
@@ -43,12 +54,17 @@ struct AttentionServerOptions {
   std::string listen_address = "0.0.0.0:50051";  // HOST:PORT; port 0 picks a free port
   int64_t memory_budget_bytes = int64_t{1} << 30;
   int threads = 0;  // attention / table-build threads; <= 0: one per core
+  // HOST:PORT of the HTTP metrics / health port (port 0 picks a free port); empty: none.
+  std::string metrics_listen;
+  // Where the node's metrics are registered (borrowed; must outlive the server). Null: a registry
+  // owned by the server.
+  prometheus::Registry* metrics_registry = nullptr;
 };
 
 class AttentionServer {
  public:
-  // Binds and starts serving. INVALID_ARGUMENT for a negative budget, UNAVAILABLE when the address
-  // cannot be bound.
+  // Binds and starts serving. INVALID_ARGUMENT for a negative budget or a metrics_listen that is
+  // not HOST:PORT, UNAVAILABLE when an address cannot be bound.
   static absl::StatusOr<std::unique_ptr<AttentionServer>> Start(
       const AttentionServerOptions& options);
   ~AttentionServer();
@@ -63,6 +79,14 @@ class AttentionServer {
   AttentionServiceImpl& service() { return *service_; }
   int threads() const { return executor_->threads(); }
 
+  // The HTTP port and HOST:PORT (0 and "" without metrics_listen).
+  int metrics_port() const { return http_ != nullptr ? http_->port() : 0; }
+  const std::string& metrics_address() const { return metrics_address_; }
+  prometheus::Registry& registry() { return *registry_; }
+  // The registry in the text exposition format, the node's gauges refreshed first (what GET
+  // /metrics answers).
+  std::string RenderMetrics();
+
   // Stops admitting sequences (CreateSequence -> UNAVAILABLE) and reports NOT_SERVING on the
   // health service; calls in flight and later Attend / AppendKV / Release go on.
   void StartDraining();
@@ -74,14 +98,22 @@ class AttentionServer {
  private:
   AttentionServer() = default;
 
+  // Routes of the HTTP port.
+  http::Router MakeRouter();
+
   std::string address_;
   int port_ = 0;
-  // Declaration order is destruction order in reverse: the server goes first.
+  std::string metrics_address_;
+  // Declaration order is destruction order in reverse: the servers go first.
+  std::unique_ptr<prometheus::Registry> owned_registry_;
+  prometheus::Registry* registry_ = nullptr;
+  std::unique_ptr<NodeMetrics> metrics_;
   std::unique_ptr<tbb::global_control> parallelism_;
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<TaskExecutor> executor_;
   std::unique_ptr<AttentionServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<http::Server> http_;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -1,5 +1,6 @@
 #include "attn_node/service/attention_service.h"
 
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <optional>
@@ -17,6 +18,16 @@ namespace {
 
 std::string_view View(const std::string& s) { return std::string_view(s.data(), s.size()); }
 
+// The grpc::Status of a call's outcome, counted in `metrics` (nullable) first.
+grpc::Status Report(NodeMetrics* metrics, const absl::Status& status) {
+  if (metrics != nullptr) metrics->Finished(status);
+  return ToGrpcStatus(status);
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 ChunkView ChunkViewOf(const v1::KvChunk& c) {
   ChunkView v;
   v.sequence_id = View(c.sequence_id());
@@ -33,8 +44,12 @@ ChunkView ChunkViewOf(const v1::KvChunk& c) {
 class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
  public:
   AppendReactor(grpc::CallbackServerContext* context, v1::AppendKvResponse* response,
-                ShardStore* store, TaskExecutor* executor)
-      : context_(context), response_(response), store_(store), executor_(executor) {
+                ShardStore* store, TaskExecutor* executor, NodeMetrics* metrics)
+      : context_(context),
+        response_(response),
+        store_(store),
+        executor_(executor),
+        metrics_(metrics) {
     StartRead(&chunk_);
   }
 
@@ -46,19 +61,21 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
         return;
       }
       executor_->Submit([this] {
+        const auto start = std::chrono::steady_clock::now();
         absl::StatusOr<AppendResult> result = store_->Commit(&staging_);
         if (result.ok()) {
           response_->set_tokens(result->tokens);
           response_->set_bytes(result->bytes);
+          if (metrics_ != nullptr) metrics_->Committed(SecondsSince(start));
         }
-        Finish(ToGrpcStatus(result.status()));  // last touch of this reactor
+        Finish(Report(metrics_, result.status()));  // last touch of this reactor
       });
       return;
     }
     absl::Status status = store_->Stage(ChunkViewOf(chunk_), &staging_);
     if (!status.ok()) {
       // The staged chunks die with the reactor: nothing is committed.
-      Finish(ToGrpcStatus(status));
+      Finish(Report(metrics_, status));
       return;
     }
     StartRead(&chunk_);
@@ -71,6 +88,7 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
   v1::AppendKvResponse* response_;
   ShardStore* store_;
   TaskExecutor* executor_;
+  NodeMetrics* metrics_;
   v1::KvChunk chunk_;
   AppendStaging staging_;
 };
@@ -84,7 +102,8 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
 // reference (refs_) so the reactor outlives OnDone until the task has returned.
 class AttendReactor final : public grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse> {
  public:
-  AttendReactor(ShardStore* store, TaskExecutor* executor) : store_(store), executor_(executor) {
+  AttendReactor(ShardStore* store, TaskExecutor* executor, NodeMetrics* metrics)
+      : store_(store), executor_(executor), metrics_(metrics) {
     {
       absl::MutexLock lock(&mu_);
       reading_ = true;
@@ -176,8 +195,21 @@ class AttendReactor final : public grpc::ServerBidiReactor<v1::AttendRequest, v1
       queries.push_back(QueryView{View(q.sequence_id()), View(q.q()), View(q.codes())});
     }
     std::vector<SequencePartialResult> results;
+    const auto start = std::chrono::steady_clock::now();
     absl::Status status = store_->Attend(request.layer(), request.scale(), queries, &results);
+    const double seconds = SecondsSince(start);
     write_.Clear();
+    if (metrics_ != nullptr && status.ok()) {
+      // Sampled fraction over the message's (sequence, query head) pairs.
+      int64_t touched = 0, held = 0;
+      for (const SequencePartialResult& r : results) {
+        for (int64_t t : r.n_touched) touched += t;
+        held += r.n_keys * static_cast<int64_t>(r.n_touched.size());
+      }
+      metrics_->Attended(seconds, touched, held);
+    } else if (metrics_ != nullptr) {
+      metrics_->Finished(status);
+    }
     if (status.ok()) {
       write_.set_step_id(request.step_id());
       for (size_t i = 0; i < results.size(); ++i) {
@@ -220,6 +252,7 @@ class AttendReactor final : public grpc::ServerBidiReactor<v1::AttendRequest, v1
 
   ShardStore* store_;
   TaskExecutor* executor_;
+  NodeMetrics* metrics_;
   v1::AttendRequest read_;    // the outstanding read's buffer
   v1::AttendResponse write_;  // the outstanding write's buffer (one at a time)
 
@@ -302,25 +335,25 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSequence(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<SequenceSpec> spec = SequenceSpecFromProto(*request);
   if (!spec.ok()) {
-    reactor->Finish(ToGrpcStatus(spec.status()));
+    reactor->Finish(Report(metrics_, spec.status()));
     return reactor;
   }
   executor_->Submit([this, reactor, response, spec = std::move(*spec)] {
     absl::StatusOr<int64_t> reserved = store_->CreateSequence(spec);
     if (reserved.ok()) response->set_bytes_reserved(*reserved);
-    reactor->Finish(ToGrpcStatus(reserved.status()));
+    reactor->Finish(Report(metrics_, reserved.status()));
   });
   return reactor;
 }
 
 grpc::ServerReadReactor<v1::KvChunk>* AttentionServiceImpl::AppendKV(
     grpc::CallbackServerContext* context, v1::AppendKvResponse* response) {
-  return new AppendReactor(context, response, store_, executor_);
+  return new AppendReactor(context, response, store_, executor_, metrics_);
 }
 
 grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttentionServiceImpl::Attend(
     grpc::CallbackServerContext* context) {
-  return new AttendReactor(store_, executor_);
+  return new AttendReactor(store_, executor_, metrics_);
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::ReleaseSequence(
@@ -331,7 +364,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ReleaseSequence(
   executor_->Submit([this, reactor, request, response] {
     absl::StatusOr<int64_t> freed = store_->ReleaseSequence(View(request->sequence_id()));
     if (freed.ok()) response->set_bytes_freed(*freed);
-    reactor->Finish(ToGrpcStatus(freed.status()));
+    reactor->Finish(Report(metrics_, freed.status()));
   });
   return reactor;
 }

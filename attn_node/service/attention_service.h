@@ -16,6 +16,10 @@
 // Draining: StartDraining makes CreateSequence answer UNAVAILABLE; calls in flight and the other
 // methods go on. (AttentionServer also flips the health status.)
 //
+// Metrics (optional NodeMetrics): every answered Attend message (its ShardStore::Attend time and
+// sampled fraction), every committed AppendKV (its ShardStore::Commit time), and every call
+// finished with a refusal (NodeMetrics::Finished).
+//
 // Thread-safety: the object is shared by all of gRPC's callback threads; it holds no per-call
 // state (reactors own theirs and delete themselves in OnDone). The store and the executor must
 // outlive the server that serves this service.
@@ -24,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "attn_node/service/node_metrics.h"
 #include "attn_node/service/shard_store.h"
 #include "attn_node/service/task_executor.h"
 #include "grpcpp/grpcpp.h"
@@ -43,9 +48,9 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 class AttentionServiceImpl final : public v1::AttentionService::CallbackService {
  public:
-  // store and executor are borrowed and must outlive every call served.
-  AttentionServiceImpl(ShardStore* store, TaskExecutor* executor)
-      : store_(store), executor_(executor) {}
+  // store, executor and metrics (nullable: none) are borrowed and must outlive every call served.
+  AttentionServiceImpl(ShardStore* store, TaskExecutor* executor, NodeMetrics* metrics = nullptr)
+      : store_(store), executor_(executor), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* CreateSequence(grpc::CallbackServerContext* context,
                                            const v1::CreateSequenceRequest* request,
@@ -69,6 +74,7 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
  private:
   ShardStore* store_;
   TaskExecutor* executor_;
+  NodeMetrics* metrics_;
 };
 
 }  // namespace magicpig

@@ -12,48 +12,6 @@
 
 namespace magicpig {
 
-absl::StatusOr<int64_t> ParseByteSize(std::string_view text) {
-  std::string s = absl::AsciiStrToUpper(absl::string_view(text.data(), text.size()));
-  auto bad = [&] {
-    return absl::InvalidArgumentError(
-        absl::StrCat("byte size '", absl::string_view(text.data(), text.size()),
-                     "': expected a non-negative integer with an optional K, M, G or T suffix"));
-  };
-  for (std::string_view unit : {"IB", "B"}) {
-    if (s.size() > unit.size() && s.compare(s.size() - unit.size(), unit.size(), unit) == 0) {
-      s.resize(s.size() - unit.size());
-      break;
-    }
-  }
-  int shift = 0;
-  if (!s.empty()) {
-    switch (s.back()) {
-      case 'K':
-        shift = 10;
-        break;
-      case 'M':
-        shift = 20;
-        break;
-      case 'G':
-        shift = 30;
-        break;
-      case 'T':
-        shift = 40;
-        break;
-      default:
-        break;
-    }
-    if (shift > 0) s.pop_back();
-  }
-  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(c); })) {
-    return bad();
-  }
-  uint64_t value = 0;
-  if (!absl::SimpleAtoi(s, &value)) return bad();
-  if (value > (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) >> shift)) return bad();
-  return static_cast<int64_t>(value << shift);
-}
-
 int64_t DefaultMemoryBudget() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGESIZE);
@@ -63,11 +21,14 @@ int64_t DefaultMemoryBudget() {
 
 std::string NodeUsage() {
   return "usage: magicpig_attn_node [--listen HOST:PORT] [--memory-budget BYTES[K|M|G|T]]\n"
-         "                          [--threads N] [--shutdown-grace SECONDS] [--health]\n"
+         "                          [--threads N] [--shutdown-grace SECONDS]\n"
+         "                          [--metrics-listen HOST:PORT|off] [--health]\n"
          "  --listen          address to serve on (default 0.0.0.0:50051; port 0 picks one)\n"
          "  --memory-budget   KV + LSH tables the node may admit (default: half the RAM)\n"
          "  --threads         attention / table-build threads (default: one per core)\n"
          "  --shutdown-grace  seconds in-flight calls may run after SIGTERM (default 10)\n"
+         "  --metrics-listen  HTTP port for /metrics, /healthz, /readyz (default 0.0.0.0:9091;\n"
+         "                    'off' or '' disables it)\n"
          "  --health          probe the node at --listen; exit 0 iff it is SERVING\n";
 }
 
@@ -93,7 +54,7 @@ absl::StatusOr<NodeFlags> ParseNodeFlags(const std::vector<std::string>& args) {
       continue;
     }
     if (name != "listen" && name != "memory-budget" && name != "threads" &&
-        name != "shutdown-grace") {
+        name != "shutdown-grace" && name != "metrics-listen") {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     }
     if (!has_value) {
@@ -108,6 +69,19 @@ absl::StatusOr<NodeFlags> ParseNodeFlags(const std::vector<std::string>& args) {
             absl::StrCat("--listen: expected HOST:PORT, got '", value, "'"));
       }
       flags.listen = value;
+    } else if (name == "metrics-listen") {
+      if (value.empty() || value == "off") {
+        flags.metrics_listen.clear();
+        continue;
+      }
+      const size_t colon = value.rfind(':');
+      int port = -1;
+      if (colon == std::string::npos || colon == 0 ||
+          !absl::SimpleAtoi(value.substr(colon + 1), &port) || port < 0 || port > 65535) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--metrics-listen: expected HOST:PORT or 'off', got '", value, "'"));
+      }
+      flags.metrics_listen = value;
     } else if (name == "memory-budget") {
       absl::StatusOr<int64_t> bytes = ParseByteSize(value);
       if (!bytes.ok()) {

@@ -6,6 +6,8 @@
 //                            default: half of the physical memory
 //   --threads N              attention / table-build threads; default 0 = one per core
 //   --shutdown-grace SECONDS how long in-flight calls may run after SIGTERM; default 10
+//   --metrics-listen HOST:PORT  HTTP /metrics, /healthz, /readyz; default 0.0.0.0:9091; "" or
+//                            "off": none
 //   --health                 probe mode: ask the node at --listen for its gRPC health status,
 //                            print it, exit 0 iff SERVING (for exec probes and scripts)
 //   --help
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/cli_args.h"  // ParseByteSize
 
 namespace magicpig {
 
@@ -29,13 +32,10 @@ struct NodeFlags {
   int64_t memory_budget_bytes = 0;  // filled with DefaultMemoryBudget() unless given
   int threads = 0;
   double shutdown_grace_seconds = 10.0;
+  std::string metrics_listen = "0.0.0.0:9091";  // empty: no metrics / probe port
   bool health = false;
   bool help = false;
 };
-
-// "1234", "64K", "512M", "8G", "1T" (case-insensitive suffix, optional trailing "B" or "iB");
-// INVALID_ARGUMENT for anything else, negative values or overflow.
-absl::StatusOr<int64_t> ParseByteSize(std::string_view text);
 
 // Half of the physical memory (or 1 GiB where it cannot be read).
 int64_t DefaultMemoryBudget();

@@ -27,6 +27,7 @@ TEST(NodeFlagsTest, Flags) {
   EXPECT_EQ(f->threads, 3);
   EXPECT_DOUBLE_EQ(f->shutdown_grace_seconds, 1.5);
   EXPECT_FALSE(f->health);
+  EXPECT_EQ(f->metrics_listen, "0.0.0.0:9091");
 
   auto d = ParseNodeFlags({});
   ASSERT_TRUE(d.ok());
@@ -35,12 +36,22 @@ TEST(NodeFlagsTest, Flags) {
   EXPECT_GT(d->memory_budget_bytes, 0);
   EXPECT_TRUE(ParseNodeFlags({"--health"})->health);
 
+  EXPECT_EQ(ParseNodeFlags({"--metrics-listen", "127.0.0.1:0"})->metrics_listen, "127.0.0.1:0");
+  EXPECT_EQ(ParseNodeFlags({"--metrics-listen=[::]:9100"})->metrics_listen, "[::]:9100");
+  EXPECT_EQ(ParseNodeFlags({"--metrics-listen", "off"})->metrics_listen, "");
+  EXPECT_EQ(ParseNodeFlags({"--metrics-listen="})->metrics_listen, "");
+  EXPECT_NE(NodeUsage().find("--metrics-listen"), std::string::npos);
+
   for (const std::vector<std::string>& bad :
        std::vector<std::vector<std::string>>{{"--bogus"},
                                              {"--threads"},
                                              {"--threads", "x"},
                                              {"--memory-budget", "lots"},
                                              {"--listen", "nohost"},
+                                             {"--metrics-listen", "9091"},
+                                             {"--metrics-listen", "host:port"},
+                                             {"--metrics-listen", "host:70000"},
+                                             {"--metrics-listen"},
                                              {"--health=1"},
                                              {"stray"}}) {
     auto r = ParseNodeFlags(bad);

@@ -91,7 +91,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
     }
     e->attention_runner_ = std::make_unique<AttentionRunner>(options.num_threads);
     for (const std::string& address : options.attention_nodes) {
-      e->attention_nodes_.push_back(std::make_unique<AttentionNodeClient>(address));
+      e->attention_nodes_.push_back(
+          std::make_unique<AttentionNodeClient>(address, options.metrics_registry));
     }
   }
   return e;

@@ -35,6 +35,7 @@
 #include "gpu_node/model/chat_template.h"
 #include "gpu_node/model/model_weights.h"
 #include "gpu_node/model/tokenizer.h"
+#include "prometheus/registry.h"
 
 namespace magicpig::engine {
 
@@ -49,6 +50,9 @@ struct EngineOptions {
   SparseAttentionOptions attention;
   // Attention nodes ("host:port") holding the offloaded keys; empty: in this process (embedded).
   std::vector<std::string> attention_nodes;
+  // Where the per-attention-node RPC metrics go (magicpig_attn_rpc_*; remote_attention_shards.h);
+  // borrowed, must outlive the engine. Null: none.
+  prometheus::Registry* metrics_registry = nullptr;
 };
 
 struct GenerateRequest {
@@ -167,6 +171,11 @@ class Engine {
   const model::ModelWeights& weights() const { return *weights_; }
   backend::Backend& backend() { return *backend_; }
   int64_t context_length() const { return context_length_; }
+  const SparseAttentionOptions& attention_options() const { return attention_; }
+  // The attention nodes this engine places shards on (empty: embedded).
+  const std::vector<std::unique_ptr<AttentionNodeClient>>& attention_nodes() const {
+    return attention_nodes_;
+  }
 
   // Prompt ids for a chat: template text may hold special tokens, message content may not.
   absl::StatusOr<std::vector<int32_t>> EncodeChat(

@@ -6,8 +6,10 @@
 #include <limits>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/code_packing.h"
+#include "common/metrics/metrics.h"
 #include "common/status_macros.h"
 
 namespace magicpig::engine {
@@ -24,10 +26,54 @@ std::chrono::system_clock::time_point Deadline(int seconds) {
 }
 }  // namespace
 
-AttentionNodeClient::AttentionNodeClient(std::string address)
+AttentionRpcMetrics::AttentionRpcMetrics(prometheus::Registry& registry, const std::string& node)
+    : node(node),
+      latency(&prometheus::BuildHistogram()
+                   .Name("magicpig_attn_rpc_latency_seconds")
+                   .Help("Round trip of one attention request to one attention node")
+                   .Register(registry)
+                   .Add({{"node", node}}, metrics::RpcBuckets())),
+      errors(&prometheus::BuildCounter()
+                  .Name("magicpig_attn_rpc_errors_total")
+                  .Help("Failed attention-node calls by gRPC status code name")
+                  .Register(registry)) {
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("magicpig_attn_rpc_bytes_total")
+                    .Help(
+                        "Serialized message bytes sent to (up) and received from (down) each "
+                        "attention node")
+                    .Register(registry);
+  bytes_up = &bytes.Add({{"node", node}, {"direction", "up"}});
+  bytes_down = &bytes.Add({{"node", node}, {"direction", "down"}});
+}
+
+void AttentionRpcMetrics::RoundTrip(double seconds) const {
+  if (latency != nullptr) latency->Observe(seconds);
+}
+
+void AttentionRpcMetrics::Sent(size_t bytes) const {
+  if (bytes_up != nullptr) bytes_up->Increment(static_cast<double>(bytes));
+}
+
+void AttentionRpcMetrics::Received(size_t bytes) const {
+  if (bytes_down != nullptr) bytes_down->Increment(static_cast<double>(bytes));
+}
+
+void AttentionRpcMetrics::Finished(const grpc::Status& status) const {
+  if (errors == nullptr || status.ok()) return;
+  errors
+      ->Add(
+          {{"node", node},
+           {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))}})
+      .Increment();
+}
+
+AttentionNodeClient::AttentionNodeClient(std::string address, prometheus::Registry* registry)
     : address_(std::move(address)),
       channel_(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials())),
-      stub_(v1::AttentionService::NewStub(channel_)) {}
+      stub_(v1::AttentionService::NewStub(channel_)) {
+  if (registry != nullptr) metrics_ = AttentionRpcMetrics(*registry, address_);
+}
 
 absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view address) {
   if (s.ok()) return absl::OkStatus();
@@ -35,6 +81,16 @@ absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_
                       absl::StrCat(std::string(what), " on attention node ", std::string(address),
                                    ": ", s.error_message()));
 }
+
+namespace {
+// A unary call's metrics: its message bytes (the response only when it came) and its failure.
+void Count(const AttentionNodeClient& node, const grpc::Status& status,
+           const google::protobuf::Message& request, const google::protobuf::Message& response) {
+  node.metrics().Sent(request.ByteSizeLong());
+  if (status.ok()) node.metrics().Received(response.ByteSizeLong());
+  node.metrics().Finished(status);
+}
+}  // namespace
 
 RemoteAttentionShards::RemoteAttentionShards(std::vector<AttentionNodeClient*> nodes,
                                              std::string sequence_id, v1::ShardShape shape,
@@ -66,7 +122,9 @@ void RemoteAttentionShards::Release() {
     v1::ReleaseSequenceRequest req;
     v1::ReleaseSequenceResponse resp;
     req.set_sequence_id(r.id);
-    (void)nodes_[static_cast<size_t>(r.node)]->stub().ReleaseSequence(&ctx, req, &resp);
+    AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
+    const grpc::Status status = node.stub().ReleaseSequence(&ctx, req, &resp);
+    Count(node, status, req, resp);
   }
   ranges_.clear();
 }
@@ -107,7 +165,10 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       ctx.set_deadline(Deadline(kControlSeconds));
       v1::NodeStatusRequest req;
       v1::NodeStatusResponse st;
-      if (!nodes_[static_cast<size_t>(c)]->stub().NodeStatus(&ctx, req, &st).ok()) continue;
+      AttentionNodeClient& node = *nodes_[static_cast<size_t>(c)];
+      const grpc::Status status = node.stub().NodeStatus(&ctx, req, &st);
+      Count(node, status, req, st);
+      if (!status.ok()) continue;
       if (st.draining()) continue;
       live.push_back(c);
       free.push_back(std::max<int64_t>(0, st.memory_budget_bytes() - st.memory_used_bytes()));
@@ -148,8 +209,9 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       req.set_token_begin(r.begin);
       req.set_max_tokens(r.end - r.begin + (created + 1 == ranges.size() ? reserve_tokens_ : 0));
       AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
-      status =
-          FromGrpc(node.stub().CreateSequence(&ctx, req, &resp), "CreateSequence", node.address());
+      const grpc::Status created_status = node.stub().CreateSequence(&ctx, req, &resp);
+      Count(node, created_status, req, resp);
+      status = FromGrpc(created_status, "CreateSequence", node.address());
       if (!status.ok()) break;
     }
     if (status.ok()) {
@@ -163,7 +225,9 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       v1::ReleaseSequenceRequest req;
       v1::ReleaseSequenceResponse resp;
       req.set_sequence_id(ranges[i].id);
-      (void)nodes_[static_cast<size_t>(ranges[i].node)]->stub().ReleaseSequence(&ctx, req, &resp);
+      AttentionNodeClient& node = *nodes_[static_cast<size_t>(ranges[i].node)];
+      const grpc::Status released = node.stub().ReleaseSequence(&ctx, req, &resp);
+      Count(node, released, req, resp);
     }
     if (!absl::IsResourceExhausted(status)) return status;
     last_refusal = status;
@@ -208,10 +272,13 @@ absl::Status RemoteAttentionShards::SendRows(Range& range, int64_t layer, int64_
     MAGICPIG_RETURN_IF_ERROR(
         PackCodes(chunk_codes.data(), n_kv * cn * l, shape_.lsh_k(), chunk.mutable_codes()));
     if (!writer->Write(chunk)) break;  // the stream failed: Finish says why
+    node.metrics().Sent(chunk.ByteSizeLong());
   }
   writer->WritesDone();
-  MAGICPIG_RETURN_IF_ERROR(
-      NoteFailure(range, FromGrpc(writer->Finish(), "AppendKV", node.address())));
+  const grpc::Status status = writer->Finish();
+  node.metrics().Finished(status);
+  if (status.ok()) node.metrics().Received(resp.ByteSizeLong());
+  MAGICPIG_RETURN_IF_ERROR(NoteFailure(range, FromGrpc(status, "AppendKV", node.address())));
   range.bytes = resp.bytes();
   return absl::OkStatus();
 }
@@ -238,9 +305,10 @@ absl::Status RemoteAttentionShards::CloseBrokenStream(Range& r) {
   grpc::Status s = r.attend_stream->Finish();
   r.attend_stream.reset();
   r.attend_context.reset();
-  return NoteFailure(
-      r, FromGrpc(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed") : s,
-                  "Attend", nodes_[static_cast<size_t>(r.node)]->address()));
+  if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed");
+  const AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
+  node.metrics().Finished(s);
+  return NoteFailure(r, FromGrpc(s, "Attend", node.address()));
 }
 
 absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const uint16_t* codes,
@@ -256,14 +324,18 @@ absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const 
   MAGICPIG_RETURN_IF_ERROR(
       PackCodes(codes, n_head * shape_.lsh_l(), shape_.lsh_k(), query->mutable_codes()));
   // Send to every node first so they work in parallel, then collect.
-  for (Range& r : ranges_) {
+  sent_at_.resize(ranges_.size());
+  for (size_t ri = 0; ri < ranges_.size(); ++ri) {
+    Range& r = ranges_[ri];
     AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
     query->set_sequence_id(r.id);
     if (r.attend_stream == nullptr) {
       r.attend_context = std::make_unique<grpc::ClientContext>();
       r.attend_stream = node.stub().Attend(r.attend_context.get());
     }
+    sent_at_[ri] = std::chrono::steady_clock::now();
     if (!r.attend_stream->Write(req)) return CloseBrokenStream(r);
+    node.metrics().Sent(req.ByteSizeLong());
   }
   node_parts_.assign(ranges_.size() * static_cast<size_t>(n_head), PartialAttention{});
   for (size_t ri = 0; ri < ranges_.size(); ++ri) {
@@ -271,6 +343,9 @@ absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const 
     AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
     v1::AttendResponse resp;
     if (!r.attend_stream->Read(&resp)) return CloseBrokenStream(r);
+    node.metrics().RoundTrip(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at_[ri]).count());
+    node.metrics().Received(resp.ByteSizeLong());
     if (resp.step_id() != req.step_id() || resp.partials_size() != 1 ||
         resp.partials(0).o().size() != static_cast<size_t>(n_head * d * 4) ||
         resp.partials(0).lse_size() != n_head || resp.partials(0).n_touched_size() != n_head) {

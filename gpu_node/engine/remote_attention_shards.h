@@ -15,11 +15,16 @@
 // Attend sends one AttendRequest per node holding a range (on a bidi stream kept per node for the
 // block), then reads the answers and merges the per-block partials of each head by LSE.
 //
+// Metrics (AttentionNodeClient with a registry; docs/metrics.md): per node, the round trip of each
+// Attend request to it (write to the answer read), the serialized bytes of every message sent and
+// received (ByteSizeLong), and failed calls by gRPC status code name.
+//
 // Thread-safety: one instance per sequence, one caller at a time. AttentionNodeClient is shared by
-// all sequences and thread-safe (gRPC stubs are).
+// all sequences and thread-safe (gRPC stubs and prometheus-cpp metrics are).
 #ifndef MAGICPIG_GPU_NODE_ENGINE_REMOTE_ATTENTION_SHARDS_H_
 #define MAGICPIG_GPU_NODE_ENGINE_REMOTE_ATTENTION_SHARDS_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,20 +34,50 @@
 #include "gpu_node/engine/attention_shards.h"
 #include "grpcpp/grpcpp.h"
 #include "magicpig/v1/attention.grpc.pb.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
 
 namespace magicpig::engine {
 
-// One attention node: its address and a channel/stub to it.
+// The compute node's metrics of its calls to one attention node (label node="host:port"):
+// magicpig_attn_rpc_latency_seconds, magicpig_attn_rpc_bytes_total{direction="up"|"down"},
+// magicpig_attn_rpc_errors_total{code}. Default-constructed: no metrics (every method a no-op).
+struct AttentionRpcMetrics {
+  AttentionRpcMetrics() = default;
+  // Registers the families in `registry` (which must outlive this) and the node's series.
+  AttentionRpcMetrics(prometheus::Registry& registry, const std::string& node);
+
+  // One Attend round trip.
+  void RoundTrip(double seconds) const;
+  // Serialized bytes sent to / received from the node.
+  void Sent(size_t bytes) const;
+  void Received(size_t bytes) const;
+  // A finished call: counted by its code name when not OK.
+  void Finished(const grpc::Status& status) const;
+
+  std::string node;
+  prometheus::Histogram* latency = nullptr;
+  prometheus::Counter* bytes_up = nullptr;
+  prometheus::Counter* bytes_down = nullptr;
+  prometheus::Family<prometheus::Counter>* errors = nullptr;
+};
+
+// One attention node: its address, a channel/stub to it and the metrics of calls to it.
 class AttentionNodeClient {
  public:
-  explicit AttentionNodeClient(std::string address);
+  // registry: where the RPC metrics go (borrowed, must outlive the client); null: none.
+  explicit AttentionNodeClient(std::string address, prometheus::Registry* registry = nullptr);
   const std::string& address() const { return address_; }
   magicpig::v1::AttentionService::Stub& stub() { return *stub_; }
+  const AttentionRpcMetrics& metrics() const { return metrics_; }
 
  private:
   std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<magicpig::v1::AttentionService::Stub> stub_;
+  AttentionRpcMetrics metrics_;
 };
 
 // A gRPC status as an absl::Status (same code), prefixed with what failed and where.
@@ -103,6 +138,7 @@ class RemoteAttentionShards final : public AttentionShards {
   std::vector<int64_t> layer_size_;  // tokens per layer (indexed by layer id)
   uint64_t step_ = 0;
   std::vector<PartialAttention> node_parts_;
+  std::vector<std::chrono::steady_clock::time_point> sent_at_;  // per range, this Attend's write
 };
 
 }  // namespace magicpig::engine

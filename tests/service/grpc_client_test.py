@@ -54,7 +54,8 @@ def generate_stubs(src, out):
 
 def start_node(binary):
     proc = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--memory-budget", "256M",
-                             "--threads", "2"], stdout=subprocess.PIPE, text=True)
+                             "--threads", "2", "--metrics-listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, text=True)
     line = [None]
 
     def read():

@@ -61,7 +61,9 @@ int Subprocess::Stop(int signal) {
 
 absl::StatusOr<std::pair<std::unique_ptr<Subprocess>, std::string>> StartAttentionNode(
     const std::string& binary, const std::vector<std::string>& extra_flags) {
-  std::vector<std::string> argv = {binary, "--listen", "127.0.0.1:0"};
+  // Port 0 for the metrics port too: several nodes (and parallel tests) never collide on 9091.
+  std::vector<std::string> argv = {binary, "--listen", "127.0.0.1:0", "--metrics-listen",
+                                   "127.0.0.1:0"};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   auto proc = Subprocess::Start(argv);
   if (!proc.ok()) return proc.status();

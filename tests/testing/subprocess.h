@@ -36,8 +36,9 @@ class Subprocess {
   bool exited_ = false;
 };
 
-// Starts a magicpig_attn_node on 127.0.0.1:0 with the given extra flags and returns it with the
-// "host:port" it listens on (parsed from its "listening on HOST:PORT" line).
+// Starts a magicpig_attn_node on 127.0.0.1:0 (its metrics port on 127.0.0.1:0 too) with the given
+// extra flags and returns it with the "host:port" it listens on (parsed from its "listening on
+// HOST:PORT" line).
 absl::StatusOr<std::pair<std::unique_ptr<Subprocess>, std::string>> StartAttentionNode(
     const std::string& binary, const std::vector<std::string>& extra_flags);
 

@@ -1,8 +1,8 @@
-#include "tools/cli_args.h"
+#include "common/cli_args.h"
 
 #include "gtest/gtest.h"
 
-namespace magicpig::tools {
+namespace magicpig {
 namespace {
 
 TEST(CliArgsTest, ParsesValuesBoolsAndRepeats) {
@@ -27,4 +27,4 @@ TEST(CliArgsTest, ErrorsNameTheFlag) {
 }
 
 }  // namespace
-}  // namespace magicpig::tools
+}  // namespace magicpig

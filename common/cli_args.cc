@@ -1,9 +1,14 @@
-#include "tools/cli_args.h"
+#include "common/cli_args.h"
 
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace magicpig::tools {
+namespace magicpig {
 
 absl::StatusOr<CliArgs> CliArgs::Parse(const std::vector<std::string>& args,
                                        const std::set<std::string>& value_flags,
@@ -73,4 +78,46 @@ absl::StatusOr<double> CliArgs::GetDouble(const std::string& name, double fallba
   return v;
 }
 
-}  // namespace magicpig::tools
+absl::StatusOr<int64_t> ParseByteSize(std::string_view text) {
+  std::string s = absl::AsciiStrToUpper(absl::string_view(text.data(), text.size()));
+  auto bad = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte size '", absl::string_view(text.data(), text.size()),
+                     "': expected a non-negative integer with an optional K, M, G or T suffix"));
+  };
+  for (std::string_view unit : {"IB", "B"}) {
+    if (s.size() > unit.size() && s.compare(s.size() - unit.size(), unit.size(), unit) == 0) {
+      s.resize(s.size() - unit.size());
+      break;
+    }
+  }
+  int shift = 0;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K':
+        shift = 10;
+        break;
+      case 'M':
+        shift = 20;
+        break;
+      case 'G':
+        shift = 30;
+        break;
+      case 'T':
+        shift = 40;
+        break;
+      default:
+        break;
+    }
+    if (shift > 0) s.pop_back();
+  }
+  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(c); })) {
+    return bad();
+  }
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(s, &value)) return bad();
+  if (value > (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) >> shift)) return bad();
+  return static_cast<int64_t>(value << shift);
+}
+
+}  // namespace magicpig

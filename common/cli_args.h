@@ -1,17 +1,19 @@
-// A small command-line parser for the `magicpig` tool: `--name value`, `--name=value` and bare
-// boolean `--name`; repeated flags accumulate. Unknown flags are an error naming the flag.
-#ifndef MAGICPIG_TOOLS_CLI_ARGS_H_
-#define MAGICPIG_TOOLS_CLI_ARGS_H_
+// A small command-line parser shared by the `magicpig` tool and the node binaries: `--name value`,
+// `--name=value` and bare boolean `--name`; repeated flags accumulate. Unknown flags are an error
+// naming the flag.
+#ifndef MAGICPIG_COMMON_CLI_ARGS_H_
+#define MAGICPIG_COMMON_CLI_ARGS_H_
 
 #include <cstdint>
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
-namespace magicpig::tools {
+namespace magicpig {
 
 class CliArgs {
  public:
@@ -30,6 +32,10 @@ class CliArgs {
   std::map<std::string, std::vector<std::string>> values_;
 };
 
-}  // namespace magicpig::tools
+// "1234", "64K", "512M", "8G", "1T" (case-insensitive suffix, optional trailing "B" or "iB");
+// INVALID_ARGUMENT for anything else, negative values or overflow.
+absl::StatusOr<int64_t> ParseByteSize(std::string_view text);
 
-#endif  // MAGICPIG_TOOLS_CLI_ARGS_H_
+}  // namespace magicpig
+
+#endif  // MAGICPIG_COMMON_CLI_ARGS_H_

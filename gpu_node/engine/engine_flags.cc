@@ -1,0 +1,63 @@
+#include "gpu_node/engine/engine_flags.h"
+
+#include "absl/strings/str_split.h"
+
+namespace magicpig::engine {
+
+std::set<std::string> EngineValueFlags() {
+  return {"model", "threads",  "ctx",    "attention",      "lsh-k",
+          "lsh-l", "lsh-seed", "budget", "attention-nodes"};
+}
+
+std::string EngineFlagsUsage() {
+  return "  --model FILE.gguf      the model (required)\n"
+         "  --threads N            CPU threads (default: all cores)\n"
+         "  --ctx N                context length (default: the model's)\n"
+         "  --attention MODE       decode attention: magicpig (default), full, topk, oracle\n"
+         "  --lsh-k K  --lsh-l L   MagicPIG SimHash bits per table and tables (default 10, 150)\n"
+         "  --lsh-seed S           SimHash projection seed (default 1234)\n"
+         "  --budget N             keys per head for topk / oracle (default: 2% of the prompt)\n"
+         "  --attention-nodes A    comma-separated attention nodes host:port (default: in "
+         "process)\n";
+}
+
+absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& a) {
+  if (!a.Has("model")) return absl::InvalidArgumentError("--model is required");
+  EngineOptions options;
+  options.model_path = a.Get("model");
+  auto threads = a.GetInt("threads", 0);
+  auto ctx = a.GetInt("ctx", 0);
+  auto lsh_k = a.GetInt("lsh-k", 10);
+  auto lsh_l = a.GetInt("lsh-l", 150);
+  auto lsh_seed = a.GetInt("lsh-seed", 1234);
+  auto budget = a.GetInt("budget", 0);
+  for (const absl::Status& s : {threads.status(), ctx.status(), lsh_k.status(), lsh_l.status(),
+                                lsh_seed.status(), budget.status()}) {
+    if (!s.ok()) return s;
+  }
+  auto mode = ParseAttentionMode(a.Has("attention") ? a.Get("attention") : "magicpig");
+  if (!mode.ok()) return mode.status();
+  if (*lsh_k < 1 || *lsh_k > 16 || *lsh_l < 2 || *lsh_l > 512) {
+    return absl::InvalidArgumentError("--lsh-k must be in [1, 16] and --lsh-l in [2, 512]");
+  }
+  if (*budget < 0) return absl::InvalidArgumentError("--budget must be >= 0");
+  if (*threads < 0 || *ctx < 0) {
+    return absl::InvalidArgumentError("--threads and --ctx must be >= 0");
+  }
+  options.attention.mode = *mode;
+  options.attention.lsh_k = static_cast<int>(*lsh_k);
+  options.attention.lsh_l = static_cast<int>(*lsh_l);
+  options.attention.lsh_seed = static_cast<uint64_t>(*lsh_seed);
+  options.attention.budget = *budget;
+  if (a.Has("attention-nodes")) {
+    for (absl::string_view node :
+         absl::StrSplit(a.Get("attention-nodes"), ',', absl::SkipEmpty())) {
+      options.attention_nodes.emplace_back(node);
+    }
+  }
+  options.num_threads = static_cast<int>(*threads);
+  options.context_length = *ctx;
+  return options;
+}
+
+}  // namespace magicpig::engine

@@ -1,0 +1,165 @@
+// RemoteAttentionShards against two in-process attention nodes (AttentionServer on loopback): the
+// compute node's per-node RPC metrics count what was done — one latency observation per Attend
+// round trip per range, bytes up and down at least the payloads sent and received — and a stopped
+// node's failed calls are counted by gRPC status code name. Without a registry nothing is counted.
+#include "gpu_node/engine/remote_attention_shards.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn_node/core/simhash.h"
+#include "attn_node/service/attention_server.h"
+#include "attn_node/service/service_test_util.h"
+#include "common/metrics/metrics.h"
+#include "gtest/gtest.h"
+
+namespace magicpig::engine {
+namespace {
+
+constexpr int kKv = 2, kGroup = 2, kD = 32, kK = 5, kL = 12, kTokens = 256, kBlock = 64;
+constexpr int kHeads = kKv * kGroup;
+
+// The value of the sample line `series` in the registry's exposition; NaN if absent.
+double Sample(const prometheus::Registry& registry, const std::string& series) {
+  std::string text = "\n";
+  text += metrics::Render(registry);
+  const std::string needle = "\n" + series + " ";
+  const size_t at = text.find(needle);
+  if (at == std::string::npos) return std::numeric_limits<double>::quiet_NaN();
+  return std::stod(text.substr(at + needle.size()));
+}
+
+// Sum of every sample of `name` whose labels contain `label` (e.g. node="127.0.0.1:5").
+double SumOf(const prometheus::Registry& registry, const std::string& name,
+             const std::string& label) {
+  const std::string text = metrics::Render(registry);
+  double sum = 0;
+  size_t at = 0;
+  while ((at = text.find("\n" + name + "{", at)) != std::string::npos) {
+    const size_t end = text.find('\n', at + 1);
+    const std::string line = text.substr(at + 1, end - at - 1);
+    if (line.find(label) != std::string::npos) {
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    at = end;
+  }
+  return sum;
+}
+
+v1::ShardShape Shape() {
+  v1::ShardShape s;
+  s.add_layers(0);
+  s.set_n_kv_heads(kKv);
+  s.set_group(kGroup);
+  s.set_head_dim(kD);
+  s.set_lsh_k(kK);
+  s.set_lsh_l(kL);
+  s.set_dtype(v1::KV_DTYPE_F32);
+  s.set_estimator(v1::ESTIMATOR_MAGICPIG);
+  return s;
+}
+
+class RemoteShardsMetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 2; ++i) {
+      nodes_.push_back(magicpig::testing::StartServer(int64_t{256} << 20, 1));
+      ASSERT_NE(nodes_.back(), nullptr);
+    }
+    auto hash = SimHash::Create(kD, kK, kL, 11);
+    ASSERT_TRUE(hash.ok());
+    hash_ = std::make_unique<SimHash>(std::move(*hash));
+    data_ = magicpig::testing::MakeLayer(*hash_, kKv, kTokens, 3);
+    std::mt19937 rng(4);
+    q_ = magicpig::testing::Randn(static_cast<size_t>(kHeads) * kD, rng);
+    q_codes_.resize(static_cast<size_t>(kHeads) * kL);
+    ASSERT_TRUE(hash_->Codes(q_.data(), kHeads, kD, q_codes_.data()).ok());
+  }
+
+  absl::Status Attend(RemoteAttentionShards& shards) {
+    std::vector<PartialAttention> out(kHeads);
+    return shards.Attend(0, q_.data(), q_codes_.data(), 1.0f / std::sqrt(static_cast<float>(kD)),
+                         out.data());
+  }
+
+  std::vector<std::unique_ptr<AttentionServer>> nodes_;
+  std::unique_ptr<SimHash> hash_;
+  magicpig::testing::LayerData data_;
+  std::vector<float> q_;
+  std::vector<uint16_t> q_codes_;
+};
+
+TEST_F(RemoteShardsMetricsTest, RoundTripsBytesAndErrorsPerNode) {
+  prometheus::Registry registry;  // outlives the clients
+  std::vector<std::unique_ptr<AttentionNodeClient>> clients;
+  for (const auto& n : nodes_) {
+    clients.push_back(std::make_unique<AttentionNodeClient>(n->address(), &registry));
+  }
+  std::vector<std::string> labels;
+  for (const auto& n : nodes_) labels.push_back("node=\"" + n->address() + "\"");
+  {
+    RemoteAttentionShards shards({clients[0].get(), clients[1].get()}, "seq", Shape(), 16, kBlock);
+    ASSERT_TRUE(
+        shards.Append(0, 0, kTokens, data_.keys.data(), data_.values.data(), data_.codes.data())
+            .ok());
+    std::vector<int> ranges_on(2, 0);
+    for (const auto& r : shards.ranges()) ++ranges_on[static_cast<size_t>(r.node)];
+    ASSERT_GT(ranges_on[0], 0);  // both nodes hold blocks
+    ASSERT_GT(ranges_on[1], 0);
+    // Before any Attend: bytes of the control calls and the KV rows went up.
+    const int64_t rows_bytes = int64_t{2} * kKv * kTokens * kD * 4;  // keys + values
+    EXPECT_GE(SumOf(registry, "magicpig_attn_rpc_bytes_total", "direction=\"up\""), rows_bytes);
+    EXPECT_EQ(Sample(registry, "magicpig_attn_rpc_latency_seconds_count{" + labels[0] + "}"), 0);
+
+    const int steps = 3;
+    for (int s = 0; s < steps; ++s) ASSERT_TRUE(Attend(shards).ok());
+    for (int i = 0; i < 2; ++i) {
+      const std::string& node = labels[static_cast<size_t>(i)];
+      // One round trip per step per range held by the node.
+      EXPECT_EQ(Sample(registry, "magicpig_attn_rpc_latency_seconds_count{" + node + "}"),
+                steps * ranges_on[static_cast<size_t>(i)])
+          << node;
+      EXPECT_GT(Sample(registry, "magicpig_attn_rpc_latency_seconds_sum{" + node + "}"), 0);
+      const double up =
+          Sample(registry, "magicpig_attn_rpc_bytes_total{direction=\"up\"," + node + "}");
+      const double down =
+          Sample(registry, "magicpig_attn_rpc_bytes_total{direction=\"down\"," + node + "}");
+      // Up: at least this node's KV rows and each step's q; down: each step's o per range.
+      EXPECT_GE(up, rows_bytes * ranges_on[static_cast<size_t>(i)] * kBlock / kTokens +
+                        steps * ranges_on[static_cast<size_t>(i)] * kHeads * kD * 4)
+          << node;
+      EXPECT_GE(down, steps * ranges_on[static_cast<size_t>(i)] * kHeads * kD * 4) << node;
+      EXPECT_EQ(SumOf(registry, "magicpig_attn_rpc_errors_total", node), 0) << node;
+    }
+
+    // Node 1 stops: the next step fails (recoverably) and the failure is counted for node 1 only.
+    nodes_[1]->Shutdown(std::chrono::system_clock::now());
+    nodes_[1].reset();
+    const absl::Status failed = Attend(shards);
+    ASSERT_FALSE(failed.ok());
+    EXPECT_TRUE(shards.IsRecoverable(failed)) << failed;
+    EXPECT_GE(SumOf(registry, "magicpig_attn_rpc_errors_total", labels[1]), 1);
+    EXPECT_EQ(SumOf(registry, "magicpig_attn_rpc_errors_total", labels[0]), 0);
+    const std::string text = metrics::Render(registry);
+    const bool named = text.find("code=\"UNAVAILABLE\"," + labels[1]) != std::string::npos ||
+                       text.find("code=\"CANCELLED\"," + labels[1]) != std::string::npos;
+    EXPECT_TRUE(named) << "no UNAVAILABLE / CANCELLED error series for node 1:\n" << text;
+  }
+}
+
+TEST_F(RemoteShardsMetricsTest, NoRegistryCountsNothing) {
+  AttentionNodeClient client(nodes_[0]->address());
+  EXPECT_EQ(client.metrics().latency, nullptr);
+  RemoteAttentionShards shards({&client}, "seq", Shape(), 16, kBlock);
+  ASSERT_TRUE(
+      shards.Append(0, 0, kTokens, data_.keys.data(), data_.values.data(), data_.codes.data())
+          .ok());
+  EXPECT_TRUE(Attend(shards).ok());
+}
+
+}  // namespace
+}  // namespace magicpig::engine

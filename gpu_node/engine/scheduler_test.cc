@@ -1,0 +1,173 @@
+#include "gpu_node/engine/scheduler.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/metrics/metrics.h"
+#include "gpu_node/backend/cpu/cpu_backend.h"
+#include "gtest/gtest.h"
+#include "tests/testing/synthetic_model.h"
+
+namespace magicpig::engine {
+namespace {
+
+std::unique_ptr<Engine> MakeEngine() {
+  testing::SyntheticModelOptions o;
+  o.n_layer = 2;
+  o.n_embd = 64;
+  o.n_ff = 128;
+  o.n_head = 4;
+  o.n_head_kv = 2;
+  o.context_length = 256;
+  auto bytes = testing::BuildSyntheticModel(o);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  auto file = model::GgufFile::FromBytes(*bytes);
+  EXPECT_TRUE(file.ok()) << file.status();
+  EngineOptions options;
+  options.attention.mode = AttentionMode::kFull;
+  auto engine = Engine::Create(std::shared_ptr<const model::GgufFile>(std::move(*file)),
+                               std::make_unique<backend::CpuBackend>(1), options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return std::move(*engine);
+}
+
+// What one request's owner sees: tokens in order, then exactly one on_done.
+struct Outcome {
+  absl::Mutex mu;
+  std::vector<int32_t> tokens;
+  std::string text;
+  int done_calls = 0;
+  absl::StatusOr<GenerateResult> result = absl::UnknownError("not done");
+
+  RequestCallbacks Callbacks() {
+    RequestCallbacks cb;
+    cb.on_token = [this](const TokenOutput& t) {
+      absl::MutexLock lock(&mu);
+      if (t.token >= 0) tokens.push_back(t.token);
+      text.append(t.text);
+    };
+    cb.on_done = [this](absl::StatusOr<GenerateResult> r) {
+      absl::MutexLock lock(&mu);
+      ++done_calls;
+      result = std::move(r);
+    };
+    return cb;
+  }
+  void Wait() {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(
+        +[](int* calls) { return *calls > 0; }, &done_calls));
+  }
+};
+
+double Value(const prometheus::Registry& registry, const std::string& series) {
+  const std::string text = metrics::Render(registry);
+  const size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+GenerateRequest Request(const Engine& e, const std::string& text, int64_t max_tokens,
+                        float temperature, uint64_t seed) {
+  GenerateRequest req;
+  req.prompt = e.tokenizer().Encode(text, false);
+  req.max_tokens = max_tokens;
+  req.ignore_eos = true;
+  req.sampling.temperature = temperature;
+  req.sampling.seed = seed;
+  return req;
+}
+
+TEST(SchedulerTest, ConcurrentRequestsGetTheirOwnTokensAndMetricsCountThem) {
+  auto engine = MakeEngine();
+  std::vector<GenerateRequest> requests;
+  std::vector<GenerateResult> alone;
+  int64_t prompt_total = 0, generated_total = 0;
+  for (int i = 0; i < 6; ++i) {
+    requests.push_back(Request(*engine, "request number " + std::to_string(i) + " says hello",
+                               20 + 3 * i, i % 2 ? 0.7f : 0.0f, 100 + i));
+    auto r = engine->Generate(requests.back(), {});
+    ASSERT_TRUE(r.ok());
+    alone.push_back(*r);
+    prompt_total += static_cast<int64_t>(requests.back().prompt.size());
+    generated_total += static_cast<int64_t>(r->tokens.size());
+  }
+  prometheus::Registry registry;
+  ServingMetrics metrics(registry);
+  Scheduler scheduler(engine.get(), {.max_batch = 4, .max_queue = 16}, &metrics);
+  std::vector<std::unique_ptr<Outcome>> outcomes;
+  for (const GenerateRequest& req : requests) {
+    outcomes.push_back(std::make_unique<Outcome>());
+    ASSERT_TRUE(scheduler.Submit(req, outcomes.back()->Callbacks()).ok());
+  }
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    outcomes[i]->Wait();
+    ASSERT_TRUE(outcomes[i]->result.ok()) << outcomes[i]->result.status();
+    EXPECT_EQ(outcomes[i]->result->tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(outcomes[i]->tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(outcomes[i]->text, alone[i].text) << "request " << i;
+    EXPECT_EQ(outcomes[i]->done_calls, 1);
+  }
+  scheduler.Shutdown(absl::Seconds(5));
+  EXPECT_EQ(Value(registry, "magicpig_prompt_tokens_total"), prompt_total);
+  EXPECT_EQ(Value(registry, "magicpig_generation_tokens_total"), generated_total);
+  EXPECT_EQ(Value(registry, "magicpig_request_success_total{finished_reason=\"length\"}"), 6);
+  EXPECT_EQ(Value(registry, "magicpig_time_to_first_token_seconds_count"), 6);
+  EXPECT_EQ(Value(registry, "magicpig_inter_token_latency_seconds_count"), generated_total - 6);
+  EXPECT_EQ(Value(registry, "magicpig_num_requests_running"), 0);
+  EXPECT_EQ(Value(registry, "magicpig_num_requests_waiting"), 0);
+  // Decode steps ran with more than one sequence: fewer steps than tokens.
+  const double steps = Value(registry, "magicpig_batch_size_count");
+  EXPECT_GT(steps, 0);
+  EXPECT_LT(steps, generated_total);
+  EXPECT_EQ(Value(registry, "magicpig_batch_size_sum"), generated_total);
+}
+
+TEST(SchedulerTest, QueueLimitCancellationErrorsAndShutdown) {
+  auto engine = MakeEngine();
+  prometheus::Registry registry;
+  ServingMetrics metrics(registry);
+  Scheduler scheduler(engine.get(), {.max_batch = 1, .max_queue = 2}, &metrics);
+  // A long request holds the only batch place; two wait; the fourth is refused.
+  Outcome first, second, third;
+  auto h1 = scheduler.Submit(Request(*engine, "a long one", 200, 0, 1), first.Callbacks());
+  ASSERT_TRUE(h1.ok());
+  auto h2 = scheduler.Submit(Request(*engine, "bad", 5, -1.0f, 1), second.Callbacks());
+  ASSERT_TRUE(h2.ok());  // validation errors come through on_done
+  auto h3 =
+      scheduler.Submit(Request(*engine, "cancelled while waiting", 5, 0, 1), third.Callbacks());
+  ASSERT_TRUE(h3.ok());
+  (*h3)->Cancel();
+  // One running (or about to run) and two waiting: no room, whether or not the first started.
+  Outcome refused;
+  auto h4 = scheduler.Submit(Request(*engine, "no room", 5, 0, 1), refused.Callbacks());
+  EXPECT_EQ(h4.status().code(), absl::StatusCode::kResourceExhausted);
+  (*h1)->Cancel();
+  first.Wait();
+  ASSERT_TRUE(first.result.ok());
+  EXPECT_EQ(first.result->finish, FinishReason::kAbort);
+  EXPECT_LT(first.tokens.size(), 200u);
+  second.Wait();
+  EXPECT_EQ(second.result.status().code(), absl::StatusCode::kInvalidArgument);
+  third.Wait();
+  ASSERT_TRUE(third.result.ok());
+  EXPECT_EQ(third.result->finish, FinishReason::kAbort);
+  EXPECT_TRUE(third.tokens.empty());
+
+  // Shutdown with no grace aborts a running request; later submissions are refused.
+  Outcome last;
+  ASSERT_TRUE(scheduler.Submit(Request(*engine, "cut short", 250, 0, 1), last.Callbacks()).ok());
+  scheduler.Shutdown(absl::ZeroDuration());
+  last.Wait();
+  ASSERT_TRUE(last.result.ok());
+  EXPECT_EQ(last.result->finish, FinishReason::kAbort);
+  EXPECT_EQ(last.done_calls, 1);
+  Outcome after;
+  EXPECT_EQ(scheduler.Submit(Request(*engine, "late", 5, 0, 1), after.Callbacks()).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_GE(Value(registry, "magicpig_request_success_total{finished_reason=\"abort\"}"), 3);
+}
+
+}  // namespace
+}  // namespace magicpig::engine

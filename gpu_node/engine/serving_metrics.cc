@@ -1,0 +1,79 @@
+#include "gpu_node/engine/serving_metrics.h"
+
+#include <string>
+
+#include "common/metrics/metrics.h"
+
+namespace magicpig::engine {
+namespace {
+
+prometheus::Gauge& NewGauge(prometheus::Registry& r, const std::string& name,
+                            const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+
+prometheus::Counter& NewCounter(prometheus::Registry& r, const std::string& name,
+                                const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+prometheus::Histogram& NewHistogram(prometheus::Registry& r, const std::string& name,
+                                    const std::string& help,
+                                    const prometheus::Histogram::BucketBoundaries& buckets) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, buckets);
+}
+
+}  // namespace
+
+ServingMetrics::ServingMetrics(prometheus::Registry& r)
+    : requests_running(
+          NewGauge(r, "magicpig_num_requests_running", "Requests in the running batch")),
+      requests_waiting(
+          NewGauge(r, "magicpig_num_requests_waiting", "Requests queued for a place in the batch")),
+      time_to_first_token(NewHistogram(r, "magicpig_time_to_first_token_seconds",
+                                       "From HTTP arrival to the first generated token",
+                                       metrics::LatencyBuckets())),
+      inter_token_latency(NewHistogram(r, "magicpig_inter_token_latency_seconds",
+                                       "Between consecutive generated tokens of a request",
+                                       metrics::LatencyBuckets())),
+      e2e_latency(NewHistogram(r, "magicpig_e2e_request_latency_seconds",
+                               "From HTTP arrival to the last token", metrics::LatencyBuckets())),
+      queue_time(NewHistogram(r, "magicpig_request_queue_time_seconds",
+                              "From arrival until the request's prefill starts",
+                              metrics::LatencyBuckets())),
+      prompt_tokens(NewCounter(r, "magicpig_prompt_tokens_total", "Prompt tokens prefilled")),
+      generation_tokens(NewCounter(r, "magicpig_generation_tokens_total", "Tokens generated")),
+      request_success(prometheus::BuildCounter()
+                          .Name("magicpig_request_success_total")
+                          .Help("Requests finished, by finish reason (stop, length, abort)")
+                          .Register(r)),
+      batch_size(NewHistogram(r, "magicpig_batch_size", "Sequences per batched decode step",
+                              metrics::CountBuckets())),
+      decode_step(NewHistogram(r, "magicpig_decode_step_seconds",
+                               "One batched decode step (sampling + forward pass)",
+                               metrics::RpcBuckets())),
+      decode_phase(prometheus::BuildCounter()
+                       .Name("magicpig_decode_phase_seconds_total")
+                       .Help("Decode step time by phase: dense (norms, products, LM head), "
+                             "attention (KV store, exact and sampled attention, waiting for "
+                             "attention nodes), sampling")
+                       .Register(r)),
+      phase_dense(decode_phase.Add({{"phase", "dense"}})),
+      phase_attention(decode_phase.Add({{"phase", "attention"}})),
+      phase_sampling(decode_phase.Add({{"phase", "sampling"}})),
+      sampled_fraction(NewHistogram(r, "magicpig_lsh_sampled_fraction",
+                                    "Per finished request: keys the estimator touched / keys in "
+                                    "the shards, over its sparse decode steps",
+                                    metrics::RatioBuckets())),
+      recoveries(NewCounter(r, "magicpig_attn_recoveries_total",
+                            "Shard rebuilds after an attention node failed")) {
+  for (FinishReason reason : {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort}) {
+    Finished(reason);  // every outcome series exists from the start (rate() needs a zero)
+  }
+}
+
+prometheus::Counter& ServingMetrics::Finished(FinishReason reason) {
+  return request_success.Add({{"finished_reason", std::string(FinishReasonName(reason))}});
+}
+
+}  // namespace magicpig::engine

@@ -1,0 +1,45 @@
+// The compute node's request-level Prometheus metrics (names in docs/metrics.md), registered in
+// the registry the process passes in. The scheduler reports through this; the HTTP layer adds
+// its own per-handler counter.
+//
+// Thread-safety: prometheus-cpp metrics are thread-safe; the struct is immutable after creation.
+#ifndef MAGICPIG_GPU_NODE_ENGINE_SERVING_METRICS_H_
+#define MAGICPIG_GPU_NODE_ENGINE_SERVING_METRICS_H_
+
+#include "gpu_node/engine/engine.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace magicpig::engine {
+
+struct ServingMetrics {
+  explicit ServingMetrics(prometheus::Registry& registry);
+
+  prometheus::Gauge& requests_running;
+  prometheus::Gauge& requests_waiting;
+  prometheus::Histogram& time_to_first_token;
+  prometheus::Histogram& inter_token_latency;
+  prometheus::Histogram& e2e_latency;
+  prometheus::Histogram& queue_time;
+  prometheus::Counter& prompt_tokens;
+  prometheus::Counter& generation_tokens;
+  prometheus::Family<prometheus::Counter>& request_success;
+  prometheus::Histogram& batch_size;
+  prometheus::Histogram& decode_step;
+  prometheus::Family<prometheus::Counter>& decode_phase;
+  prometheus::Counter& phase_dense;
+  prometheus::Counter& phase_attention;
+  prometheus::Counter& phase_sampling;
+  prometheus::Histogram& sampled_fraction;
+  prometheus::Counter& recoveries;
+
+  // The outcome counter for one finish reason ("stop", "length", "abort").
+  prometheus::Counter& Finished(FinishReason reason);
+};
+
+}  // namespace magicpig::engine
+
+#endif  // MAGICPIG_GPU_NODE_ENGINE_SERVING_METRICS_H_
