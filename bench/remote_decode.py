@@ -1,0 +1,170 @@
+"""Decode throughput with the attention in process vs on 1 and 2 attention nodes (loopback).
+
+For each depth and configuration it starts the nodes and a magicpig_gpu_node, sends `batch`
+concurrent streaming completions of a prompt of about `depth` tokens, and reports per request the
+time to first token and the decode rate (tokens after the first / time from the first to the
+last), the aggregate decode rate, and, from the compute node's /metrics, the decode-step
+breakdown (dense / attention / sampling seconds per step) and the attention RPC bytes per sparse
+layer step (up and down) and mean Attend round trip per node-range. A measurement; nothing is
+asserted. Results go to stdout as a table (and --csv).
+
+usage: remote_decode.py GPU_NODE ATTN_NODE MODEL [--depths 1024,4096] [--batches 1,4]
+                        [--max-tokens 32] [--threads 2]
+"""
+import argparse
+import http.client
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+
+TEXT = ("The harbour master kept a ledger of every ship that came and went, noting the cargo, the "
+        "crew, the weather and the hour of arrival. ")
+
+
+def start_node(node, threads):
+    p = subprocess.Popen([node, "--listen", "127.0.0.1:0", "--metrics-listen", "off",
+                          "--memory-budget", "4G", "--threads", str(threads)],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    m = re.match(r"listening on (.+)", p.stdout.readline().strip())
+    assert m, "attention node did not start"
+    return p, m.group(1)
+
+
+def start_server(gpu, model, threads, nodes, batch):
+    args = [gpu, "--model", model, "--listen", "127.0.0.1:0", "--threads", str(threads),
+            "--max-batch", str(batch)]
+    if nodes:
+        args += ["--attention-nodes", ",".join(nodes)]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    m = re.match(r"listening on .+:(\d+)", p.stdout.readline())
+    assert m, "compute node did not start"
+    return p, int(m.group(1))
+
+
+def metrics(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, v = line.rsplit(" ", 1)
+        out[name] = float(v)
+    return out
+
+
+def total(m, prefix):
+    return sum(v for k, v in m.items() if k == prefix or k.startswith(prefix + "{"))
+
+
+def tokenize(port, text):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", "/tokenize", json.dumps({"prompt": text}))
+    return json.loads(c.getresponse().read())["tokens"]
+
+
+def one_request(port, prompt_ids, max_tokens, out):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
+    body = json.dumps({"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0,
+                       "stream": True})
+    t0 = time.time()
+    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    first = last = None
+    n = 0
+    buf = b""
+    while True:
+        chunk = r.read1(65536) if hasattr(r, "read1") else r.read(65536)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            if ev == b"data: [DONE]":
+                continue
+            d = json.loads(ev[6:])
+            if d["choices"] and d["choices"][0].get("finish_reason") is None:
+                now = time.time()
+                first = first or now
+                last = now
+                n += 1
+    out.append((first - t0, (n - 1) / (last - first) if n > 1 and last > first else 0.0, n))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("gpu")
+    ap.add_argument("attn")
+    ap.add_argument("model")
+    ap.add_argument("--depths", default="1024,4096")
+    ap.add_argument("--batches", default="1,4")
+    ap.add_argument("--configs", default="0,1,2", help="attention nodes per run; 0 = embedded")
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sparse-layers", type=int, default=28, help="SmolLM2-135M: 30 - {0, 15}")
+    a = ap.parse_args()
+    print("| depth | nodes | batch | TTFT s | decode tok/s per seq | aggregate tok/s | "
+          "dense / attention / sampling ms per step | RPC KiB up / down per sparse layer step "
+          "| Attend RTT ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for depth in [int(d) for d in a.depths.split(",")]:
+        for batch in [int(b) for b in a.batches.split(",")]:
+            for n_nodes in [int(c) for c in a.configs.split(",")]:
+                procs, nodes = [], []
+                try:
+                    for _ in range(n_nodes):
+                        p, addr = start_node(a.attn, 1)
+                        procs.append(p)
+                        nodes.append(addr)
+                    server, port = start_server(a.gpu, a.model, a.threads, nodes, batch)
+                    procs.append(server)
+                    unit = tokenize(port, TEXT)
+                    base = (unit * (depth // len(unit) + 1))[:depth - 8]
+                    prompts = [base + tokenize(port, " Entry %d:" % i) for i in range(batch)]
+                    before = metrics(port)
+                    results = []
+                    threads = [threading.Thread(target=one_request,
+                                                args=(port, p, a.max_tokens, results))
+                               for p in prompts]
+                    start = time.time()
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
+                    after = metrics(port)
+                    d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+                    steps = max(1.0, d.get("magicpig_batch_size_count", 0))
+                    phase = [1000 * d.get('magicpig_decode_phase_seconds_total{phase="%s"}' % p, 0)
+                             / steps for p in ("dense", "attention", "sampling")]
+                    rtt_n = total(d, "magicpig_attn_rpc_latency_seconds_count")
+                    rtt = 1000 * total(d, "magicpig_attn_rpc_latency_seconds_sum") / rtt_n \
+                        if rtt_n else 0
+                    # Decode steps (tokens after each request's first, which prefill gives) times
+                    # the sparse layers: the per-layer exchanges with the attention side.
+                    decode_tokens = d.get("magicpig_generation_tokens_total", 0) - batch
+                    sparse_steps = decode_tokens * a.sparse_layers if n_nodes else 0
+                    up = sum(v for k, v in d.items() if k.startswith(
+                        "magicpig_attn_rpc_bytes_total") and 'direction="up"' in k)
+                    down = sum(v for k, v in d.items() if k.startswith(
+                        "magicpig_attn_rpc_bytes_total") and 'direction="down"' in k)
+                    per = lambda b: b / 1024 / sparse_steps if sparse_steps else 0  # noqa: E731
+                    ttft = sum(r[0] for r in results) / len(results)
+                    rate = sum(r[1] for r in results) / len(results)
+                    agg = rate * len(results)
+                    print("| %d | %s | %d | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | %.1f / %.1f "
+                          "| %.2f |" % (depth, n_nodes or "embedded", batch, ttft, rate, agg,
+                                        *phase, per(up), per(down), rtt), flush=True)
+                finally:
+                    for p in procs:
+                        p.terminate()
+                    for p in procs:
+                        p.wait(60)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

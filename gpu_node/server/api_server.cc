@@ -1,0 +1,440 @@
+#include "gpu_node/server/api_server.h"
+
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/metrics/metrics.h"
+#include "grpcpp/grpcpp.h"
+
+namespace magicpig::server {
+namespace {
+
+using engine::FinishReason;
+using engine::GenerateResult;
+using json::Value;
+
+constexpr std::string_view kJson = "application/json";
+
+// What the scheduler hands to the waiting handler thread for one HTTP request (all its prompts).
+// Shared with the scheduler's callbacks, which may outlive the handler (client gone).
+struct Channel {
+  struct Token {
+    int index;
+    std::string text;
+    std::optional<engine::TokenLogprob> logprob;
+  };
+  absl::Mutex mu;
+  std::deque<Token> tokens ABSL_GUARDED_BY(mu);
+  std::vector<std::optional<absl::StatusOr<GenerateResult>>> results ABSL_GUARDED_BY(mu);
+  std::deque<int> finished ABSL_GUARDED_BY(mu);  // indices, in the order they finished
+  int remaining ABSL_GUARDED_BY(mu) = 0;
+
+  bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return !tokens.empty() || !finished.empty();
+  }
+};
+
+// Constant-time comparison (no early exit on the first differing byte).
+bool SecretEquals(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+ApiServer::ApiServer(engine::Engine* engine, engine::Scheduler* scheduler,
+                     prometheus::Registry* registry, ApiServerOptions options)
+    : engine_(engine),
+      scheduler_(scheduler),
+      registry_(registry),
+      options_(std::move(options)),
+      http_requests_(prometheus::BuildCounter()
+                         .Name("magicpig_http_requests_total")
+                         .Help("HTTP requests answered, by handler and status code")
+                         .Register(*registry)),
+      started_(absl::ToUnixSeconds(absl::Now())) {
+  context_.engine = engine_;
+  context_.model_name = options_.model_name;
+  context_.allow_attention_override = options_.allow_attention_override;
+}
+
+ApiServer::~ApiServer() { Shutdown(absl::ZeroDuration()); }
+
+void ApiServer::Shutdown(absl::Duration grace) {
+  if (http_ != nullptr) http_->Shutdown(grace);
+}
+
+absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(engine::Engine* engine,
+                                                            engine::Scheduler* scheduler,
+                                                            prometheus::Registry* registry,
+                                                            ApiServerOptions options) {
+  std::unique_ptr<ApiServer> s(new ApiServer(engine, scheduler, registry, std::move(options)));
+  ApiServer* self = s.get();
+  http::Router router;
+  router.Handle("POST", "/v1/completions",
+                s->Wrap("/v1/completions", true, [self](const auto& req, auto& res) {
+                  return self->Generate(Endpoint::kCompletions, req, res);
+                }));
+  router.Handle("POST", "/v1/chat/completions",
+                s->Wrap("/v1/chat/completions", true, [self](const auto& req, auto& res) {
+                  return self->Generate(Endpoint::kChat, req, res);
+                }));
+  router.Handle("GET", "/v1/models", s->Wrap("/v1/models", true, [self](const auto&, auto& res) {
+    return self->Models(res);
+  }));
+  router.Handle("POST", "/tokenize", s->Wrap("/tokenize", true, [self](const auto& req, auto& res) {
+    return self->Tokenize(req, res);
+  }));
+  router.Handle("POST", "/detokenize",
+                s->Wrap("/detokenize", true,
+                        [self](const auto& req, auto& res) { return self->Detokenize(req, res); }));
+  router.Handle("GET", "/tokenizer_info",
+                s->Wrap("/tokenizer_info", true,
+                        [self](const auto&, auto& res) { return self->TokenizerInfo(res); }));
+  router.Handle("GET", "/healthz", s->Wrap("/healthz", false, [self](const auto&, auto& res) {
+    return self->SendJson(res, 200, R"({"status":"ok"})");
+  }));
+  for (const char* path : {"/readyz", "/health"}) {
+    router.Handle("GET", path, s->Wrap(path, false, [self](const auto&, auto& res) {
+      return self->Ready(res);
+    }));
+  }
+  router.Handle("GET", "/metrics", s->Wrap("/metrics", false, [self](const auto&, auto& res) {
+    return self->Metrics(res);
+  }));
+  http::ServerOptions http_options = s->options_.http;
+  http_options.error_body = [](int status, std::string_view message) {
+    ApiError e;
+    e.status = status;
+    e.message = std::string(message);
+    if (status >= 500) e.type = "server_error";
+    return std::make_pair(std::string(kJson), ErrorBody(e));
+  };
+  absl::StatusOr<std::unique_ptr<http::Server>> http =
+      http::Server::Start(http_options, std::move(router));
+  if (!http.ok()) return http.status();
+  s->http_ = *std::move(http);
+  return s;
+}
+
+http::Handler ApiServer::Wrap(std::string name, bool authenticated, ApiHandler handler) {
+  return [this, name = std::move(name), authenticated, handler = std::move(handler)](
+             const http::Request& request, http::Responder& responder) {
+    int status;
+    if (authenticated && !Authorized(request)) {
+      ApiError e;
+      e.status = 401;
+      e.message = "Incorrect or missing API key: send 'Authorization: Bearer <key>'";
+      e.code = "invalid_api_key";
+      status = SendError(responder, e);
+    } else {
+      status = handler(request, responder);
+    }
+    http_requests_.Add({{"handler", name}, {"status", std::to_string(status)}}).Increment();
+  };
+}
+
+bool ApiServer::Authorized(const http::Request& request) const {
+  if (options_.api_key.empty()) return true;
+  const std::string* header = request.headers.Find("authorization");
+  if (header == nullptr) return false;
+  std::string_view value = *header;
+  constexpr std::string_view kBearer = "Bearer ";
+  if (value.size() < kBearer.size() ||
+      !absl::EqualsIgnoreCase(absl::string_view(value.data(), kBearer.size()),
+                              absl::string_view("Bearer "))) {
+    return false;
+  }
+  return SecretEquals(value.substr(kBearer.size()), options_.api_key);
+}
+
+int ApiServer::SendJson(http::Responder& responder, int status, const std::string& body) {
+  responder.Send(status, kJson, body).IgnoreError();
+  return status;
+}
+
+int ApiServer::SendError(http::Responder& responder, const ApiError& error) {
+  return SendJson(responder, error.status, ErrorBody(error));
+}
+
+int ApiServer::Generate(Endpoint endpoint, const http::Request& request,
+                        http::Responder& responder) {
+  const auto arrival = engine::Scheduler::Clock::now();
+  ApiError error;
+  std::optional<ApiRequest> parsed = ParseRequest(endpoint, request.body, context_, &error);
+  if (!parsed.has_value()) return SendError(responder, error);
+  const ApiRequest& api = *parsed;
+  const int n = static_cast<int>(api.prompts.size());
+  ResponseMeta meta;
+  meta.id = absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", started_, "-",
+                         next_id_.fetch_add(1));
+  meta.created = absl::ToUnixSeconds(absl::Now());
+  meta.model = options_.model_name;
+
+  auto channel = std::make_shared<Channel>();
+  {
+    absl::MutexLock lock(&channel->mu);
+    channel->results.resize(n);
+    channel->remaining = n;
+  }
+  const bool want_logprobs = api.logprobs >= 0;
+  std::vector<std::shared_ptr<engine::RequestHandle>> handles;
+  auto cancel_all = [&handles] {
+    for (auto& h : handles) h->Cancel();
+  };
+  for (int i = 0; i < n; ++i) {
+    engine::RequestCallbacks callbacks;
+    callbacks.on_token = [channel, i, want_logprobs](const engine::TokenOutput& t) {
+      absl::MutexLock lock(&channel->mu);
+      Channel::Token token{i, std::string(t.text), std::nullopt};
+      if (want_logprobs && t.logprob != nullptr) token.logprob = *t.logprob;
+      if (token.text.empty() && !token.logprob.has_value()) return;
+      channel->tokens.push_back(std::move(token));
+    };
+    callbacks.on_done = [channel, i](absl::StatusOr<GenerateResult> result) {
+      absl::MutexLock lock(&channel->mu);
+      channel->results[i] = std::move(result);
+      channel->finished.push_back(i);
+      --channel->remaining;
+    };
+    absl::StatusOr<std::shared_ptr<engine::RequestHandle>> handle =
+        scheduler_->Submit(api.prompts[i], std::move(callbacks), arrival);
+    if (!handle.ok()) {
+      cancel_all();
+      return SendError(responder, ErrorFromStatus(handle.status()));
+    }
+    handles.push_back(*std::move(handle));
+  }
+
+  // Waits for the next tokens or results; false when the client went away (requests cancelled).
+  auto wait = [&](std::deque<Channel::Token>* tokens, std::deque<int>* finished) {
+    for (;;) {
+      {
+        absl::MutexLock lock(&channel->mu);
+        channel->mu.AwaitWithTimeout(absl::Condition(channel.get(), &Channel::Ready),
+                                     absl::Milliseconds(100));
+        if (channel->Ready()) {
+          tokens->swap(channel->tokens);
+          finished->swap(channel->finished);
+          return true;
+        }
+      }
+      if (responder.ClientGone()) {
+        cancel_all();
+        return false;
+      }
+    }
+  };
+  auto result_of = [&](int i) {
+    absl::MutexLock lock(&channel->mu);
+    return *channel->results[i];
+  };
+  auto aborted_error = [] {
+    ApiError e;
+    e.status = 503;
+    e.type = "server_error";
+    e.message = "the request was aborted: the server is shutting down";
+    return e;
+  };
+
+  if (!api.stream) {
+    int done = 0;
+    while (done < n) {
+      std::deque<Channel::Token> tokens;
+      std::deque<int> finished;
+      if (!wait(&tokens, &finished)) return 499;  // client closed the request (nginx's code)
+      done += static_cast<int>(finished.size());
+    }
+    std::vector<GenerateResult> results;
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<GenerateResult> r = result_of(i);
+      if (!r.ok()) return SendError(responder, ErrorFromStatus(r.status()));
+      if (r->finish == FinishReason::kAbort) return SendError(responder, aborted_error());
+      results.push_back(*std::move(r));
+    }
+    return SendJson(responder, 200, FinalResponse(*engine_, api, meta, results));
+  }
+
+  if (!responder.StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}}).ok()) {
+    cancel_all();
+    return 499;
+  }
+  std::vector<bool> started(n, false);
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  auto write = [&](const std::string& event) {
+    if (responder.Write(event)) return true;
+    cancel_all();
+    return false;
+  };
+  // The first event of each choice: the role (chat) or the echoed prompt (completions).
+  auto open_choice = [&](int i) {
+    if (started[i]) return true;
+    started[i] = true;
+    if (api.endpoint == Endpoint::kChat || api.echo) {
+      return write(StreamDelta(api, meta, i, api.echo ? api.prompt_texts[i] : "", true, nullptr));
+    }
+    return true;
+  };
+  int done = 0;
+  while (done < n) {
+    std::deque<Channel::Token> tokens;
+    std::deque<int> finished;
+    if (!wait(&tokens, &finished)) return 200;
+    for (Channel::Token& t : tokens) {
+      if (!open_choice(t.index)) return 200;
+      std::optional<Value> logprobs;
+      if (t.logprob.has_value()) {
+        GenerateResult one;
+        one.tokens = {t.logprob->token};
+        one.logprobs = {*t.logprob};
+        logprobs = api.endpoint == Endpoint::kChat
+                       ? ChatLogprobs(*engine_, one)
+                       : CompletionLogprobs(*engine_, api.prompts[t.index], one, false);
+      }
+      if (!write(StreamDelta(api, meta, t.index, t.text, false,
+                             logprobs.has_value() ? &*logprobs : nullptr))) {
+        return 200;
+      }
+    }
+    for (int i : finished) {
+      ++done;
+      absl::StatusOr<GenerateResult> r = result_of(i);
+      if (!open_choice(i)) return 200;
+      if (!r.ok() || r->finish == FinishReason::kAbort) {
+        // The status line is sent: the error goes inside the stream.
+        write(StreamError(r.ok() ? aborted_error() : ErrorFromStatus(r.status())));
+        cancel_all();
+        responder.End();
+        return 200;
+      }
+      prompt_tokens += static_cast<int64_t>(api.prompts[i].prompt.size());
+      completion_tokens += static_cast<int64_t>(r->tokens.size());
+      if (!write(StreamFinish(api, meta, i, r->finish))) return 200;
+    }
+  }
+  if (api.include_usage && !write(StreamUsage(api, meta, prompt_tokens, completion_tokens))) {
+    return 200;
+  }
+  write(std::string(kStreamDone));
+  responder.End();
+  return 200;
+}
+
+int ApiServer::Models(http::Responder& responder) {
+  Value model = Value::Object();
+  model.Set("id", options_.model_name);
+  model.Set("object", "model");
+  model.Set("created", started_);
+  model.Set("owned_by", "magicpig");
+  model.Set("max_model_len", engine_->context_length());
+  Value data = Value::Array();
+  data.Push(std::move(model));
+  Value v = Value::Object();
+  v.Set("object", "list");
+  v.Set("data", std::move(data));
+  return SendJson(responder, 200, json::Serialize(v));
+}
+
+int ApiServer::Tokenize(const http::Request& request, http::Responder& responder) {
+  ApiError error;
+  absl::StatusOr<Value> body = json::Parse(request.body);
+  const Value* prompt = body.ok() ? body->Find("prompt") : nullptr;
+  if (prompt == nullptr || !prompt->is_string()) {
+    error.message =
+        body.ok() ? "'prompt' must be a string"
+                  : absl::StrCat("the request body is not valid JSON: ", body.status().message());
+    error.param = body.ok() ? "prompt" : "";
+    return SendError(responder, error);
+  }
+  bool add_special = false;
+  if (const Value* a = body->Find("add_special_tokens"); a != nullptr && a->is_bool()) {
+    add_special = a->as_bool();
+  }
+  const model::Tokenizer& tok = engine_->tokenizer();
+  Value tokens = Value::Array();
+  if (add_special && tok.add_bos() && tok.bos_id() >= 0) tokens.Push(tok.bos_id());
+  // Special-token text is recognised either way: add_special_tokens only adds BOS/EOS.
+  for (int32_t id : tok.Encode(prompt->as_string(), /*parse_special=*/true)) tokens.Push(id);
+  Value v = Value::Object();
+  v.Set("count", static_cast<int64_t>(tokens.size()));
+  v.Set("max_model_len", engine_->context_length());
+  v.Set("tokens", std::move(tokens));
+  return SendJson(responder, 200, json::Serialize(v));
+}
+
+int ApiServer::Detokenize(const http::Request& request, http::Responder& responder) {
+  ApiError error;
+  absl::StatusOr<Value> body = json::Parse(request.body);
+  const Value* tokens = body.ok() ? body->Find("tokens") : nullptr;
+  std::vector<int32_t> ids;
+  bool ok = tokens != nullptr && tokens->is_array();
+  for (size_t i = 0; ok && i < tokens->size(); ++i) {
+    const Value& t = tokens->as_array()[i];
+    ok = t.is_int() && t.as_int() >= 0 && t.as_int() < engine_->config().n_vocab;
+    if (ok) ids.push_back(static_cast<int32_t>(t.as_int()));
+  }
+  if (!ok) {
+    error.message =
+        body.ok() ? absl::StrCat("'tokens' must be an array of token ids in [0, ",
+                                 engine_->config().n_vocab, ")")
+                  : absl::StrCat("the request body is not valid JSON: ", body.status().message());
+    error.param = body.ok() ? "tokens" : "";
+    return SendError(responder, error);
+  }
+  Value v = Value::Object();
+  v.Set("prompt", engine_->tokenizer().Decode(ids, /*render_special=*/true));
+  return SendJson(responder, 200, json::Serialize(v));
+}
+
+int ApiServer::TokenizerInfo(http::Responder& responder) {
+  const model::Tokenizer& tok = engine_->tokenizer();
+  Value v = Value::Object();
+  auto text = [&](int32_t id) { return id >= 0 ? Value(tok.TokenText(id)) : Value(); };
+  v.Set("eos_token", text(tok.eos_id()));
+  v.Set("bos_token", text(tok.bos_id()));
+  v.Set("pad_token", text(tok.eos_id()));
+  v.Set("add_bos_token", tok.add_bos());
+  v.Set("model_max_length", engine_->context_length());
+  return SendJson(responder, 200, json::Serialize(v));
+}
+
+int ApiServer::Ready(http::Responder& responder) {
+  // Every attention node must answer NodeStatus within a second.
+  Value nodes = Value::Array();
+  bool ready = true;
+  for (const auto& node : engine_->attention_nodes()) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    magicpig::v1::NodeStatusRequest request;
+    magicpig::v1::NodeStatusResponse response;
+    const grpc::Status s = node->stub().NodeStatus(&context, request, &response);
+    Value n = Value::Object();
+    n.Set("address", node->address());
+    n.Set("ok", s.ok());
+    if (!s.ok()) n.Set("error", s.error_message());
+    ready = ready && s.ok();
+    nodes.Push(std::move(n));
+  }
+  Value v = Value::Object();
+  v.Set("status", ready ? "ok" : "attention nodes unreachable");
+  v.Set("model", options_.model_name);
+  v.Set("attention_nodes", std::move(nodes));
+  return SendJson(responder, ready ? 200 : 503, json::Serialize(v));
+}
+
+int ApiServer::Metrics(http::Responder& responder) {
+  responder.Send(200, metrics::kContentType, metrics::Render(*registry_)).IgnoreError();
+  return 200;
+}
+
+}  // namespace magicpig::server
