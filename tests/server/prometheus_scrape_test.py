@@ -22,6 +22,37 @@ import urllib.parse
 import urllib.request
 
 GPU_NODE, ATTN_NODE, MODEL = sys.argv[1:4]
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(SOURCE, "tests", "deploy"))
+import metrics_contract  # noqa: E402  (docs/metrics.md, which the dashboard is checked against)
+
+
+def exported_families(port):
+    """{name: type} of the magicpig_* families a node's /metrics declares."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=30) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[:2] == ["#", "TYPE"] and parts[2].startswith("magicpig_"):
+            out[parts[2]] = parts[3]
+    return out
+
+
+def check_contract(contract, kind_prefix, exported):
+    """The node exports exactly the contract's metrics for its kind, with the contract's types
+    (so the Grafana dashboard and alert rules, checked against the contract, use real names)."""
+    want = {m.name: m.type for m in contract.values()
+            if any(k.startswith(kind_prefix) for k in m.node_kinds)}
+    # A family with no series is not printed at all; the error counter has none until a call
+    # fails (its labels are the failing node and status code). engine_remote_shards_test checks
+    # that failures are counted under this name.
+    missing = sorted(set(want) - set(exported) - {"magicpig_attn_rpc_errors_total"})
+    extra = sorted(set(exported) - set(want))
+    wrong = sorted(n for n in want if n in exported and exported[n] != want[n])
+    assert not (missing or extra or wrong), (
+        "%s node vs docs/metrics.md: missing %s, not in the contract %s, wrong type %s" %
+        (kind_prefix, missing, extra, wrong))
 
 
 def free_port():
@@ -124,7 +155,10 @@ def main():
             prom, "magicpig_time_to_first_token_seconds_count") == 3)
         wait_for("RPC latency per node", lambda: query(
             prom, "magicpig_attn_rpc_latency_seconds_count"))
-        print("ok: both node kinds scraped; series present and moving")
+        contract = metrics_contract.load(os.path.join(SOURCE, "docs", "metrics.md"))
+        check_contract(contract, "Compute", exported_families(api))
+        check_contract(contract, "Attention", exported_families(attn_metrics))
+        print("ok: both node kinds scraped; series present and moving; names == docs/metrics.md")
         return 0
     finally:
         for p in reversed(procs):
