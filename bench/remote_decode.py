@@ -5,7 +5,8 @@ concurrent streaming completions of a prompt of about `depth` tokens, and report
 time to first token and the decode rate (tokens after the first / time from the first to the
 last), the aggregate decode rate, and, from the compute node's /metrics, the decode-step
 breakdown (dense / attention / sampling seconds per step) and the attention RPC bytes per sparse
-layer step (up and down) and mean Attend round trip per node-range. A measurement; nothing is
+layer step (up and down) and mean Attend round trip per node-range, counted from the moment every
+request has its first token (so the prefill's AppendKV uploads are not included). A measurement; nothing is
 asserted. Results go to stdout as a table (and --csv).
 
 usage: remote_decode.py GPU_NODE ATTN_NODE MODEL [--depths 1024,4096] [--batches 1,4]
@@ -67,7 +68,7 @@ def tokenize(port, text):
     return json.loads(c.getresponse().read())["tokens"]
 
 
-def one_request(port, prompt_ids, max_tokens, out):
+def one_request(port, prompt_ids, max_tokens, out, first_token):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
     body = json.dumps({"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0,
                        "stream": True})
@@ -89,6 +90,8 @@ def one_request(port, prompt_ids, max_tokens, out):
             d = json.loads(ev[6:])
             if d["choices"] and d["choices"][0].get("finish_reason") is None:
                 now = time.time()
+                if first is None:
+                    first_token.release()
                 first = first or now
                 last = now
                 n += 1
@@ -125,14 +128,18 @@ def main():
                     unit = tokenize(port, TEXT)
                     base = (unit * (depth // len(unit) + 1))[:depth - 8]
                     prompts = [base + tokenize(port, " Entry %d:" % i) for i in range(batch)]
-                    before = metrics(port)
                     results = []
+                    first_token = threading.Semaphore(0)
                     threads = [threading.Thread(target=one_request,
-                                                args=(port, p, a.max_tokens, results))
+                                                args=(port, p, a.max_tokens, results, first_token))
                                for p in prompts]
-                    start = time.time()
                     for t in threads:
                         t.start()
+                    # The decode-phase counters start once every request has its first token
+                    # (all prefills and their AppendKV uploads are done then).
+                    for _ in threads:
+                        first_token.acquire()
+                    before = metrics(port)
                     for t in threads:
                         t.join()
                     after = metrics(port)
@@ -145,7 +152,7 @@ def main():
                         if rtt_n else 0
                     # Decode steps (tokens after each request's first, which prefill gives) times
                     # the sparse layers: the per-layer exchanges with the attention side.
-                    decode_tokens = d.get("magicpig_generation_tokens_total", 0) - batch
+                    decode_tokens = d.get("magicpig_generation_tokens_total", 0)
                     sparse_steps = decode_tokens * a.sparse_layers if n_nodes else 0
                     up = sum(v for k, v in d.items() if k.startswith(
                         "magicpig_attn_rpc_bytes_total") and 'direction="up"' in k)
