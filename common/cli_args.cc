@@ -120,4 +120,19 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view text) {
   return static_cast<int64_t>(value << shift);
 }
 
+absl::StatusOr<HostPort> ParseHostPort(std::string_view address) {
+  const std::string a(address);
+  const size_t colon = a.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(a.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("address '", a, "': expected HOST:PORT"));
+  }
+  HostPort out{a.substr(0, colon), port};
+  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']') {
+    out.host = out.host.substr(1, out.host.size() - 2);
+  }
+  return out;
+}
+
 }  // namespace magicpig

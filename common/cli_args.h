@@ -36,6 +36,14 @@ class CliArgs {
 // INVALID_ARGUMENT for anything else, negative values or overflow.
 absl::StatusOr<int64_t> ParseByteSize(std::string_view text);
 
+// "HOST:PORT" or "[IPV6]:PORT" -> (HOST without brackets, PORT in 0..65535); INVALID_ARGUMENT
+// naming the address otherwise.
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+absl::StatusOr<HostPort> ParseHostPort(std::string_view address);
+
 }  // namespace magicpig
 
 #endif  // MAGICPIG_COMMON_CLI_ARGS_H_

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/cli_args.h"
 #include "common/metrics/metrics.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "tbb/info.h"
@@ -18,22 +19,6 @@ constexpr char kServiceName[] = "magicpig.v1.AttentionService";
 std::string HostOf(const std::string& address) {
   const size_t colon = address.rfind(':');
   return colon == std::string::npos ? address : address.substr(0, colon);
-}
-
-// "HOST:PORT" / "[V6]:PORT" -> (HOST without brackets, PORT); INVALID_ARGUMENT otherwise.
-absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics address '", address, "': expected HOST:PORT"));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return std::make_pair(std::move(host), port);
 }
 
 }  // namespace
@@ -76,11 +61,11 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
     health->SetServingStatus(kServiceName, true);
   }
   if (!options.metrics_listen.empty()) {
-    absl::StatusOr<std::pair<std::string, int>> host_port = SplitHostPort(options.metrics_listen);
+    absl::StatusOr<HostPort> host_port = ParseHostPort(options.metrics_listen);
     if (!host_port.ok()) return host_port.status();
     http::ServerOptions http_options;
-    http_options.host = host_port->first;
-    http_options.port = host_port->second;
+    http_options.host = host_port->host;
+    http_options.port = host_port->port;
     http_options.max_connections = 16;  // scrapers and probes
     absl::StatusOr<std::unique_ptr<http::Server>> http =
         http::Server::Start(http_options, s->MakeRouter());

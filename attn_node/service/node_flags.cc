@@ -74,10 +74,7 @@ absl::StatusOr<NodeFlags> ParseNodeFlags(const std::vector<std::string>& args) {
         flags.metrics_listen.clear();
         continue;
       }
-      const size_t colon = value.rfind(':');
-      int port = -1;
-      if (colon == std::string::npos || colon == 0 ||
-          !absl::SimpleAtoi(value.substr(colon + 1), &port) || port < 0 || port > 65535) {
+      if (!ParseHostPort(value).ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("--metrics-listen: expected HOST:PORT or 'off', got '", value, "'"));
       }

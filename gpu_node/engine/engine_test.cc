@@ -5,9 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "gpu_node/backend/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
-#include "tests/testing/synthetic_model.h"
+#include "tests/testing/synthetic_engine.h"
 
 namespace magicpig::engine {
 namespace {
@@ -27,16 +26,11 @@ std::unique_ptr<Engine> MakeEngine(int64_t context_length = 0, int64_t prefill_c
   o.n_head = 4;
   o.n_head_kv = 2;
   o.context_length = 128;
-  auto bytes = testing::BuildSyntheticModel(o);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
-  auto file = model::GgufFile::FromBytes(*bytes);
-  EXPECT_TRUE(file.ok()) << file.status();
   EngineOptions options;
   options.context_length = context_length;
   options.prefill_chunk = prefill_chunk;
   options.attention = attention;
-  auto engine = Engine::Create(std::shared_ptr<const model::GgufFile>(std::move(*file)),
-                               std::make_unique<backend::CpuBackend>(1), options);
+  auto engine = testing::MakeSyntheticEngine(o, options);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return std::move(*engine);
 }

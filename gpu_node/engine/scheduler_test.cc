@@ -5,9 +5,8 @@
 #include <vector>
 
 #include "common/metrics/metrics.h"
-#include "gpu_node/backend/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
-#include "tests/testing/synthetic_model.h"
+#include "tests/testing/synthetic_engine.h"
 
 namespace magicpig::engine {
 namespace {
@@ -20,14 +19,7 @@ std::unique_ptr<Engine> MakeEngine() {
   o.n_head = 4;
   o.n_head_kv = 2;
   o.context_length = 256;
-  auto bytes = testing::BuildSyntheticModel(o);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
-  auto file = model::GgufFile::FromBytes(*bytes);
-  EXPECT_TRUE(file.ok()) << file.status();
-  EngineOptions options;
-  options.attention.mode = AttentionMode::kFull;
-  auto engine = Engine::Create(std::shared_ptr<const model::GgufFile>(std::move(*file)),
-                               std::make_unique<backend::CpuBackend>(1), options);
+  auto engine = testing::MakeSyntheticEngine(o, testing::FullAttentionOptions());
   EXPECT_TRUE(engine.ok()) << engine.status();
   return std::move(*engine);
 }

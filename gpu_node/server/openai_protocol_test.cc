@@ -3,9 +3,8 @@
 #include <memory>
 #include <string>
 
-#include "gpu_node/backend/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
-#include "tests/testing/synthetic_model.h"
+#include "tests/testing/synthetic_engine.h"
 
 namespace magicpig::server {
 namespace {
@@ -22,15 +21,8 @@ class ProtocolTest : public ::testing::Test {
     o.n_head = 2;
     o.n_head_kv = 1;
     o.context_length = 256;
-    auto bytes = testing::BuildSyntheticModel(o);
-    ASSERT_TRUE(bytes.ok());
-    auto file = model::GgufFile::FromBytes(*bytes);
-    ASSERT_TRUE(file.ok());
-    engine::EngineOptions options;
-    options.attention.mode = engine::AttentionMode::kFull;
-    auto e = engine::Engine::Create(std::shared_ptr<const model::GgufFile>(std::move(*file)),
-                                    std::make_unique<backend::CpuBackend>(1), options);
-    ASSERT_TRUE(e.ok());
+    auto e = testing::MakeSyntheticEngine(o, testing::FullAttentionOptions());
+    ASSERT_TRUE(e.ok()) << e.status();
     engine_ = std::move(*e);
     context_.engine = engine_.get();
     context_.model_name = "tiny";

@@ -71,18 +71,10 @@ int ServeMain(const std::vector<std::string>& args) {
   }
   ApiServerOptions api;
   const std::string listen = a.Get("listen", "0.0.0.0:8000");
-  const size_t colon = listen.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
-    return Fail(
-        absl::InvalidArgumentError(absl::StrCat("--listen '", listen, "': expected HOST:PORT")), 2);
-  }
-  api.http.host = listen.substr(0, colon);
-  if (api.http.host.size() > 2 && api.http.host.front() == '[') {
-    api.http.host = api.http.host.substr(1, api.http.host.size() - 2);  // [::1]
-  }
-  api.http.port = port;
+  absl::StatusOr<HostPort> host_port = ParseHostPort(listen);
+  if (!host_port.ok()) return Fail(host_port.status(), 2);
+  api.http.host = host_port->host;
+  api.http.port = host_port->port;
   api.http.max_body_bytes = *max_body;
   api.model_name = a.Has("served-model-name")
                        ? a.Get("served-model-name")

@@ -1,0 +1,24 @@
+#include "tests/testing/synthetic_engine.h"
+
+#include <utility>
+
+#include "common/status_macros.h"
+#include "gpu_node/backend/cpu/cpu_backend.h"
+
+namespace magicpig::testing {
+
+absl::StatusOr<std::unique_ptr<engine::Engine>> MakeSyntheticEngine(
+    const SyntheticModelOptions& model, const engine::EngineOptions& options) {
+  MAGICPIG_ASSIGN_OR_RETURN(auto bytes, BuildSyntheticModel(model));
+  MAGICPIG_ASSIGN_OR_RETURN(auto file, model::GgufFile::FromBytes(bytes));
+  return engine::Engine::Create(std::shared_ptr<const model::GgufFile>(std::move(file)),
+                                std::make_unique<backend::CpuBackend>(1), options);
+}
+
+engine::EngineOptions FullAttentionOptions() {
+  engine::EngineOptions options;
+  options.attention.mode = engine::AttentionMode::kFull;
+  return options;
+}
+
+}  // namespace magicpig::testing

@@ -1,0 +1,22 @@
+// An Engine over a small synthetic GGUF model on the CPU backend (1 thread), for unit tests of
+// the engine, the scheduler and the server: no model file needed, deterministic weights.
+#ifndef MAGICPIG_TESTS_TESTING_SYNTHETIC_ENGINE_H_
+#define MAGICPIG_TESTS_TESTING_SYNTHETIC_ENGINE_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "gpu_node/engine/engine.h"
+#include "tests/testing/synthetic_model.h"
+
+namespace magicpig::testing {
+
+absl::StatusOr<std::unique_ptr<engine::Engine>> MakeSyntheticEngine(
+    const SyntheticModelOptions& model, const engine::EngineOptions& options);
+
+// Engine options with exact (full) attention for every decode step.
+engine::EngineOptions FullAttentionOptions();
+
+}  // namespace magicpig::testing
+
+#endif  // MAGICPIG_TESTS_TESTING_SYNTHETIC_ENGINE_H_
