@@ -155,6 +155,25 @@ def main():
             prom, "magicpig_time_to_first_token_seconds_count") == 3)
         wait_for("RPC latency per node", lambda: query(
             prom, "magicpig_attn_rpc_latency_seconds_count"))
+        # Finished requests released their shards: the attention node holds nothing again.
+        wait_for("shards released", lambda: query(prom, "magicpig_attn_kv_tokens") and value(
+            prom, "magicpig_attn_sequences") == 0 and value(prom, "magicpig_attn_kv_bytes") == 0)
+        # A client that goes away mid-stream: its request is cancelled and its shards on the
+        # attention node are released (seen through Prometheus: held while streaming, then gone).
+        sock = socket.create_connection(("127.0.0.1", api))
+        body = json.dumps({"prompt": prompt, "max_tokens": 2000, "stream": True}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                     b"\r\n\r\n" + body)
+        got = b""
+        while got.count(b"data: ") < 2:
+            got += sock.recv(4096)
+        wait_for("the streaming request's shards held",
+                 lambda: (value(prom, "magicpig_attn_sequences") or 0) >= 1)
+        sock.close()
+        wait_for("the cancelled request's shards released",
+                 lambda: value(prom, "magicpig_attn_sequences") == 0 and value(
+                     prom, 'magicpig_request_success_total{finished_reason="abort"}') == 1)
         contract = metrics_contract.load(os.path.join(SOURCE, "docs", "metrics.md"))
         check_contract(contract, "Compute", exported_families(api))
         check_contract(contract, "Attention", exported_families(attn_metrics))
