@@ -34,9 +34,9 @@ def start_node(node, threads):
     return p, m.group(1)
 
 
-def start_server(gpu, model, threads, nodes, batch):
+def start_server(gpu, model, threads, nodes, batch, ping_pong):
     args = [gpu, "--model", model, "--listen", "127.0.0.1:0", "--threads", str(threads),
-            "--max-batch", str(batch)]
+            "--max-batch", str(batch), "--ping-pong", ping_pong]
     if nodes:
         args += ["--attention-nodes", ",".join(nodes)]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -106,24 +106,31 @@ def main():
     ap.add_argument("--depths", default="1024,4096")
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--configs", default="0,1,2", help="attention nodes per run; 0 = embedded")
+    ap.add_argument("--ping-pong", default="on", help="on, off or both (remote runs)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sparse-layers", type=int, default=28, help="SmolLM2-135M: 30 - {0, 15}")
     a = ap.parse_args()
-    print("| depth | nodes | batch | TTFT s | decode tok/s per seq | aggregate tok/s | "
+    print("| depth | nodes | ping-pong | batch | TTFT s | decode tok/s per seq | aggregate tok/s | "
           "dense / attention / sampling ms per step | RPC KiB up / down per sparse layer step "
           "| Attend RTT ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for depth in [int(d) for d in a.depths.split(",")]:
         for batch in [int(b) for b in a.batches.split(",")]:
+            runs = []
             for n_nodes in [int(c) for c in a.configs.split(",")]:
+                modes = ["off"] if n_nodes == 0 else (
+                    ["off", "on"] if a.ping_pong == "both" else [a.ping_pong])
+                runs += [(n_nodes, m) for m in modes]
+            for n_nodes, ping_pong in runs:
                 procs, nodes = [], []
                 try:
                     for _ in range(n_nodes):
                         p, addr = start_node(a.attn, 1)
                         procs.append(p)
                         nodes.append(addr)
-                    server, port = start_server(a.gpu, a.model, a.threads, nodes, batch)
+                    server, port = start_server(a.gpu, a.model, a.threads, nodes, batch,
+                                                ping_pong)
                     procs.append(server)
                     unit = tokenize(port, TEXT)
                     base = (unit * (depth // len(unit) + 1))[:depth - 8]
@@ -162,8 +169,10 @@ def main():
                     ttft = sum(r[0] for r in results) / len(results)
                     rate = sum(r[1] for r in results) / len(results)
                     agg = rate * len(results)
-                    print("| %d | %s | %d | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | %.1f / %.1f "
-                          "| %.2f |" % (depth, n_nodes or "embedded", batch, ttft, rate, agg,
+                    print("| %d | %s | %s | %d | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | %.1f / "
+                          "%.1f | %.2f |" % (depth, n_nodes or "embedded",
+                                             "-" if not n_nodes else ping_pong, batch, ttft,
+                                             rate, agg,
                                         *phase, per(up), per(down), rtt), flush=True)
                 finally:
                     for p in procs:

@@ -152,26 +152,53 @@ absl::Status SparseAttentionRouter::OnLayerStored(int64_t layer, const backend::
 absl::StatusOr<bool> SparseAttentionRouter::Attend(int64_t layer, const float* q, int64_t pos,
                                                    const backend::KvLayerView& cache, float scale,
                                                    float* out) {
+  MAGICPIG_ASSIGN_OR_RETURN(bool sparse, StartAttend(layer, q, pos, cache, scale, out));
+  if (sparse) MAGICPIG_RETURN_IF_ERROR(FinishAttend());
+  return sparse;
+}
+
+absl::StatusOr<bool> SparseAttentionRouter::StartAttend(int64_t layer, const float* q, int64_t pos,
+                                                        const backend::KvLayerView& cache,
+                                                        float scale, float* out) {
   if (IsDense(layer)) return false;
   Layer& st = layers_[static_cast<size_t>(layer)];
   if (!st.offloaded) return false;
-  const int64_t n_head = config_.n_head, n_kv = config_.n_head_kv, hd = config_.head_dim;
-  const int64_t group = n_head / n_kv;
-  // Sampled part first (it does not depend on the static part).
+  const int64_t n_head = config_.n_head, hd = config_.head_dim;
+  pending_ = PendingStep{layer, q, pos, cache, scale, out, absl::OkStatus()};
+  // Sampled part first: it goes to the shards (for remote ones, the nodes work while this
+  // thread goes on); the static window below does not depend on it.
   codes_.resize(static_cast<size_t>(n_head * hash_->l()));
   MAGICPIG_RETURN_IF_ERROR(hash_->Codes(q, n_head, hd, codes_.data()));
   parts_.assign(static_cast<size_t>(n_head), PartialAttention{});
-  MAGICPIG_RETURN_IF_ERROR(WithRecovery([&] {
-    parts_.assign(static_cast<size_t>(n_head), PartialAttention{});
-    return shards_->Attend(layer, q, codes_.data(), scale, parts_.data());
-  }));
-  const int64_t offloaded = shards_->size(layer);
+  // A failure here is kept for FinishAttend, which recovers like any other.
+  pending_.start = shards_->StartAttend(layer, q, codes_.data(), scale);
   // Static window: sinks and [window_begin, pos].
   const std::pair<int64_t, int64_t> ranges[2] = {{0, std::min(options_.n_sinks, pos + 1)},
                                                  {st.window_begin, pos + 1}};
   static_o_.resize(static_cast<size_t>(n_head * hd));
   static_lse_.resize(static_cast<size_t>(n_head));
   backend_->RangeAttention(q, n_head, scale, cache, ranges, static_o_.data(), static_lse_.data());
+  return true;
+}
+
+absl::Status SparseAttentionRouter::FinishAttend() {
+  const PendingStep p = pending_;
+  absl::Status status = p.start.ok() ? shards_->FinishAttend(parts_.data()) : p.start;
+  if (!status.ok()) {
+    // Recover (re-offload) and ask again, synchronously, as a plain Attend would.
+    if (kv_ == nullptr || !shards_->IsRecoverable(status) || stats_.recoveries >= kMaxRecoveries) {
+      return status;
+    }
+    MAGICPIG_RETURN_IF_ERROR(Recover());
+    MAGICPIG_RETURN_IF_ERROR(WithRecovery([&] {
+      parts_.assign(static_cast<size_t>(config_.n_head), PartialAttention{});
+      return shards_->Attend(p.layer, p.q, codes_.data(), p.scale, parts_.data());
+    }));
+  }
+  const int64_t n_head = config_.n_head, n_kv = config_.n_head_kv, hd = config_.head_dim;
+  const int64_t group = n_head / n_kv;
+  const Layer& st = layers_[static_cast<size_t>(p.layer)];
+  const int64_t offloaded = shards_->size(p.layer);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int64_t h = 0; h < n_head; ++h) {
     PartialAttention& part = parts_[static_cast<size_t>(h)];
@@ -180,21 +207,21 @@ absl::StatusOr<bool> SparseAttentionRouter::Attend(int64_t layer, const float* q
     // Undo the centring: q.k = q.(k - c) + q.c for every offloaded key.
     const float* c = st.center.data() + (h / group) * hd;
     double qc = 0.0;
-    for (int64_t t = 0; t < hd; ++t) qc += static_cast<double>(q[h * hd + t]) * c[t];
+    for (int64_t t = 0; t < hd; ++t) qc += static_cast<double>(p.q[h * hd + t]) * c[t];
     const float lse_static = static_lse_[static_cast<size_t>(h)];
     const float lse_part =
-        part.empty() ? neg_inf : static_cast<float>(part.lse + static_cast<double>(scale) * qc);
+        part.empty() ? neg_inf : static_cast<float>(part.lse + static_cast<double>(p.scale) * qc);
     const float m = std::max(lse_static, lse_part);
     const float ws = lse_static == neg_inf ? 0.0f : std::exp(lse_static - m);
     const float wp = lse_part == neg_inf ? 0.0f : std::exp(lse_part - m);
     const float inv = 1.0f / (ws + wp);
-    float* dst = out + h * hd;
+    float* dst = p.out + h * hd;
     const float* so = static_o_.data() + h * hd;
     for (int64_t t = 0; t < hd; ++t) {
       dst[t] = (ws * so[t] + (wp > 0.0f ? wp * part.o[static_cast<size_t>(t)] : 0.0f)) * inv;
     }
   }
-  return true;
+  return absl::OkStatus();
 }
 
 }  // namespace magicpig::engine

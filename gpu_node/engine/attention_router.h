@@ -91,6 +91,13 @@ class SparseAttentionRouter final : public LayerAttentionHook {
                              int64_t n_tokens) override;
   absl::StatusOr<bool> Attend(int64_t layer, const float* q, int64_t pos,
                               const backend::KvLayerView& cache, float scale, float* out) override;
+  // The sampled part goes to the shards (StartAttend on them) and the static window is computed
+  // here before returning; FinishAttend waits for the shards (recovering from a lost node as
+  // Attend does) and merges.
+  absl::StatusOr<bool> StartAttend(int64_t layer, const float* q, int64_t pos,
+                                   const backend::KvLayerView& cache, float scale,
+                                   float* out) override;
+  absl::Status FinishAttend() override;
 
   bool IsDense(int64_t layer) const;
   const SparseAttentionStats& stats() const { return stats_; }
@@ -126,6 +133,17 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   std::vector<bool> dense_;
   std::vector<Layer> layers_;
   SparseAttentionStats stats_;
+  // The step between StartAttend and FinishAttend.
+  struct PendingStep {
+    int64_t layer = 0;
+    const float* q = nullptr;
+    int64_t pos = 0;
+    backend::KvLayerView cache;
+    float scale = 0;
+    float* out = nullptr;
+    absl::Status start;  // what the shards' StartAttend returned
+  };
+  PendingStep pending_;
   // Decode scratch.
   std::vector<float> static_o_, static_lse_, center_dot_;
   std::vector<uint16_t> codes_;

@@ -30,6 +30,19 @@ class AttentionShards {
   virtual absl::Status Attend(int64_t layer, const float* q, const uint16_t* codes, float scale,
                               PartialAttention* out) = 0;
 
+  // Attend in two halves, so that the caller can do other work while the shards compute (the
+  // micro-batch ping-pong of a batched step): StartAttend hands the query over, FinishAttend
+  // waits for the partials. q and codes must stay valid until FinishAttend; one step may be
+  // pending at a time. By default everything happens in FinishAttend.
+  virtual absl::Status StartAttend(int64_t layer, const float* q, const uint16_t* codes,
+                                   float scale) {
+    pending_ = Pending{layer, q, codes, scale};
+    return absl::OkStatus();
+  }
+  virtual absl::Status FinishAttend(PartialAttention* out) {
+    return Attend(pending_.layer, pending_.q, pending_.codes, pending_.scale, out);
+  }
+
   // True for a failure of where the shards live (a node died or stopped answering) that Reset and
   // a fresh Append of every layer can repair.
   virtual bool IsRecoverable(const absl::Status& status) const { return false; }
@@ -39,6 +52,15 @@ class AttentionShards {
   // Keys held for `layer` (per kv head) and memory held by all layers.
   virtual int64_t size(int64_t layer) const = 0;
   virtual int64_t bytes() const = 0;
+
+ private:
+  struct Pending {
+    int64_t layer = 0;
+    const float* q = nullptr;
+    const uint16_t* codes = nullptr;
+    float scale = 0;
+  };
+  Pending pending_;
 };
 
 }  // namespace magicpig::engine

@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
       options.context_length > 0 ? options.context_length : e->weights_->config().context_length;
   e->prefill_chunk_ = options.prefill_chunk;
   e->num_threads_ = options.num_threads;
+  e->ping_pong_ = options.ping_pong;
   e->attention_ = options.attention;
   if (e->attention_.mode != AttentionMode::kFull) {
     const model::ModelConfig& c = e->weights_->config();
@@ -354,7 +355,8 @@ absl::Status Engine::Step(absl::Span<Sequence* const> batch, StepTimings* timing
   }
   if (items.empty()) return absl::OkStatus();
   std::vector<float> logits;
-  MAGICPIG_RETURN_IF_ERROR(transformer_->ForwardBatch(items, &logits, timings));
+  const int micro_batches = ping_pong_ && !attention_nodes_.empty() && items.size() >= 2 ? 2 : 1;
+  MAGICPIG_RETURN_IF_ERROR(transformer_->ForwardBatch(items, &logits, timings, micro_batches));
   const int64_t n_vocab = weights_->config().n_vocab;
   for (size_t i = 0; i < going_on.size(); ++i) {
     going_on[i]->logits_.assign(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);

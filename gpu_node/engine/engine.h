@@ -50,6 +50,9 @@ struct EngineOptions {
   SparseAttentionOptions attention;
   // Attention nodes ("host:port") holding the offloaded keys; empty: in this process (embedded).
   std::vector<std::string> attention_nodes;
+  // With attention nodes, a batched decode step of 2 or more sequences runs as two micro-batches
+  // whose remote attention overlaps the other's dense work (ping-pong). false: one batch.
+  bool ping_pong = true;
   // Where the per-attention-node RPC metrics go (magicpig_attn_rpc_*; remote_attention_shards.h);
   // borrowed, must outlive the engine. Null: none.
   prometheus::Registry* metrics_registry = nullptr;
@@ -223,6 +226,7 @@ class Engine {
   int64_t context_length_ = 0;
   int64_t prefill_chunk_ = 256;
   int num_threads_ = 0;
+  bool ping_pong_ = true;
   absl::Mutex mu_;
 };
 

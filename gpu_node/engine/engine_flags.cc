@@ -5,8 +5,8 @@
 namespace magicpig::engine {
 
 std::set<std::string> EngineValueFlags() {
-  return {"model", "threads",  "ctx",    "attention",      "lsh-k",
-          "lsh-l", "lsh-seed", "budget", "attention-nodes"};
+  return {"model", "threads",  "ctx",    "attention",       "lsh-k",
+          "lsh-l", "lsh-seed", "budget", "attention-nodes", "ping-pong"};
 }
 
 std::string EngineFlagsUsage() {
@@ -18,7 +18,10 @@ std::string EngineFlagsUsage() {
          "  --lsh-seed S           SimHash projection seed (default 1234)\n"
          "  --budget N             keys per head for topk / oracle (default: 2% of the prompt)\n"
          "  --attention-nodes A    comma-separated attention nodes host:port (default: in "
-         "process)\n";
+         "process)\n"
+         "  --ping-pong on|off     with attention nodes, decode a batch as two micro-batches "
+         "whose\n"
+         "                         remote attention overlaps the other's dense work (default on)\n";
 }
 
 absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& a) {
@@ -55,6 +58,11 @@ absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& a) {
       options.attention_nodes.emplace_back(node);
     }
   }
+  const std::string ping_pong = a.Get("ping-pong", "on");
+  if (ping_pong != "on" && ping_pong != "off") {
+    return absl::InvalidArgumentError("--ping-pong must be on or off");
+  }
+  options.ping_pong = ping_pong == "on";
   options.num_threads = static_cast<int>(*threads);
   options.context_length = *ctx;
   return options;

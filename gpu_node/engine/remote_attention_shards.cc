@@ -144,6 +144,7 @@ absl::Status RemoteAttentionShards::NoteFailure(const Range& range, absl::Status
 
 void RemoteAttentionShards::Reset() {
   // Streams to a dead node end with an error; Release ignores it.
+  pending_heads_ = 0;
   Release();
   std::fill(layer_size_.begin(), layer_size_.end(), 0);
 }
@@ -313,8 +314,15 @@ absl::Status RemoteAttentionShards::CloseBrokenStream(Range& r) {
 
 absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const uint16_t* codes,
                                            float scale, PartialAttention* out) {
+  MAGICPIG_RETURN_IF_ERROR(StartAttend(layer, q, codes, scale));
+  return FinishAttend(out);
+}
+
+absl::Status RemoteAttentionShards::StartAttend(int64_t layer, const float* q,
+                                                const uint16_t* codes, float scale) {
   const int64_t n_head = static_cast<int64_t>(shape_.n_kv_heads()) * shape_.group();
   const int64_t d = shape_.head_dim();
+  pending_heads_ = 0;
   v1::AttendRequest req;
   req.set_step_id(++step_);
   req.set_layer(static_cast<int32_t>(layer));
@@ -323,7 +331,7 @@ absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const 
   query->set_q(std::string(reinterpret_cast<const char*>(q), n_head * d * sizeof(float)));
   MAGICPIG_RETURN_IF_ERROR(
       PackCodes(codes, n_head * shape_.lsh_l(), shape_.lsh_k(), query->mutable_codes()));
-  // Send to every node first so they work in parallel, then collect.
+  // Send to every node first so they work in parallel; FinishAttend collects.
   sent_at_.resize(ranges_.size());
   for (size_t ri = 0; ri < ranges_.size(); ++ri) {
     Range& r = ranges_[ri];
@@ -337,6 +345,15 @@ absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const 
     if (!r.attend_stream->Write(req)) return CloseBrokenStream(r);
     node.metrics().Sent(req.ByteSizeLong());
   }
+  pending_heads_ = n_head;
+  return absl::OkStatus();
+}
+
+absl::Status RemoteAttentionShards::FinishAttend(PartialAttention* out) {
+  const int64_t n_head = pending_heads_;
+  const int64_t d = shape_.head_dim();
+  if (n_head == 0) return absl::FailedPreconditionError("FinishAttend without a started step");
+  pending_heads_ = 0;
   node_parts_.assign(ranges_.size() * static_cast<size_t>(n_head), PartialAttention{});
   for (size_t ri = 0; ri < ranges_.size(); ++ri) {
     Range& r = ranges_[ri];
@@ -346,7 +363,7 @@ absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const 
     node.metrics().RoundTrip(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at_[ri]).count());
     node.metrics().Received(resp.ByteSizeLong());
-    if (resp.step_id() != req.step_id() || resp.partials_size() != 1 ||
+    if (resp.step_id() != step_ || resp.partials_size() != 1 ||
         resp.partials(0).o().size() != static_cast<size_t>(n_head * d * 4) ||
         resp.partials(0).lse_size() != n_head || resp.partials(0).n_touched_size() != n_head) {
       return absl::InternalError(

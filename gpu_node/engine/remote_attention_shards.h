@@ -93,6 +93,11 @@ class RemoteAttentionShards final : public AttentionShards {
 
   absl::Status Append(int64_t layer, int64_t first_pos, int64_t n, const float* keys,
                       const float* values, const uint16_t* codes) override;
+  // Writes the request to every range's node (they compute in parallel, and while the caller
+  // goes on), then FinishAttend reads and merges the answers.
+  absl::Status StartAttend(int64_t layer, const float* q, const uint16_t* codes,
+                           float scale) override;
+  absl::Status FinishAttend(PartialAttention* out) override;
   absl::Status Attend(int64_t layer, const float* q, const uint16_t* codes, float scale,
                       PartialAttention* out) override;
   int64_t size(int64_t layer) const override;
@@ -137,6 +142,7 @@ class RemoteAttentionShards final : public AttentionShards {
   std::vector<int> failed_;          // node indices that failed for this sequence
   std::vector<int64_t> layer_size_;  // tokens per layer (indexed by layer id)
   uint64_t step_ = 0;
+  int64_t pending_heads_ = 0;  // of the step StartAttend sent (0: none pending)
   std::vector<PartialAttention> node_parts_;
   std::vector<std::chrono::steady_clock::time_point> sent_at_;  // per range, this Attend's write
 };

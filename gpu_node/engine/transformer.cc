@@ -39,53 +39,80 @@ void Transformer::ResizeScratch(int64_t rows) {
   positions_.resize(rows);
 }
 
-absl::Status Transformer::LayerStep(int64_t layer, float* x, int64_t n,
-                                    absl::Span<const Slot> slots, const ForwardOptions* options,
+absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t n,
+                                   absl::Span<const Slot> slots, const ForwardOptions* options,
+                                   std::vector<char>* pending, StepTimings* timings) {
+  const model::ModelConfig& c = weights_->config();
+  const model::LayerWeights& w = weights_->layer(layer);
+  backend::Backend& b = *backend_;
+  const float eps = static_cast<float>(c.rms_eps);
+  float* xr = x + row * c.n_embd;
+  float* norm = norm_.data() + row * c.n_embd;
+  float* q = q_.data() + row * c.q_dim();
+  float* k = k_.data() + row * c.kv_dim();
+  float* v = v_.data() + row * c.kv_dim();
+
+  b.RmsNorm(xr, w.attn_norm.data(), n, c.n_embd, eps, norm);
+  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wq, norm, n, q));
+  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wk, norm, n, k));
+  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wv, norm, n, v));
+  if (c.qkv_bias) {
+    b.AddBias(q, w.bq.data(), n, c.q_dim());
+    b.AddBias(k, w.bk.data(), n, c.kv_dim());
+    b.AddBias(v, w.bv.data(), n, c.kv_dim());
+  }
+  b.Rope(q, n, c.n_head, c.head_dim, positions_.data() + row, rope_);
+  b.Rope(k, n, c.n_head_kv, c.head_dim, positions_.data() + row, rope_);
+
+  const Clock::time_point attention_start = Clock::now();
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Slot& s = slots[i];
+    const float* sq = q_.data() + s.row * c.q_dim();
+    const float* sk = k_.data() + s.row * c.kv_dim();
+    const float* sv = v_.data() + s.row * c.kv_dim();
+    float* out = attn_.data() + s.row * c.q_dim();
+    if (options != nullptr && options->on_qk) options->on_qk(layer, s.first_pos, s.n, sq, sk);
+    const backend::KvLayerView cache = s.kv->layer(layer);
+    b.StoreKv(sk, sv, s.n, s.first_pos, cache);
+    bool started = false;
+    if (s.n == 1 && s.hook != nullptr) {
+      MAGICPIG_ASSIGN_OR_RETURN(started,
+                                s.hook->StartAttend(layer, sq, s.first_pos, cache, scale, out));
+    }
+    (*pending)[i] = started;
+    if (!started) b.CausalAttention(sq, s.n, s.first_pos, c.n_head, scale, cache, out);
+  }
+  if (timings != nullptr) timings->attention += Seconds(attention_start, Clock::now());
+  return absl::OkStatus();
+}
+
+absl::Status Transformer::LayerPost(int64_t layer, float* x, int64_t row, int64_t n,
+                                    absl::Span<const Slot> slots, const std::vector<char>& pending,
                                     StepTimings* timings) {
   const model::ModelConfig& c = weights_->config();
   const model::LayerWeights& w = weights_->layer(layer);
   backend::Backend& b = *backend_;
   const float eps = static_cast<float>(c.rms_eps);
-
-  b.RmsNorm(x, w.attn_norm.data(), n, c.n_embd, eps, norm_.data());
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wq, norm_.data(), n, q_.data()));
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wk, norm_.data(), n, k_.data()));
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wv, norm_.data(), n, v_.data()));
-  if (c.qkv_bias) {
-    b.AddBias(q_.data(), w.bq.data(), n, c.q_dim());
-    b.AddBias(k_.data(), w.bk.data(), n, c.kv_dim());
-    b.AddBias(v_.data(), w.bv.data(), n, c.kv_dim());
+  const Clock::time_point wait_start = Clock::now();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (pending[i]) MAGICPIG_RETURN_IF_ERROR(slots[i].hook->FinishAttend());
   }
-  b.Rope(q_.data(), n, c.n_head, c.head_dim, positions_.data(), rope_);
-  b.Rope(k_.data(), n, c.n_head_kv, c.head_dim, positions_.data(), rope_);
+  if (timings != nullptr) timings->attention += Seconds(wait_start, Clock::now());
+  float* xr = x + row * c.n_embd;
+  float* norm = norm_.data() + row * c.n_embd;
+  float* gate = gate_.data() + row * c.n_ff;
+  float* up = up_.data() + row * c.n_ff;
 
-  const Clock::time_point attention_start = Clock::now();
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-  for (const Slot& s : slots) {
-    const float* q = q_.data() + s.row * c.q_dim();
-    const float* k = k_.data() + s.row * c.kv_dim();
-    const float* v = v_.data() + s.row * c.kv_dim();
-    float* out = attn_.data() + s.row * c.q_dim();
-    if (options != nullptr && options->on_qk) options->on_qk(layer, s.first_pos, s.n, q, k);
-    const backend::KvLayerView cache = s.kv->layer(layer);
-    b.StoreKv(k, v, s.n, s.first_pos, cache);
-    bool handled = false;
-    if (s.n == 1 && s.hook != nullptr) {
-      MAGICPIG_ASSIGN_OR_RETURN(handled, s.hook->Attend(layer, q, s.first_pos, cache, scale, out));
-    }
-    if (!handled) b.CausalAttention(q, s.n, s.first_pos, c.n_head, scale, cache, out);
-  }
-  if (timings != nullptr) timings->attention += Seconds(attention_start, Clock::now());
+  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wo, attn_.data() + row * c.q_dim(), n, norm));
+  b.Add(norm, xr, n * c.n_embd);
 
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wo, attn_.data(), n, norm_.data()));
-  b.Add(norm_.data(), x, n * c.n_embd);
-
-  b.RmsNorm(x, w.ffn_norm.data(), n, c.n_embd, eps, norm_.data());
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.w_gate, norm_.data(), n, gate_.data()));
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.w_up, norm_.data(), n, up_.data()));
-  b.SwiGlu(gate_.data(), up_.data(), n * c.n_ff, gate_.data());
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.w_down, gate_.data(), n, norm_.data()));
-  b.Add(norm_.data(), x, n * c.n_embd);
+  b.RmsNorm(xr, w.ffn_norm.data(), n, c.n_embd, eps, norm);
+  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.w_gate, norm, n, gate));
+  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.w_up, norm, n, up));
+  b.SwiGlu(gate, up, n * c.n_ff, gate);
+  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.w_down, gate, n, norm));
+  b.Add(norm, xr, n * c.n_embd);
   return absl::OkStatus();
 }
 
@@ -117,8 +144,10 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
         const int64_t m = std::min(chunk, n - t0);
         for (int64_t i = 0; i < m; ++i) positions_[i] = static_cast<int32_t>(first_pos + t0 + i);
         const Slot slot{&kv, first_pos + t0, 0, m, options.attention_hook};
-        MAGICPIG_RETURN_IF_ERROR(
-            LayerStep(l, x.data() + t0 * c.n_embd, m, {&slot, 1}, &options, nullptr));
+        float* xc = x.data() + t0 * c.n_embd;
+        std::vector<char> pending(1);
+        MAGICPIG_RETURN_IF_ERROR(LayerPre(l, xc, 0, m, {&slot, 1}, &options, &pending, nullptr));
+        MAGICPIG_RETURN_IF_ERROR(LayerPost(l, xc, 0, m, {&slot, 1}, pending, nullptr));
       }
       if (options.attention_hook != nullptr) {
         MAGICPIG_RETURN_IF_ERROR(
@@ -157,7 +186,8 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
 }
 
 absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
-                                       std::vector<float>* logits, StepTimings* timings) {
+                                       std::vector<float>* logits, StepTimings* timings,
+                                       int micro_batches) {
   const model::ModelConfig& c = weights_->config();
   const int64_t n = static_cast<int64_t>(items.size());
   if (n == 0) return absl::InvalidArgumentError("ForwardBatch needs at least one sequence");
@@ -189,9 +219,26 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
   StepTimings local;
   absl::Status status = backend_->Execute([&]() -> absl::Status {
     MAGICPIG_RETURN_IF_ERROR(backend_->Embed(weights_->token_embd(), tokens, x.data()));
+    for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(slots[i].first_pos);
+    // Micro-batches [begin, end) of rows. With two, the attention of one (handed to attention
+    // nodes by StartAttend) overlaps the dense work of the other: pre-attention of A, then of B
+    // while A's attention runs, then A's post-attention while B's runs, then B's.
+    const int64_t parts = std::clamp<int64_t>(micro_batches, 1, n);
+    std::vector<int64_t> bounds(parts + 1);
+    for (int64_t m = 0; m <= parts; ++m) bounds[m] = n * m / parts;
+    std::vector<std::vector<char>> pending(parts);
     for (int64_t l = 0; l < c.n_layer; ++l) {
-      for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(slots[i].first_pos);
-      MAGICPIG_RETURN_IF_ERROR(LayerStep(l, x.data(), n, slots, nullptr, &local));
+      for (int64_t m = 0; m < parts; ++m) {
+        const absl::Span<const Slot> part(slots.data() + bounds[m], bounds[m + 1] - bounds[m]);
+        pending[m].assign(part.size(), 0);
+        MAGICPIG_RETURN_IF_ERROR(LayerPre(l, x.data(), bounds[m], bounds[m + 1] - bounds[m], part,
+                                          nullptr, &pending[m], &local));
+      }
+      for (int64_t m = 0; m < parts; ++m) {
+        const absl::Span<const Slot> part(slots.data() + bounds[m], bounds[m + 1] - bounds[m]);
+        MAGICPIG_RETURN_IF_ERROR(
+            LayerPost(l, x.data(), bounds[m], bounds[m + 1] - bounds[m], part, pending[m], &local));
+      }
       for (const Slot& s : slots) {
         if (s.hook != nullptr) {
           MAGICPIG_RETURN_IF_ERROR(s.hook->OnLayerStored(l, s.kv->layer(l), s.first_pos + 1));

@@ -42,6 +42,16 @@ class LayerAttentionHook {
   virtual absl::StatusOr<bool> Attend(int64_t layer, const float* q, int64_t pos,
                                       const backend::KvLayerView& cache, float scale,
                                       float* out) = 0;
+  // Attend in two halves for the micro-batch ping-pong: StartAttend may return true before `out`
+  // is written (work handed to attention nodes), and then FinishAttend completes it; q, cache
+  // and out stay valid in between. By default StartAttend is Attend and FinishAttend does
+  // nothing.
+  virtual absl::StatusOr<bool> StartAttend(int64_t layer, const float* q, int64_t pos,
+                                           const backend::KvLayerView& cache, float scale,
+                                           float* out) {
+    return Attend(layer, q, pos, cache, scale, out);
+  }
+  virtual absl::Status FinishAttend() { return absl::OkStatus(); }
 };
 
 struct ForwardOptions {
@@ -89,8 +99,11 @@ class Transformer {
   // position kv->size(). The dense products run once over the batch (the weights are read once);
   // the KV store and attention run per sequence. logits: [items.size()][n_vocab]. A batch of one
   // computes exactly what Forward does with one token.
+  // micro_batches = 2 splits the batch in two halves whose attention and dense work alternate
+  // (ping-pong), so attention handed to attention nodes (LayerAttentionHook::StartAttend) runs
+  // while the other half's products do; each half then reads the weights once.
   absl::Status ForwardBatch(absl::Span<const DecodeItem> items, std::vector<float>* logits,
-                            StepTimings* timings = nullptr);
+                            StepTimings* timings = nullptr, int micro_batches = 1);
 
  private:
   // A run of tokens of one sequence inside a layer step: rows [row, row + n) of the activations.
@@ -101,8 +114,16 @@ class Transformer {
     int64_t n;
     LayerAttentionHook* hook;
   };
-  absl::Status LayerStep(int64_t layer, float* x, int64_t n, absl::Span<const Slot> slots,
-                         const ForwardOptions* options, StepTimings* timings);
+  // A layer in two halves over rows [row, row + n) of the activations x (all rows): LayerPre runs
+  // the norm, q/k/v products and RoPE, stores the slots' KV and starts their attention
+  // (pending[i]: slot i's hook must still finish); LayerPost finishes it and runs the output
+  // projection and the MLP.
+  absl::Status LayerPre(int64_t layer, float* x, int64_t row, int64_t n,
+                        absl::Span<const Slot> slots, const ForwardOptions* options,
+                        std::vector<char>* pending, StepTimings* timings);
+  absl::Status LayerPost(int64_t layer, float* x, int64_t row, int64_t n,
+                         absl::Span<const Slot> slots, const std::vector<char>& pending,
+                         StepTimings* timings);
   void ResizeScratch(int64_t rows);
 
   const model::ModelWeights* weights_;

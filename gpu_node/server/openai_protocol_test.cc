@@ -194,7 +194,7 @@ TEST_F(ProtocolTest, ResponsesHaveTheOpenAIShapes) {
   ASSERT_TRUE(finish.ok());
   EXPECT_EQ(finish->Find("choices")->as_array()[0].Find("finish_reason")->as_string(), "length");
 
-  auto err = json::Parse(ErrorBody({.status = 400, .message = "bad", .param = "x"}));
+  auto err = json::Parse(ErrorBody({.status = 400, .message = "bad", .param = "x", .code = ""}));
   ASSERT_TRUE(err.ok());
   EXPECT_EQ(err->Find("error")->Find("message")->as_string(), "bad");
   EXPECT_EQ(err->Find("error")->Find("type")->as_string(), "invalid_request_error");

@@ -6,13 +6,17 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/cpu_features.h"
 #include "gpu_node/engine/engine.h"
 #include "tests/testing/synthetic_model.h"
 
 namespace magicpig::testing {
 
+// level: the CPU backend's SIMD level (AVX2 and scalar products are batch-invariant: a row's
+// result does not depend on how many rows are multiplied together).
 absl::StatusOr<std::unique_ptr<engine::Engine>> MakeSyntheticEngine(
-    const SyntheticModelOptions& model, const engine::EngineOptions& options);
+    const SyntheticModelOptions& model, const engine::EngineOptions& options,
+    SimdLevel level = ActiveSimdLevel());
 
 // Engine options with exact (full) attention for every decode step.
 engine::EngineOptions FullAttentionOptions();

@@ -1,0 +1,99 @@
+// Micro-batch ping-pong against in-process attention nodes: a batch decoded as two micro-batches
+// whose remote attention overlaps the other's dense work gives every sequence the tokens it gets
+// alone, embedded — the split changes when work happens, not what is computed. (The backend is
+// capped at AVX2, whose products are batch-invariant; see tests/testing/synthetic_engine.h.)
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn_node/service/attention_server.h"
+#include "attn_node/service/service_test_util.h"
+#include "gpu_node/engine/engine.h"
+#include "gtest/gtest.h"
+#include "tests/testing/synthetic_engine.h"
+
+namespace magicpig::engine {
+namespace {
+
+SimdLevel BatchInvariantLevel() { return std::min(ActiveSimdLevel(), SimdLevel::kAvx2); }
+
+EngineOptions ExactSparse() {
+  EngineOptions o;
+  o.attention.mode = AttentionMode::kTopK;  // at a budget above n: exact, split and merged
+  o.attention.budget = 1 << 20;
+  o.attention.dense_layers = {0};
+  o.attention.n_local = 4;
+  o.attention.window_budget = 8;  // generated tokens overflow into the shards too
+  o.attention.storage = KvStorage::kF32;
+  o.attention.shard_block = 16;
+  return o;
+}
+
+testing::SyntheticModelOptions Model() {
+  testing::SyntheticModelOptions m;
+  m.n_layer = 3;
+  m.n_embd = 64;
+  m.n_ff = 128;
+  m.n_head = 4;
+  m.n_head_kv = 2;
+  m.context_length = 256;
+  return m;
+}
+
+TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
+  const std::vector<std::string> texts = {
+      "the harbour master kept a ledger of every ship that came and went in the long winter",
+      "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen",
+      "a quiet morning by the river with the birds and the boats and the old stone bridge again",
+      "lists of colours: red, green, blue, yellow, orange, purple, white, black, grey and brown",
+      "the last one is a little shorter than the others but still long enough to offload",
+  };
+  auto embedded = testing::MakeSyntheticEngine(Model(), ExactSparse(), BatchInvariantLevel());
+  ASSERT_TRUE(embedded.ok()) << embedded.status();
+  std::vector<GenerateRequest> requests;
+  std::vector<std::vector<int32_t>> alone;
+  for (const std::string& t : texts) {
+    GenerateRequest r;
+    r.prompt = (*embedded)->tokenizer().Encode(t, false);
+    r.max_tokens = 14;
+    r.ignore_eos = true;
+    auto g = (*embedded)->Generate(r, {});
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_GT(g->stats.attention_keys_offloaded, 0);
+    requests.push_back(r);
+    alone.push_back(g->tokens);
+  }
+
+  std::vector<std::unique_ptr<AttentionServer>> nodes;
+  EngineOptions remote_options = ExactSparse();
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(magicpig::testing::StartServer(int64_t{256} << 20, 1));
+    ASSERT_NE(nodes.back(), nullptr);
+    remote_options.attention_nodes.push_back(nodes.back()->address());
+  }
+  for (bool ping_pong : {true, false}) {
+    remote_options.ping_pong = ping_pong;
+    auto remote = testing::MakeSyntheticEngine(Model(), remote_options, BatchInvariantLevel());
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    std::vector<std::unique_ptr<Sequence>> batch;
+    for (const GenerateRequest& r : requests) {
+      auto seq = (*remote)->Start(r, {});
+      ASSERT_TRUE(seq.ok()) << seq.status();
+      batch.push_back(std::move(*seq));
+    }
+    std::vector<Sequence*> step;
+    for (auto& s : batch) step.push_back(s.get());
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE((*remote)->Step(step).ok());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      ASSERT_TRUE(batch[i]->finished());
+      EXPECT_EQ(batch[i]->result().tokens, alone[i])
+          << "sequence " << i << " ping_pong " << ping_pong;
+      EXPECT_GT(batch[i]->result().stats.attention_keys_offloaded, 0);
+    }
+  }
+  // Every sequence released its shards on the nodes.
+  for (auto& node : nodes) EXPECT_EQ(node->store().Stats().sequences, 0);
+}
+
+}  // namespace
+}  // namespace magicpig::engine
