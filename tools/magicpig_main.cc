@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "eval/evaluators.h"
 #include "gpu_node/server/serve.h"
 #include "tools/bench_command.h"
 #include "tools/run_command.h"
@@ -14,7 +15,8 @@ int main(int argc, char** argv) {
                  "commands:\n"
                  "  run    generate text with the embedded engine (magicpig run --help)\n"
                  "  serve  the OpenAI-compatible HTTP server (same as magicpig_gpu_node)\n"
-                 "  bench  prefill/decode throughput at several context depths\n";
+                 "  bench  prefill/decode throughput at several context depths\n"
+                 "  eval   accuracy evaluation: ruler, ppl, attn-error (magicpig eval --help)\n";
     return args.empty() ? 2 : 0;
   }
   const std::string command = args[0];
@@ -22,6 +24,7 @@ int main(int argc, char** argv) {
   if (command == "run") return magicpig::tools::RunCommand(args);
   if (command == "serve") return magicpig::server::ServeMain(args);
   if (command == "bench") return magicpig::tools::BenchCommand(args);
+  if (command == "eval") return magicpig::eval::EvalCommand(args);
   std::cerr << "magicpig: unknown command '" << command << "'\n";
   return 2;
 }

@@ -1,0 +1,388 @@
+// `magicpig eval ruler`: see evaluators.h.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/json/parse.h"
+#include "common/json/serialize.h"
+#include "common/status_macros.h"
+#include "eval/evaluators.h"
+#include "eval/fork_decoder.h"
+#include "eval/prompt.h"
+#include "eval/tasks.h"
+
+namespace magicpig::eval {
+
+namespace {
+
+using engine::AttentionMode;
+using engine::SparseAttentionOptions;
+
+struct Method {
+  std::string name;    // "full", "magicpig(10,150)", "topk@(10,150)", "oracle@(10,150)"
+  std::string family;  // full | magicpig | topk | oracle
+  LshConfig config{0, 0};
+};
+
+std::vector<Method> Methods(const RulerOptions& o) {
+  std::vector<Method> m = {{"full", "full", {0, 0}}};
+  for (const LshConfig& c : o.configs) {
+    const std::string kl = absl::StrCat("(", c.first, ",", c.second, ")");
+    m.push_back({absl::StrCat("magicpig", kl), "magicpig", c});
+    if (o.baselines) {
+      m.push_back({absl::StrCat("topk@", kl), "topk", c});
+      m.push_back({absl::StrCat("oracle@", kl), "oracle", c});
+    }
+  }
+  return m;
+}
+
+bool Skip(const RulerOptions& o, const std::string& setup, const Method& m) {
+  const std::vector<std::string>& only = setup == "A" ? o.a_methods : o.b_methods;
+  return !only.empty() && std::find(only.begin(), only.end(), m.name) == only.end();
+}
+
+std::string RowKey(const std::string& task, int64_t length, int64_t index, const std::string& setup,
+                   const std::string& method) {
+  return absl::StrCat(task, "|", length, "|", index, "|", setup, "|", method);
+}
+
+struct GenOutcome {
+  std::string text;
+  int64_t tokens = 0;
+  std::string stop;
+};
+
+absl::StatusOr<GenOutcome> Generate(Branch& branch, const Sample& sample,
+                                    const model::Tokenizer& tok, bool early_stop) {
+  GenOutcome g;
+  std::vector<int32_t> ids;
+  g.stop = "length";
+  for (int64_t i = 0; i < sample.max_new_tokens; ++i) {
+    const int32_t t = Argmax(branch.logits());
+    if (tok.IsEndOfGeneration(t)) {
+      g.stop = "eos";
+      break;
+    }
+    ids.push_back(t);
+    g.text = tok.Decode(ids);
+    if (early_stop && ScoreSample(sample, g.text) >= 1.0) {
+      g.stop = "all_found";  // string matching cannot lose a match: the score is final
+      break;
+    }
+    if (i + 1 < sample.max_new_tokens) MAGICPIG_RETURN_IF_ERROR(branch.Feed(t));
+  }
+  g.tokens = static_cast<int64_t>(ids.size());
+  return g;
+}
+
+absl::StatusOr<std::vector<Sample>> LoadOrGenerate(const RulerOptions& o, const PromptRenderer& r,
+                                                   const std::string& task, int64_t length) {
+  std::filesystem::create_directories(o.data_dir);
+  const std::string path =
+      absl::StrCat(o.data_dir, "/", task, "_", length, "_seed", o.seed, ".jsonl");
+  absl::StatusOr<std::vector<Sample>> have = ReadSamples(path);
+  if (have.ok() && static_cast<int64_t>(have->size()) >= o.samples) {
+    have->resize(static_cast<size_t>(o.samples));
+    return have;
+  }
+  std::vector<Sample> samples;
+  const TokenCounter count = [&](const std::string& input, int64_t q, const std::string& prefix) {
+    return r.Count(input, q, prefix);
+  };
+  for (int64_t i = 0; i < o.samples; ++i) {
+    MAGICPIG_ASSIGN_OR_RETURN(
+        Sample s, GenerateSample(task, length, i, SampleSeed(o.seed, task, length, i), count));
+    samples.push_back(std::move(s));
+  }
+  MAGICPIG_RETURN_IF_ERROR(WriteSamples(path, samples));
+  if (!o.quiet) std::cerr << "[ruler] generated " << path << "\n";
+  return samples;
+}
+
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / v.size();
+}
+double StdErr(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = Mean(v);
+  double ss = 0;
+  for (double x : v) ss += (x - m) * (x - m);
+  return std::sqrt(ss / (v.size() - 1) / v.size());
+}
+
+absl::Status Summarize(const RulerOptions& o, const std::vector<Method>& methods,
+                       std::ostream& out) {
+  std::ifstream in(o.out);
+  std::string line;
+  // (length, setup, method, task) -> scores, densities
+  std::map<std::tuple<int64_t, std::string, std::string, std::string>,
+           std::pair<std::vector<double>, std::vector<double>>>
+      cells;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    absl::StatusOr<json::Value> v = json::Parse(line);
+    if (!v.ok()) continue;
+    auto& c = cells[{v->Find("length")->as_int(), v->Find("setup")->as_string(),
+                     v->Find("method")->as_string(), v->Find("task")->as_string()}];
+    c.first.push_back(100.0 * v->Find("score")->as_double());
+    c.second.push_back(v->Find("density")->as_double());
+  }
+  const std::vector<std::string>& tasks = o.tasks.empty() ? RulerTasks() : o.tasks;
+  std::ofstream csv;
+  if (!o.csv.empty()) {
+    csv.open(o.csv, std::ios::trunc);
+    csv << "length,setup,method,task,n,score,stderr,density\n";
+  }
+  json::Value summary = json::Value::Array();
+  for (int64_t length : o.lengths) {
+    for (const std::string& setup : o.setups) {
+      out << "\n== RULER-like, length " << length << ", setup " << setup
+          << " (score x100, mean over samples; avg over the method's tasks; gap = mean over "
+             "tasks of (method - full); density = keys touched / offloaded) ==\n";
+      out << absl::StrFormat("%-18s", "method");
+      for (const std::string& t : tasks)
+        out << absl::StrFormat(" %8.8s", t.substr(5 * (t.rfind("niah_", 0) == 0)));
+      out << absl::StrFormat(" %7s %7s %8s\n", "avg", "gap", "density");
+      std::map<std::string, double> full_by_task;  // for the gap over the same tasks
+      for (const Method& m : methods) {
+        std::vector<double> task_means, dens;
+        double gap_sum = 0;
+        int64_t gap_n = 0;
+        std::string row = absl::StrFormat("%-18s", m.name);
+        int64_t n_min = -1;
+        for (const std::string& t : tasks) {
+          auto it = cells.find({length, setup, m.name, t});
+          if (it == cells.end() || it->second.first.empty()) {
+            row += absl::StrFormat(" %8s", "-");
+            continue;
+          }
+          const double mean = Mean(it->second.first), se = StdErr(it->second.first);
+          task_means.push_back(mean);
+          if (m.family == "full") full_by_task[t] = mean;
+          if (full_by_task.count(t)) {
+            gap_sum += mean - full_by_task[t];
+            ++gap_n;
+          }
+          for (double d : it->second.second) dens.push_back(d);
+          const int64_t n = static_cast<int64_t>(it->second.first.size());
+          n_min = n_min < 0 ? n : std::min(n_min, n);
+          row += absl::StrFormat(" %8.1f", mean);
+          if (csv.is_open()) {
+            csv << length << "," << setup << "," << m.name << "," << t << "," << n << "," << mean
+                << "," << se << "," << Mean(it->second.second) << "\n";
+          }
+          json::Value cell = json::Value::Object();
+          cell.Set("length", length);
+          cell.Set("setup", setup);
+          cell.Set("method", m.name);
+          cell.Set("family", m.family);
+          cell.Set("task", t);
+          cell.Set("n", n);
+          cell.Set("score", mean);
+          cell.Set("stderr", se);
+          cell.Set("density", Mean(it->second.second));
+          summary.Push(std::move(cell));
+        }
+        if (task_means.empty()) continue;
+        const double avg = Mean(task_means);
+        const double gap = gap_n > 0 ? gap_sum / gap_n : std::nan("");
+        const bool complete = task_means.size() == tasks.size();
+        row += absl::StrFormat(" %7.1f %7.1f %7.2f%%%s  n>=%d\n", avg, gap, 100.0 * Mean(dens),
+                               complete ? "" : " (partial)", n_min);
+        out << row;
+        if (csv.is_open()) {
+          csv << length << "," << setup << "," << m.name << ",average," << n_min << "," << avg
+              << ",," << Mean(dens) << "\n";
+        }
+        json::Value cell = json::Value::Object();
+        cell.Set("length", length);
+        cell.Set("setup", setup);
+        cell.Set("method", m.name);
+        cell.Set("family", m.family);
+        cell.Set("task", "average");
+        cell.Set("tasks", static_cast<int64_t>(task_means.size()));
+        cell.Set("n", n_min);
+        cell.Set("score", avg);
+        if (gap_n > 0) cell.Set("gap_to_full", gap);
+        cell.Set("density", Mean(dens));
+        summary.Push(std::move(cell));
+      }
+    }
+  }
+  if (!o.json.empty()) {
+    std::ofstream js(o.json, std::ios::trunc);
+    json::Value root = json::Value::Object();
+    root.Set("word_source", WordSource());
+    root.Set("cells", std::move(summary));
+    js << json::Serialize(root) << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
+  const std::vector<std::string>& tasks = o.tasks.empty() ? RulerTasks() : o.tasks;
+  const std::vector<Method> methods = Methods(o);
+  if (o.summary_only) return Summarize(o, methods, out);
+  // Rows already in the output file (resume).
+  std::set<std::string> done;
+  {
+    std::ifstream in(o.out);
+    std::string line;
+    while (std::getline(in, line)) {
+      absl::StatusOr<json::Value> v = json::Parse(line);
+      if (!v.ok()) continue;  // a torn last line from an interrupted run
+      done.insert(RowKey(v->Find("task")->as_string(), v->Find("length")->as_int(),
+                         v->Find("index")->as_int(), v->Find("setup")->as_string(),
+                         v->Find("method")->as_string()));
+    }
+  }
+  std::filesystem::path out_path(o.out);
+  if (out_path.has_parent_path()) std::filesystem::create_directories(out_path.parent_path());
+  std::ofstream rows(o.out, std::ios::app);
+  if (!rows) return absl::UnavailableError(absl::StrCat("cannot append to ", o.out));
+
+  engine::EngineOptions eo;
+  eo.model_path = o.model_path;
+  eo.num_threads = o.threads;
+  eo.attention.mode = AttentionMode::kFull;
+  MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, engine::Engine::Load(eo));
+  const PromptRenderer renderer(engine.get());
+  ForkDecoder decoder(engine.get(), o.threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+
+  int64_t total = static_cast<int64_t>(o.lengths.size() * tasks.size()) * o.samples, at = 0;
+  for (int64_t length : o.lengths) {
+    std::vector<std::vector<Sample>> per_task;
+    for (const std::string& task : tasks) {
+      MAGICPIG_ASSIGN_OR_RETURN(std::vector<Sample> samples,
+                                LoadOrGenerate(o, renderer, task, length));
+      per_task.push_back(std::move(samples));
+    }
+    // Sample-major: an interrupted run still has every task's first samples.
+    for (int64_t i = 0; i < o.samples; ++i) {
+      for (size_t ti = 0; ti < tasks.size(); ++ti) {
+        const std::string& task = tasks[ti];
+        const Sample& s = per_task[ti][static_cast<size_t>(i)];
+        ++at;
+        std::vector<std::string> todo;
+        for (const std::string& setup : o.setups) {
+          for (const Method& m : methods) {
+            if (Skip(o, setup, m)) continue;
+            if (!done.count(RowKey(task, length, s.index, setup, m.name))) {
+              todo.push_back(setup);
+              break;
+            }
+          }
+        }
+        if (todo.empty()) continue;
+        MAGICPIG_ASSIGN_OR_RETURN(RenderedPrompt p, renderer.Render(s));
+        const int64_t n = static_cast<int64_t>(p.tokens.size());
+        const auto ctx = absl::MakeConstSpan(p.tokens).subspan(0, p.split);
+        const auto tail = absl::MakeConstSpan(p.tokens).subspan(p.split);
+        const double tp = elapsed();
+        MAGICPIG_ASSIGN_OR_RETURN(Prefix context, decoder.Prefill(ctx, p.split));
+        if (!o.quiet) {
+          std::cerr << absl::StrFormat(
+              "[ruler %d/%d] %s len=%d #%d: %d tokens (%d context), "
+              "prefill %.1fs\n",
+              at, total, task, length, s.index, n, p.split, elapsed() - tp);
+        }
+        for (const std::string& setup : todo) {
+          Prefix whole;
+          const Prefix* base = &context;
+          if (setup == "A") {
+            MAGICPIG_ASSIGN_OR_RETURN(whole, decoder.Extend(context, tail, n));
+            base = &whole;
+          }
+          std::map<LshConfig, int64_t> matched_budget;
+          for (const Method& m : methods) {
+            if (Skip(o, setup, m)) continue;
+            SparseAttentionOptions a = OneBlock();
+            a.lsh_seed = o.lsh_seed;
+            if (m.family == "full") {
+              a.mode = AttentionMode::kFull;
+            } else {
+              a.lsh_k = m.config.first;
+              a.lsh_l = m.config.second;
+              a.mode = m.family == "magicpig" ? AttentionMode::kMagicPig
+                       : m.family == "topk"   ? AttentionMode::kTopK
+                                              : AttentionMode::kOracle;
+              if (m.family != "magicpig") a.budget = matched_budget[m.config];
+            }
+            const double tm = elapsed();
+            MAGICPIG_ASSIGN_OR_RETURN(
+                std::unique_ptr<Branch> b,
+                decoder.Fork(*base, a, s.max_new_tokens + (setup == "B" ? n - p.split : 0)));
+            if (setup == "B") {
+              for (int32_t t : tail) MAGICPIG_RETURN_IF_ERROR(b->Feed(t));
+            }
+            MAGICPIG_ASSIGN_OR_RETURN(GenOutcome g,
+                                      Generate(*b, s, engine->tokenizer(), o.early_stop));
+            const double density =
+                b->keys_offloaded() > 0
+                    ? static_cast<double>(b->keys_touched()) / b->keys_offloaded()
+                    : (m.family == "full" ? 1.0 : 0.0);
+            if (m.family == "magicpig") {
+              matched_budget[m.config] = std::max<int64_t>(
+                  1, std::llround(density * static_cast<double>(b->offloaded_at_fork())));
+            }
+            const double score = ScoreSample(s, g.text);
+            if (done.count(RowKey(task, length, s.index, setup, m.name))) continue;
+            json::Value row = json::Value::Object();
+            row.Set("task", task);
+            row.Set("length", length);
+            row.Set("index", s.index);
+            row.Set("seed", std::to_string(s.seed));
+            row.Set("setup", setup);
+            row.Set("method", m.name);
+            row.Set("family", m.family);
+            row.Set("k", m.config.first);
+            row.Set("l", m.config.second);
+            row.Set("budget", m.family == "topk" || m.family == "oracle" ? b->budget() : 0);
+            row.Set("score", score);
+            row.Set("prediction", g.text);
+            row.Set("stop", g.stop);
+            row.Set("generated_tokens", g.tokens);
+            row.Set("prompt_tokens", n);
+            row.Set("context_tokens", p.split);
+            row.Set("keys_touched", b->keys_touched());
+            row.Set("keys_offloaded", b->keys_offloaded());
+            row.Set("density", density);
+            row.Set("answer_depth", s.answer_depth);
+            row.Set("seconds", elapsed() - tm);
+            rows << json::Serialize(row) << "\n" << std::flush;
+            done.insert(RowKey(task, length, s.index, setup, m.name));
+            if (!o.quiet) {
+              std::cerr << absl::StrFormat(
+                  "  %s %-17s score %5.1f  density %6.2f%%  %3d tok (%s)  %.1fs  [%.0fs]\n", setup,
+                  m.name, 100 * score, 100 * density, g.tokens, g.stop, elapsed() - tm, elapsed());
+            }
+          }
+        }
+      }
+    }
+  }
+  rows.close();
+  out << "word lists: " << WordSource() << "\n";
+  return Summarize(o, methods, out);
+}
+
+}  // namespace magicpig::eval
