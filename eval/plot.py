@@ -45,7 +45,10 @@ def ruler(path, out_dir):
                 cell[(r["method"], r["task"])].append(100 * r["score"])
                 dens[r["method"]].append(r["density"])
                 fam[r["method"]] = r["family"]
-            methods = sorted(fam)
+            # Methods run on fewer tasks (leftovers of an interrupted, differently configured run)
+            # are left out, so that every point averages the same tasks.
+            n_tasks = {m: len({t for (mm, t) in cell if mm == m}) for m in fam}
+            methods = sorted(m for m in fam if n_tasks[m] == max(n_tasks.values()))
             tasks = sorted({t for (_, t) in cell})
             common = [t for t in tasks if all((m, t) in cell for m in methods)]
             for m in methods:
@@ -53,7 +56,8 @@ def ruler(path, out_dir):
                 d = 100 * sum(dens[m]) / len(dens[m])
                 f = fam[m]
                 ax.scatter([d], [avg], color=COLORS[f], marker=MARKERS[f], s=50, zorder=3)
-                ax.annotate(m, (d, avg), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                ax.annotate(m, (d, avg), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                            rotation=30)
             ax.set_xscale("log")
             ax.set_xlabel("keys touched / offloaded (%)")
             ax.set_ylabel(f"score, mean over {len(common)} tasks")
@@ -65,6 +69,79 @@ def ruler(path, out_dir):
         plt.close(fig)
         written.append(name)
     return written
+
+
+def agreement(path):
+    """Free-running greedy agreement with full attention (spec §6.2), as a markdown table: the
+    share of (task, sample) whose output equals full's, and the mean length of the common prefix
+    in characters (outputs are compared as text; early-stopped outputs are prefixes)."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    full = {(r["length"], r["setup"], r["task"], r["index"]): r["prediction"]
+            for r in rows if r["family"] == "full"}
+    agg = collections.defaultdict(list)
+    for r in rows:
+        key = (r["length"], r["setup"], r["task"], r["index"])
+        if r["family"] == "full" or key not in full:
+            continue
+        a, b = full[key], r["prediction"]
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        same = a == b or (n == min(len(a), len(b)) and r["stop"] == "all_found")
+        agg[(r["length"], r["setup"], r["method"])].append((same, n, len(a)))
+    print("| length | setup | method | samples | output = full | mean common prefix (chars) |")
+    print("|---|---|---|---:|---:|---:|")
+    most = collections.Counter()
+    for (length, setup, m), v in agg.items():
+        most[(length, setup)] = max(most[(length, setup)], len(v))
+    for (length, setup, m), v in sorted(agg.items()):
+        if len(v) < most[(length, setup)]:
+            continue  # leftovers of an interrupted, differently configured run
+        print(f"| {length} | {setup} | {m} | {len(v)} | {sum(x[0] for x in v) / len(v):.0%} | "
+              f"{sum(x[1] for x in v) / len(v):.0f} of {sum(x[2] for x in v) / len(v):.0f} |")
+
+
+def tables(path):
+    """The per-task tables of docs/evaluation.md (markdown), per length and setup: score x100
+    (mean over samples), the task average, the mean gap to full over the same tasks, density."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    groups = collections.defaultdict(list)
+    for r in rows:
+        groups[(r["length"], r["setup"])].append(r)
+    order = ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
+             "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt",
+             "cwe", "fwe", "qa_1", "qa_2"]
+    for (length, setup), rs in sorted(groups.items()):
+        cell = collections.defaultdict(list)
+        dens = collections.defaultdict(list)
+        for r in rs:
+            cell[(r["method"], r["task"])].append(100 * r["score"])
+            dens[r["method"]].append(r["density"])
+        n_tasks = {m: len({t for (mm, t) in cell if mm == m}) for m in dens}
+        methods = [m for m in dens if n_tasks[m] == max(n_tasks.values())]
+        fam_order = {"full": 0, "magicpig": 1, "topk": 2, "oracle": 3}
+
+        def sort_key(m):
+            k = int(m.split("(")[1].split(",")[0]) if "(" in m else 99
+            return (m != "full", -k, fam_order[m.split("@")[0].split("(")[0]])
+
+        methods.sort(key=sort_key)
+        tasks = [t for t in order if all((m, t) in cell for m in methods)]
+        ns = [len(cell[("full", t)]) for t in tasks]
+        print(f"\n{length // 1024}K, setup {setup} — samples per task: "
+              + ", ".join(f"{t} {n}" for t, n in zip(tasks, ns)) + "\n")
+        short = [t.replace("niah_", "").replace("multikey", "mk").replace("single", "s")
+                 .replace("multivalue", "mv").replace("multiquery", "mq") for t in tasks]
+        print("| method | " + " | ".join(short) + " | **avg** | gap to full | keys touched |")
+        print("|---|" + "---:|" * (len(tasks) + 3))
+        full = {t: sum(cell[("full", t)]) / len(cell[("full", t)]) for t in tasks}
+        for m in methods:
+            means = [sum(cell[(m, t)]) / len(cell[(m, t)]) for t in tasks]
+            avg = sum(means) / len(means)
+            gap = sum(x - full[t] for x, t in zip(means, tasks)) / len(tasks)
+            d = 100 * sum(dens[m]) / len(dens[m])
+            print(f"| {m} | " + " | ".join(f"{x:.0f}" for x in means)
+                  + f" | **{avg:.1f}** | {gap:+.1f} | {d:.2f}% |")
 
 
 def attn(path, out_dir):
@@ -92,9 +169,10 @@ def attn(path, out_dir):
     return [name]
 
 
-def ppl(path, out_dir):
-    data = json.load(open(path))
-    rows = data["rows"]
+def ppl(paths, out_dir):
+    datas = [json.load(open(p)) for p in paths]
+    data = datas[0]
+    rows = [r for d in datas for r in d["rows"]]
     prefixes = sorted({r["prefix"] for r in rows})
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for p in prefixes:
@@ -129,13 +207,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ruler", help="ruler rows JSONL")
     ap.add_argument("--attn", help="attn-error summary JSON")
-    ap.add_argument("--ppl", help="ppl JSON")
+    ap.add_argument("--ppl", nargs="+", help="ppl JSON file(s)")
     ap.add_argument("--out", default="docs/img")
+    ap.add_argument("--tables", action="store_true",
+                    help="print the per-task score tables of --ruler (markdown)")
+    ap.add_argument("--agreement", action="store_true",
+                    help="print the agreement-with-full table of --ruler (markdown)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     written = []
     if a.ruler:
         written += ruler(a.ruler, a.out)
+        if a.agreement:
+            agreement(a.ruler)
+        if a.tables:
+            tables(a.ruler)
     if a.attn:
         written += attn(a.attn, a.out)
     if a.ppl:
