@@ -6,7 +6,8 @@ time to first token and the decode rate (tokens after the first / time from the 
 last), the aggregate decode rate, and, from the compute node's /metrics, the decode-step
 breakdown (dense / attention / sampling seconds per step) and the attention RPC bytes per sparse
 layer step (up and down) and mean Attend round trip per node-range, counted from the moment every
-request has its first token (so the prefill's AppendKV uploads are not included). A measurement; nothing is
+request has its first token and 0.3 s more (so the prefill's AppendKV uploads are not
+included). A measurement; nothing is
 asserted. Results go to stdout as a table (and --csv).
 
 usage: remote_decode.py GPU_NODE ATTN_NODE MODEL [--depths 1024,4096] [--batches 1,4]
@@ -146,6 +147,10 @@ def main():
                     # (all prefills and their AppendKV uploads are done then).
                     for _ in threads:
                         first_token.acquire()
+                    # Appends are asynchronous: the last layer's rows may still be on their way
+                    # when the first token is out. A short pause lets them land (the step and
+                    # token counters are read in the same window, so rates stay consistent).
+                    time.sleep(0.3)
                     before = metrics(port)
                     for t in threads:
                         t.join()

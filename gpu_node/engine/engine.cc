@@ -14,14 +14,6 @@
 #include "gpu_node/engine/text_stream.h"
 
 namespace magicpig::engine {
-namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
-
 std::string_view FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kStop:
@@ -78,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   e->prefill_chunk_ = options.prefill_chunk;
   e->num_threads_ = options.num_threads;
   e->ping_pong_ = options.ping_pong;
+  e->attend_timeout_ = options.attend_timeout;
   e->attention_ = options.attention;
   if (e->attention_.mode != AttentionMode::kFull) {
     const model::ModelConfig& c = e->weights_->config();
@@ -133,7 +126,7 @@ std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(const SparseAttentionO
   return std::make_unique<RemoteAttentionShards>(
       std::move(nodes),
       absl::StrCat("seq-", getpid(), "-", reinterpret_cast<uintptr_t>(this), "-", next_sequence_++),
-      shape, max_tokens + attention.window_budget, attention.shard_block);
+      shape, max_tokens + attention.window_budget, attention.shard_block, attend_timeout_);
 }
 
 Sequence::~Sequence() = default;

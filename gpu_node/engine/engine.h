@@ -15,6 +15,7 @@
 #ifndef MAGICPIG_GPU_NODE_ENGINE_ENGINE_H_
 #define MAGICPIG_GPU_NODE_ENGINE_ENGINE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -53,6 +54,9 @@ struct EngineOptions {
   // With attention nodes, a batched decode step of 2 or more sequences runs as two micro-batches
   // whose remote attention overlaps the other's dense work (ping-pong). false: one batch.
   bool ping_pong = true;
+  // With attention nodes: a node that does not answer one step's Attend within this counts as
+  // failed (hung or stopped), and its sequences are placed again on the others.
+  std::chrono::milliseconds attend_timeout{10000};
   // Where the per-attention-node RPC metrics go (magicpig_attn_rpc_*; remote_attention_shards.h);
   // borrowed, must outlive the engine. Null: none.
   prometheus::Registry* metrics_registry = nullptr;
@@ -227,6 +231,7 @@ class Engine {
   int64_t prefill_chunk_ = 256;
   int num_threads_ = 0;
   bool ping_pong_ = true;
+  std::chrono::milliseconds attend_timeout_{10000};
   absl::Mutex mu_;
 };
 

@@ -5,8 +5,9 @@
 namespace magicpig::engine {
 
 std::set<std::string> EngineValueFlags() {
-  return {"model", "threads",  "ctx",    "attention",       "lsh-k",
-          "lsh-l", "lsh-seed", "budget", "attention-nodes", "ping-pong"};
+  return {
+      "model",  "threads",         "ctx",       "attention",        "lsh-k", "lsh-l", "lsh-seed",
+      "budget", "attention-nodes", "ping-pong", "attend-timeout-ms"};
 }
 
 std::string EngineFlagsUsage() {
@@ -21,7 +22,10 @@ std::string EngineFlagsUsage() {
          "process)\n"
          "  --ping-pong on|off     with attention nodes, decode a batch as two micro-batches "
          "whose\n"
-         "                         remote attention overlaps the other's dense work (default on)\n";
+         "                         remote attention overlaps the other's dense work (default on)\n"
+         "  --attend-timeout-ms N  an attention node that does not answer a step within N ms "
+         "counts\n"
+         "                         as failed and its sequences are placed again (default 10000)\n";
 }
 
 absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& a) {
@@ -34,8 +38,9 @@ absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& a) {
   auto lsh_l = a.GetInt("lsh-l", 150);
   auto lsh_seed = a.GetInt("lsh-seed", 1234);
   auto budget = a.GetInt("budget", 0);
+  auto attend_timeout = a.GetInt("attend-timeout-ms", 10000);
   for (const absl::Status& s : {threads.status(), ctx.status(), lsh_k.status(), lsh_l.status(),
-                                lsh_seed.status(), budget.status()}) {
+                                lsh_seed.status(), budget.status(), attend_timeout.status()}) {
     if (!s.ok()) return s;
   }
   auto mode = ParseAttentionMode(a.Has("attention") ? a.Get("attention") : "magicpig");
@@ -44,6 +49,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& a) {
     return absl::InvalidArgumentError("--lsh-k must be in [1, 16] and --lsh-l in [2, 512]");
   }
   if (*budget < 0) return absl::InvalidArgumentError("--budget must be >= 0");
+  if (*attend_timeout < 1) return absl::InvalidArgumentError("--attend-timeout-ms must be >= 1");
+  options.attend_timeout = std::chrono::milliseconds(*attend_timeout);
   if (*threads < 0 || *ctx < 0) {
     return absl::InvalidArgumentError("--threads and --ctx must be >= 0");
   }

@@ -94,18 +94,69 @@ void Count(const AttentionNodeClient& node, const grpc::Status& status,
 
 RemoteAttentionShards::RemoteAttentionShards(std::vector<AttentionNodeClient*> nodes,
                                              std::string sequence_id, v1::ShardShape shape,
-                                             int64_t reserve_tokens, int64_t block)
+                                             int64_t reserve_tokens, int64_t block,
+                                             std::chrono::milliseconds attend_timeout)
     : nodes_(std::move(nodes)),
       sequence_id_(std::move(sequence_id)),
       shape_(std::move(shape)),
       reserve_tokens_(reserve_tokens),
-      block_(block > 0 ? block : int64_t{1} << 40) {
+      block_(block > 0 ? block : int64_t{1} << 40),
+      attend_timeout_(attend_timeout) {
   int64_t max_layer = 0;
   for (int32_t l : shape_.layers()) max_layer = std::max<int64_t>(max_layer, l);
   layer_size_.assign(static_cast<size_t>(max_layer + 1), 0);
 }
 
-RemoteAttentionShards::~RemoteAttentionShards() { Release(); }
+RemoteAttentionShards::~RemoteAttentionShards() {
+  (void)WaitUpload();
+  Release();
+}
+
+RemoteAttentionShards::Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void RemoteAttentionShards::Watchdog::Arm(std::chrono::steady_clock::time_point deadline,
+                                          std::vector<grpc::ClientContext*> contexts) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_ = true;
+    fired_ = false;
+    deadline_ = deadline;
+    contexts_ = std::move(contexts);
+    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+  }
+  cv_.notify_all();
+}
+
+bool RemoteAttentionShards::Watchdog::Disarm() {
+  std::lock_guard<std::mutex> lock(mu_);
+  armed_ = false;
+  contexts_.clear();
+  return fired_;
+}
+
+void RemoteAttentionShards::Watchdog::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    if (!armed_) {
+      cv_.wait(lock);
+      continue;
+    }
+    if (cv_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ &&
+        std::chrono::steady_clock::now() >= deadline_) {
+      // TryCancel is thread-safe; the blocked Read returns false and FinishAttend reports it.
+      for (grpc::ClientContext* c : contexts_) c->TryCancel();
+      fired_ = true;
+      armed_ = false;
+    }
+  }
+}
 
 void RemoteAttentionShards::Release() {
   for (Range& r : ranges_) {
@@ -117,6 +168,7 @@ void RemoteAttentionShards::Release() {
       r.attend_stream.reset();
       r.attend_context.reset();
     }
+    if (std::find(failed_.begin(), failed_.end(), r.node) != failed_.end()) continue;
     grpc::ClientContext ctx;
     ctx.set_deadline(Deadline(kControlSeconds));
     v1::ReleaseSequenceRequest req;
@@ -143,7 +195,8 @@ absl::Status RemoteAttentionShards::NoteFailure(const Range& range, absl::Status
 }
 
 void RemoteAttentionShards::Reset() {
-  // Streams to a dead node end with an error; Release ignores it.
+  // Streams to a dead node end with an error; Release ignores it, and so does Reset an upload's.
+  (void)WaitUpload();
   pending_heads_ = 0;
   Release();
   std::fill(layer_size_.begin(), layer_size_.end(), 0);
@@ -239,22 +292,20 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       last_refusal.ok() ? "" : absl::StrCat(" (last refusal: ", last_refusal.message(), ")")));
 }
 
-absl::Status RemoteAttentionShards::SendRows(Range& range, int64_t layer, int64_t first_pos,
-                                             int64_t n, int64_t row_offset, int64_t total_rows,
-                                             const float* keys, const float* values,
-                                             const uint16_t* codes) {
+absl::Status RemoteAttentionShards::Serialize(const Range& range, size_t range_index, int64_t layer,
+                                              int64_t first_pos, int64_t n, int64_t row_offset,
+                                              int64_t total_rows, const float* keys,
+                                              const float* values, const uint16_t* codes,
+                                              RangeUpload* out) const {
   const int64_t n_kv = shape_.n_kv_heads(), d = shape_.head_dim(), l = shape_.lsh_l();
   // About 1 MiB of keys + values per chunk.
   const int64_t per_chunk = std::clamp<int64_t>((int64_t{1} << 20) / (n_kv * d * 8), 1, 4096);
-  AttentionNodeClient& node = *nodes_[static_cast<size_t>(range.node)];
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Deadline(kAppendSeconds));
-  v1::AppendKvResponse resp;
-  std::unique_ptr<grpc::ClientWriter<v1::KvChunk>> writer = node.stub().AppendKV(&ctx, &resp);
+  out->range = range_index;
+  out->node = nodes_[static_cast<size_t>(range.node)];
   std::vector<uint16_t> chunk_codes;
   for (int64_t c0 = 0; c0 < n; c0 += per_chunk) {
     const int64_t cn = std::min(per_chunk, n - c0);
-    v1::KvChunk chunk;
+    v1::KvChunk& chunk = out->chunks.emplace_back();
     chunk.set_sequence_id(range.id);
     chunk.set_layer(static_cast<int32_t>(layer));
     chunk.set_first_pos(first_pos + c0);
@@ -272,31 +323,68 @@ absl::Status RemoteAttentionShards::SendRows(Range& range, int64_t layer, int64_
     }
     MAGICPIG_RETURN_IF_ERROR(
         PackCodes(chunk_codes.data(), n_kv * cn * l, shape_.lsh_k(), chunk.mutable_codes()));
-    if (!writer->Write(chunk)) break;  // the stream failed: Finish says why
-    node.metrics().Sent(chunk.ByteSizeLong());
   }
-  writer->WritesDone();
-  const grpc::Status status = writer->Finish();
-  node.metrics().Finished(status);
-  if (status.ok()) node.metrics().Received(resp.ByteSizeLong());
-  MAGICPIG_RETURN_IF_ERROR(NoteFailure(range, FromGrpc(status, "AppendKV", node.address())));
-  range.bytes = resp.bytes();
   return absl::OkStatus();
+}
+
+RemoteAttentionShards::UploadResult RemoteAttentionShards::Upload(
+    std::vector<RangeUpload> uploads) {
+  UploadResult result;
+  for (RangeUpload& u : uploads) {
+    AttentionNodeClient& node = *u.node;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline(kAppendSeconds));
+    v1::AppendKvResponse resp;
+    std::unique_ptr<grpc::ClientWriter<v1::KvChunk>> writer = node.stub().AppendKV(&ctx, &resp);
+    for (const v1::KvChunk& chunk : u.chunks) {
+      if (!writer->Write(chunk)) break;  // the stream failed: Finish says why
+      node.metrics().Sent(chunk.ByteSizeLong());
+    }
+    writer->WritesDone();
+    const grpc::Status status = writer->Finish();
+    node.metrics().Finished(status);
+    if (!status.ok()) {
+      result.status = FromGrpc(status, "AppendKV", node.address());
+      result.failed_range = u.range;
+      return result;
+    }
+    node.metrics().Received(resp.ByteSizeLong());
+    result.range_bytes.emplace_back(u.range, resp.bytes());
+  }
+  return result;
+}
+
+absl::Status RemoteAttentionShards::WaitUpload() {
+  if (!upload_.valid()) return absl::OkStatus();
+  UploadResult result = upload_.get();
+  for (const auto& [range, bytes] : result.range_bytes) {
+    if (range < ranges_.size()) ranges_[range].bytes = bytes;
+  }
+  if (result.status.ok()) return absl::OkStatus();
+  return NoteFailure(ranges_[result.failed_range], std::move(result.status));
 }
 
 absl::Status RemoteAttentionShards::Append(int64_t layer, int64_t first_pos, int64_t n,
                                            const float* keys, const float* values,
                                            const uint16_t* codes) {
   if (n <= 0) return absl::OkStatus();
+  if (layer < 0 || layer >= static_cast<int64_t>(layer_size_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " is not a sparse layer"));
+  }
   if (ranges_.empty()) MAGICPIG_RETURN_IF_ERROR(Place(first_pos, n));
   // Rows past the placed region (tokens leaving the static window) go to the last range.
   if (first_pos + n > ranges_.back().end) ranges_.back().end = first_pos + n;
-  for (Range& r : ranges_) {
+  std::vector<RangeUpload> uploads;
+  for (size_t ri = 0; ri < ranges_.size(); ++ri) {
+    const Range& r = ranges_[ri];
     const int64_t lo = std::max(r.begin, first_pos), hi = std::min(r.end, first_pos + n);
     if (lo >= hi) continue;
-    MAGICPIG_RETURN_IF_ERROR(
-        SendRows(r, layer, lo, hi - lo, lo - first_pos, n, keys, values, codes));
+    MAGICPIG_RETURN_IF_ERROR(Serialize(r, ri, layer, lo, hi - lo, lo - first_pos, n, keys, values,
+                                       codes, &uploads.emplace_back()));
   }
+  // One upload in flight: the previous one (another layer, or this layer's earlier rows) first.
+  MAGICPIG_RETURN_IF_ERROR(WaitUpload());
+  upload_ = std::async(std::launch::async, &RemoteAttentionShards::Upload, std::move(uploads));
   layer_size_[static_cast<size_t>(layer)] += n;
   return absl::OkStatus();
 }
@@ -323,6 +411,7 @@ absl::Status RemoteAttentionShards::StartAttend(int64_t layer, const float* q,
   const int64_t n_head = static_cast<int64_t>(shape_.n_kv_heads()) * shape_.group();
   const int64_t d = shape_.head_dim();
   pending_heads_ = 0;
+  MAGICPIG_RETURN_IF_ERROR(WaitUpload());  // the rows this step attends to are all on the nodes
   v1::AttendRequest req;
   req.set_step_id(++step_);
   req.set_layer(static_cast<int32_t>(layer));
@@ -355,17 +444,29 @@ absl::Status RemoteAttentionShards::FinishAttend(PartialAttention* out) {
   if (n_head == 0) return absl::FailedPreconditionError("FinishAttend without a started step");
   pending_heads_ = 0;
   node_parts_.assign(ranges_.size() * static_cast<size_t>(n_head), PartialAttention{});
+  std::vector<grpc::ClientContext*> contexts;
+  for (Range& r : ranges_) contexts.push_back(r.attend_context.get());
+  watchdog_.Arm(std::chrono::steady_clock::now() + attend_timeout_, std::move(contexts));
   for (size_t ri = 0; ri < ranges_.size(); ++ri) {
     Range& r = ranges_[ri];
     AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
     v1::AttendResponse resp;
-    if (!r.attend_stream->Read(&resp)) return CloseBrokenStream(r);
+    if (!r.attend_stream->Read(&resp)) {
+      if (!watchdog_.Disarm()) return CloseBrokenStream(r);
+      // No answer in time: the node counts as failed (hung or stopped); the others' streams were
+      // cancelled too and are finished by the Reset that recovery starts with.
+      node.metrics().Finished(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, ""));
+      return NoteFailure(r, absl::DeadlineExceededError(absl::StrCat(
+                                "Attend on attention node ", node.address(), ": no answer within ",
+                                attend_timeout_.count(), " ms")));
+    }
     node.metrics().RoundTrip(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at_[ri]).count());
     node.metrics().Received(resp.ByteSizeLong());
     if (resp.step_id() != step_ || resp.partials_size() != 1 ||
         resp.partials(0).o().size() != static_cast<size_t>(n_head * d * 4) ||
         resp.partials(0).lse_size() != n_head || resp.partials(0).n_touched_size() != n_head) {
+      watchdog_.Disarm();
       return absl::InternalError(
           absl::StrCat("malformed Attend response from attention node ", node.address()));
     }
@@ -376,6 +477,16 @@ absl::Status RemoteAttentionShards::FinishAttend(PartialAttention* out) {
       std::memcpy(part.o.data(), p.o().data() + h * d * 4, d * 4);
       part.lse = p.lse(static_cast<int>(h));
       part.n_touched = p.n_touched(static_cast<int>(h));
+    }
+  }
+  if (watchdog_.Disarm()) {
+    // The deadline passed as the last answer came: the streams were cancelled, so the next step
+    // would fail on them; close them now and let the next StartAttend open fresh ones.
+    for (Range& r : ranges_) {
+      if (r.attend_stream == nullptr) continue;
+      (void)r.attend_stream->Finish();
+      r.attend_stream.reset();
+      r.attend_context.reset();
     }
   }
   std::vector<PartialAttention> per_head(ranges_.size());

@@ -12,6 +12,19 @@
 // the others; with no room anywhere the Append fails with RESOURCE_EXHAUSTED naming the size.
 // Every sparse layer uses the same ranges. Rows travel in AppendKV chunks of about 1 MiB.
 //
+// Appends are asynchronous, so a layer's rows travel while the compute node works on the next
+// layer (layer-major prefill, DESIGN §4): Append serializes the rows into chunks (the caller's
+// buffers are free when it returns) and hands them to a background upload; the next Append waits
+// for the previous upload before starting its own (one in flight, so a layer's appends stay in
+// order), and StartAttend, Reset and the destructor wait for it too. An upload's failure is
+// reported by the call that waits for it; it is recoverable like any other node failure.
+//
+// A node that does not answer an Attend within `attend_timeout` (hung or stopped, not just dead)
+// is treated as failed: a watchdog cancels the step's streams and FinishAttend reports
+// DEADLINE_EXCEEDED (recoverable), so the router places the sequence again on the others. Nodes
+// that failed are not sent ReleaseSequence (a hung node would hold every release for its
+// deadline); what they held is theirs to drop (a restarted node holds nothing).
+//
 // Attend sends one AttendRequest per node holding a range (on a bidi stream kept per node for the
 // block), then reads the answers and merges the per-block partials of each head by LSE.
 //
@@ -19,15 +32,21 @@
 // Attend request to it (write to the answer read), the serialized bytes of every message sent and
 // received (ByteSizeLong), and failed calls by gRPC status code name.
 //
-// Thread-safety: one instance per sequence, one caller at a time. AttentionNodeClient is shared by
-// all sequences and thread-safe (gRPC stubs and prometheus-cpp metrics are).
+// Thread-safety: one instance per sequence, one caller at a time; the upload and the watchdog
+// threads touch only their own data, the (thread-safe) stubs and metrics, and gRPC contexts
+// through TryCancel. AttentionNodeClient is shared by all sequences and thread-safe (gRPC stubs and
+// prometheus-cpp metrics are).
 #ifndef MAGICPIG_GPU_NODE_ENGINE_REMOTE_ATTENTION_SHARDS_H_
 #define MAGICPIG_GPU_NODE_ENGINE_REMOTE_ATTENTION_SHARDS_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -87,8 +106,11 @@ class RemoteAttentionShards final : public AttentionShards {
  public:
   // shape: the sparse layers, heads, (K, L), dtype and estimator of every shard of the sequence.
   // block: tokens per block of the prompt region (see the file comment).
+  // attend_timeout: the longest wait for a node's answer to one Attend before it counts as failed.
   RemoteAttentionShards(std::vector<AttentionNodeClient*> nodes, std::string sequence_id,
-                        magicpig::v1::ShardShape shape, int64_t reserve_tokens, int64_t block);
+                        magicpig::v1::ShardShape shape, int64_t reserve_tokens, int64_t block,
+                        std::chrono::milliseconds attend_timeout = kDefaultAttendTimeout);
+  static constexpr std::chrono::milliseconds kDefaultAttendTimeout{10000};
   ~RemoteAttentionShards() override;  // releases the sequence on every node
 
   absl::Status Append(int64_t layer, int64_t first_pos, int64_t n, const float* keys,
@@ -128,10 +150,44 @@ class RemoteAttentionShards final : public AttentionShards {
   absl::Status NoteFailure(const Range& range, absl::Status status);
   // A Write or Read on range's Attend stream failed: finish it and report why (recoverable).
   absl::Status CloseBrokenStream(Range& range);
-  absl::Status SendRows(Range& range, int64_t layer, int64_t first_pos, int64_t n,
-                        int64_t row_offset, int64_t total_rows, const float* keys,
-                        const float* values, const uint16_t* codes);
+  // One range's share of an Append, serialized: its chunks and where they go.
+  struct RangeUpload {
+    size_t range = 0;
+    AttentionNodeClient* node = nullptr;
+    std::vector<magicpig::v1::KvChunk> chunks;
+  };
+  // What an upload reports back: its status, the range that failed, the bytes each node reported.
+  struct UploadResult {
+    absl::Status status;
+    size_t failed_range = 0;
+    std::vector<std::pair<size_t, int64_t>> range_bytes;
+  };
+  absl::Status Serialize(const Range& range, size_t range_index, int64_t layer, int64_t first_pos,
+                         int64_t n, int64_t row_offset, int64_t total_rows, const float* keys,
+                         const float* values, const uint16_t* codes, RangeUpload* out) const;
+  static UploadResult Upload(std::vector<RangeUpload> uploads);
+  // Waits for the upload in flight (if any) and applies its result.
+  absl::Status WaitUpload();
   void Release();
+
+  // Cancels the armed streams when an Attend's answers take longer than attend_timeout_.
+  class Watchdog {
+   public:
+    ~Watchdog();
+    void Arm(std::chrono::steady_clock::time_point deadline,
+             std::vector<grpc::ClientContext*> contexts);
+    // Returns true when the deadline passed before Disarm (the contexts were cancelled).
+    bool Disarm();
+
+   private:
+    void Run();
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool armed_ = false, fired_ = false, stop_ = false;
+    std::chrono::steady_clock::time_point deadline_;
+    std::vector<grpc::ClientContext*> contexts_;
+    std::thread thread_;  // started at the first Arm
+  };
 
   std::vector<AttentionNodeClient*> nodes_;
   std::string sequence_id_;
@@ -145,6 +201,9 @@ class RemoteAttentionShards final : public AttentionShards {
   int64_t pending_heads_ = 0;  // of the step StartAttend sent (0: none pending)
   std::vector<PartialAttention> node_parts_;
   std::vector<std::chrono::steady_clock::time_point> sent_at_;  // per range, this Attend's write
+  std::chrono::milliseconds attend_timeout_;
+  std::future<UploadResult> upload_;  // the last Append's rows on their way (invalid: none)
+  Watchdog watchdog_;
 };
 
 }  // namespace magicpig::engine

@@ -110,13 +110,14 @@ TEST_F(RemoteShardsMetricsTest, RoundTripsBytesAndErrorsPerNode) {
     for (const auto& r : shards.ranges()) ++ranges_on[static_cast<size_t>(r.node)];
     ASSERT_GT(ranges_on[0], 0);  // both nodes hold blocks
     ASSERT_GT(ranges_on[1], 0);
-    // Before any Attend: bytes of the control calls and the KV rows went up.
-    const int64_t rows_bytes = int64_t{2} * kKv * kTokens * kD * 4;  // keys + values
-    EXPECT_GE(SumOf(registry, "magicpig_attn_rpc_bytes_total", "direction=\"up\""), rows_bytes);
+    // Before any Attend: no round trip yet (the rows may still be on their way: appends are
+    // asynchronous, and the first Attend waits for them).
     EXPECT_EQ(Sample(registry, "magicpig_attn_rpc_latency_seconds_count{" + labels[0] + "}"), 0);
 
     const int steps = 3;
     for (int s = 0; s < steps; ++s) ASSERT_TRUE(Attend(shards).ok());
+    const int64_t rows_bytes = int64_t{2} * kKv * kTokens * kD * 4;  // keys + values
+    EXPECT_GE(SumOf(registry, "magicpig_attn_rpc_bytes_total", "direction=\"up\""), rows_bytes);
     for (int i = 0; i < 2; ++i) {
       const std::string& node = labels[static_cast<size_t>(i)];
       // One round trip per step per range held by the node.
@@ -149,6 +150,27 @@ TEST_F(RemoteShardsMetricsTest, RoundTripsBytesAndErrorsPerNode) {
                        text.find("code=\"CANCELLED\"," + labels[1]) != std::string::npos;
     EXPECT_TRUE(named) << "no UNAVAILABLE / CANCELLED error series for node 1:\n" << text;
   }
+}
+
+// Appends are asynchronous: an append the node refuses (rows that do not continue the layer)
+// returns OK, and the refusal, with the node's message, comes from the next call that waits for
+// it; it is not a node failure (not recoverable), and the shards answered before are unchanged.
+TEST_F(RemoteShardsMetricsTest, RefusedAsyncAppendIsReportedByTheNextCall) {
+  AttentionNodeClient client(nodes_[0]->address());
+  RemoteAttentionShards shards({&client}, "seq", Shape(), 16, kBlock);
+  ASSERT_TRUE(
+      shards.Append(0, 0, kTokens, data_.keys.data(), data_.values.data(), data_.codes.data())
+          .ok());
+  ASSERT_TRUE(Attend(shards).ok());
+  // Positions 0..7 again: the node holds them already.
+  ASSERT_TRUE(
+      shards.Append(0, 0, 8, data_.keys.data(), data_.values.data(), data_.codes.data()).ok());
+  const absl::Status refused = Attend(shards);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_NE(refused.message().find("AppendKV"), std::string::npos) << refused;
+  EXPECT_FALSE(shards.IsRecoverable(refused));
+  EXPECT_TRUE(Attend(shards).ok());
 }
 
 TEST_F(RemoteShardsMetricsTest, NoRegistryCountsNothing) {

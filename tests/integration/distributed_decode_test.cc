@@ -10,6 +10,7 @@
 // Exact attention through the nodes (top-k covering every key, fp32 shards) is checked too.
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -38,9 +39,11 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-std::unique_ptr<engine::Engine> LoadEngine(const std::vector<std::string>& nodes,
-                                           bool exact_topk = false) {
+std::unique_ptr<engine::Engine> LoadEngine(
+    const std::vector<std::string>& nodes, bool exact_topk = false,
+    std::chrono::milliseconds attend_timeout = std::chrono::milliseconds(10000)) {
   engine::EngineOptions options;
+  options.attend_timeout = attend_timeout;
   options.model_path = SourceDir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   options.num_threads = 2;
   options.attention_nodes = nodes;
@@ -186,6 +189,49 @@ TEST_F(DistributedDecodeTest, NodeKilledMidGenerationRecoversWithSameTokens) {
   ASSERT_TRUE(survivor.stub().NodeStatus(&ctx, status_req, &status).ok());
   EXPECT_EQ(status.sequences(), 0);
   EXPECT_EQ(status.memory_used_bytes(), 0);
+}
+
+// A hung node: SIGSTOP one of two nodes during a generation. Its process keeps the connections
+// open but answers nothing, so only the Attend timeout (1 s here) notices; the router places the
+// sequence again on the other node and the request completes with the embedded run's tokens. The
+// stopped node is not asked to release anything (it would hold each release for its deadline); the
+// survivor holds nothing at the end.
+TEST_F(DistributedDecodeTest, NodeHungMidGenerationTimesOutWithSameTokens) {
+  const std::string fact = ReadFile(SourceDir() + "/examples/buried_fact.txt");
+  auto embedded = LoadEngine({});
+  ASSERT_NE(embedded, nullptr);
+  auto chat = embedded->EncodeChat({{"user", fact.substr(0, 3000) + "\n\nWhat is this about?"}});
+  ASSERT_TRUE(chat.ok());
+  auto want = embedded->Generate(Request(*chat, 24), {});
+  ASSERT_TRUE(want.ok());
+  embedded.reset();
+
+  StartNodes(2, {"--threads", "1", "--memory-budget", "2G"});
+  auto remote = LoadEngine(addresses_, false, std::chrono::milliseconds(1000));
+  ASSERT_NE(remote, nullptr);
+  int pieces = 0;
+  engine::GenerateCallbacks callbacks;
+  callbacks.on_text = [&](std::string_view) {
+    if (++pieces == 6) kill(procs_[0]->pid(), SIGSTOP);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto got = remote->Generate(Request(*chat, 24), callbacks);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->tokens, want->tokens);
+  EXPECT_GE(got->stats.attention_recoveries, 1);
+  // Not a speed check: a generous bound that a wait for the 10 s control deadlines (or worse, no
+  // timeout at all) would exceed.
+  EXPECT_LT(seconds, 60.0);
+  engine::AttentionNodeClient survivor(addresses_[1]);
+  grpc::ClientContext ctx;
+  magicpig::v1::NodeStatusRequest status_req;
+  magicpig::v1::NodeStatusResponse status;
+  ASSERT_TRUE(survivor.stub().NodeStatus(&ctx, status_req, &status).ok());
+  EXPECT_EQ(status.sequences(), 0);
+  EXPECT_EQ(status.memory_used_bytes(), 0);
+  kill(procs_[0]->pid(), SIGCONT);
 }
 
 // Admission: with 256-token blocks a block of this 1041-token prompt reserves about 70 MB on a
