@@ -47,13 +47,15 @@ std::vector<bool> DenseLayers(int64_t n_layer, const SparseAttentionOptions& opt
 SparseAttentionRouter::SparseAttentionRouter(const model::ModelConfig& config,
                                              const SparseAttentionOptions& options,
                                              const SimHash* hash, AttentionShards* shards,
-                                             backend::Backend* backend, KvCache* kv)
+                                             backend::Backend* backend, KvCache* kv,
+                                             bool release_offloaded)
     : config_(config),
       options_(options),
       hash_(hash),
       shards_(shards),
       backend_(backend),
       kv_(kv),
+      release_offloaded_(release_offloaded && kv != nullptr),
       dense_(DenseLayers(config.n_layer, options)),
       layers_(static_cast<size_t>(config.n_layer)) {}
 
@@ -99,18 +101,26 @@ absl::Status SparseAttentionRouter::Offload(int64_t layer, const backend::KvLaye
       shards_->Append(layer, begin, n, keys_.data(), values_.data(), key_codes_.data()));
   st.offloaded = true;
   st.window_begin = end;
+  // The shards have the rows (or will, before the next step attends: appends may be in flight;
+  // they were copied out of the cache above).
+  if (release_offloaded_) kv_->Release(layer, begin, end);
   return absl::OkStatus();
+}
+
+absl::Status SparseAttentionRouter::Note(absl::Status status) {
+  if (!status.ok() && shards_->IsRecoverable(status)) needs_rebuild_ = true;
+  return status;
 }
 
 template <typename Op>
 absl::Status SparseAttentionRouter::WithRecovery(Op op) {
   absl::Status status = op();
-  while (!status.ok() && kv_ != nullptr && shards_->IsRecoverable(status) &&
+  while (!status.ok() && RecoversInPlace() && shards_->IsRecoverable(status) &&
          stats_.recoveries < kMaxRecoveries) {
-    MAGICPIG_RETURN_IF_ERROR(Recover());
+    MAGICPIG_RETURN_IF_ERROR(Note(Recover()));
     status = op();
   }
-  return status;
+  return Note(status);
 }
 
 absl::Status SparseAttentionRouter::Recover() {
@@ -186,10 +196,11 @@ absl::Status SparseAttentionRouter::FinishAttend() {
   absl::Status status = p.start.ok() ? shards_->FinishAttend(parts_.data()) : p.start;
   if (!status.ok()) {
     // Recover (re-offload) and ask again, synchronously, as a plain Attend would.
-    if (kv_ == nullptr || !shards_->IsRecoverable(status) || stats_.recoveries >= kMaxRecoveries) {
-      return status;
+    if (!RecoversInPlace() || !shards_->IsRecoverable(status) ||
+        stats_.recoveries >= kMaxRecoveries) {
+      return Note(status);
     }
-    MAGICPIG_RETURN_IF_ERROR(Recover());
+    MAGICPIG_RETURN_IF_ERROR(Note(Recover()));
     MAGICPIG_RETURN_IF_ERROR(WithRecovery([&] {
       parts_.assign(static_cast<size_t>(config_.n_head), PartialAttention{});
       return shards_->Attend(p.layer, p.q, codes_.data(), p.scale, parts_.data());

@@ -15,13 +15,16 @@
 // merge; the static part uses the raw fp16 cache. Layers whose offloaded region would be empty
 // (short prompts) stay exact until it is not.
 //
-// In embedded mode the compute node's fp16 KV cache still holds every position (docs/decisions.md:
-// the memory split between nodes comes with the attention service, issue #4).
-//
-// When the shards fail in a way they call recoverable (an attention node died), the router resets
-// them and offloads every layer again from the compute node's cache, which in this version still
-// holds every position, then retries the step: the same centres and hash give the same sample
-// sets, so generation continues with the same tokens.
+// Where the offloaded rows live, and recovery from a lost attention node:
+// - keep (embedded mode, evaluation): the compute node's fp16 cache still holds every position.
+//   When the shards fail in a way they call recoverable, the router resets them, offloads every
+//   layer again from that cache with the same centres, and retries the step: the same centred
+//   keys and hash give the same sample sets, so generation continues with the same tokens.
+// - release (attention nodes): once a layer's rows are on the shards the router gives their
+//   memory in the compute node's cache back (KvCache::Release), so the compute node holds only the
+//   dense layers and the static window. A recoverable failure is then returned, with
+//   needs_rebuild() set, and the engine rebuilds the sequence from its token history (DESIGN §5:
+//   prefill of the prompt, replay of the generated tokens) on fresh shards.
 //
 // Thread-safety: one router per sequence, used by one decode loop at a time; the shared SimHash is
 // thread-safe.
@@ -83,9 +86,11 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   // hash: d = head_dim, (K, L) of options; shards and backend outlive the router.
   // kv: the sequence's cache (every layer), read again to re-offload after a shard failure; may be
   // null (then failures are returned as they are).
+  // release_offloaded: give the offloaded rows' memory in kv back (see the file comment); kv must
+  // be set, and recoverable failures are returned (needs_rebuild()) rather than repaired here.
   SparseAttentionRouter(const model::ModelConfig& config, const SparseAttentionOptions& options,
                         const SimHash* hash, AttentionShards* shards, backend::Backend* backend,
-                        KvCache* kv = nullptr);
+                        KvCache* kv = nullptr, bool release_offloaded = false);
 
   absl::Status OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
                              int64_t n_tokens) override;
@@ -101,6 +106,10 @@ class SparseAttentionRouter final : public LayerAttentionHook {
 
   bool IsDense(int64_t layer) const;
   const SparseAttentionStats& stats() const { return stats_; }
+  // The statistics carried over from the router this one replaces (after a rebuild).
+  void RestoreStats(const SparseAttentionStats& stats) { stats_ = stats; }
+  // A shard failure was returned that a rebuild of the sequence can repair (release mode).
+  bool needs_rebuild() const { return needs_rebuild_; }
 
  private:
   struct Layer {
@@ -120,6 +129,10 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   // recovery per attention node).
   template <typename Op>
   absl::Status WithRecovery(Op op);
+  // Whether failures are repaired here (keep mode with a cache).
+  bool RecoversInPlace() const { return kv_ != nullptr && !release_offloaded_; }
+  // Returns status, noting a failure that a rebuild would repair.
+  absl::Status Note(absl::Status status);
 
   // Shard rebuilds per sequence before a failure is returned as it is.
   static constexpr int64_t kMaxRecoveries = 8;
@@ -130,6 +143,8 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   AttentionShards* shards_;
   backend::Backend* backend_;
   KvCache* kv_;
+  bool release_offloaded_;
+  bool needs_rebuild_ = false;
   std::vector<bool> dense_;
   std::vector<Layer> layers_;
   SparseAttentionStats stats_;

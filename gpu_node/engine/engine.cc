@@ -93,7 +93,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
 }
 
 std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(const SparseAttentionOptions& attention,
-                                                          int64_t max_tokens, int64_t budget) {
+                                                          int64_t max_tokens, int64_t budget,
+                                                          const std::vector<int>& avoid) {
   const model::ModelConfig& c = weights_->config();
   magicpig::v1::ShardShape shape;
   const std::vector<bool> dense = DenseLayers(c.n_layer, attention);
@@ -123,10 +124,12 @@ std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(const SparseAttentionO
   std::vector<AttentionNodeClient*> nodes;
   for (auto& n : attention_nodes_) nodes.push_back(n.get());
   // Tokens that may later leave the static window: everything generated.
-  return std::make_unique<RemoteAttentionShards>(
+  auto shards = std::make_unique<RemoteAttentionShards>(
       std::move(nodes),
       absl::StrCat("seq-", getpid(), "-", reinterpret_cast<uintptr_t>(this), "-", next_sequence_++),
       shape, max_tokens + attention.window_budget, attention.shard_block, attend_timeout_);
+  shards->AvoidNodes(avoid);
+  return shards;
 }
 
 Sequence::~Sequence() = default;
@@ -156,6 +159,7 @@ void Sequence::Finish(FinishReason reason) {
     result_.stats.attention_keys_offloaded = router_->stats().keys_offloaded;
     result_.stats.attention_shard_bytes = shards_->bytes();
     result_.stats.attention_recoveries = router_->stats().recoveries;
+    if (kv_ != nullptr) result_.stats.kv_bytes_released = kv_->released_bytes();
   }
   // The memory goes as soon as the sequence ends, not when the caller drops it.
   router_.reset();
@@ -163,7 +167,8 @@ void Sequence::Finish(FinishReason reason) {
   kv_.reset();
 }
 
-absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attention, Sequence& seq) {
+absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attention, Sequence& seq,
+                                          const std::vector<int>& avoid) {
   const model::ModelConfig& c = weights_->config();
   const int64_t n_prompt = seq.prompt_tokens();
   const SimHash* hash = hash_.get();
@@ -194,10 +199,60 @@ absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attentio
         attention.lsh_k, attention.lsh_l, attention.storage, attention.shard_block,
         seq.estimator_.get(), attention_runner_.get());
   } else {
-    seq.shards_ = MakeRemoteShards(attention, seq.request_.max_tokens, budget);
+    seq.shards_ = MakeRemoteShards(attention, seq.request_.max_tokens, budget, avoid);
   }
-  seq.router_ = std::make_unique<SparseAttentionRouter>(c, attention, hash, seq.shards_.get(),
-                                                        backend_.get(), seq.kv_.get());
+  // With attention nodes the offloaded rows leave the compute node's cache (attention_router.h).
+  seq.router_ = std::make_unique<SparseAttentionRouter>(
+      c, attention, hash, seq.shards_.get(), backend_.get(), seq.kv_.get(),
+      /*release_offloaded=*/!attention_nodes_.empty());
+  return absl::OkStatus();
+}
+
+const SparseAttentionOptions& Engine::AttentionOf(const Sequence& seq) const {
+  return seq.request_.attention.has_value() ? *seq.request_.attention : attention_;
+}
+
+namespace {
+// Rebuilds per sequence before an attention-node failure is returned as it is.
+constexpr int64_t kMaxRebuilds = 8;
+
+std::vector<int> FailedNodes(const AttentionShards* shards) {
+  const auto* remote = dynamic_cast<const RemoteAttentionShards*>(shards);
+  return remote != nullptr ? remote->failed() : std::vector<int>{};
+}
+}  // namespace
+
+absl::Status Engine::RebuildSequence(Sequence& seq) {
+  const model::ModelConfig& c = weights_->config();
+  SparseAttentionStats stats = seq.router_->stats();
+  std::vector<int> avoid = FailedNodes(seq.shards_.get());
+  absl::Status status;
+  do {
+    if (++stats.recoveries > kMaxRebuilds) {
+      return status.ok() ? absl::UnavailableError("attention nodes keep failing") : status;
+    }
+    seq.router_.reset();
+    seq.shards_.reset();  // releases what the nodes that still answer hold
+    MAGICPIG_ASSIGN_OR_RETURN(seq.kv_,
+                              KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq.capacity_));
+    MAGICPIG_RETURN_IF_ERROR(SetUpSparseAttention(AttentionOf(seq), seq, avoid));
+    ForwardOptions prefill;
+    prefill.attention_hook = seq.router_.get();
+    prefill.logits = LogitsMode::kNone;
+    prefill.max_chunk = prefill_chunk_;
+    status = transformer_->Forward(seq.request_.prompt, *seq.kv_, prefill, nullptr);
+    std::vector<float> logits;
+    for (int64_t i = 0; status.ok() && i + 1 < seq.generated(); ++i) {
+      const DecodeItem item{seq.result_.tokens[static_cast<size_t>(i)], seq.kv_.get(),
+                            seq.router_.get()};
+      status = transformer_->ForwardBatch({&item, 1}, &logits, nullptr, 1);
+    }
+    if (!status.ok() && !seq.router_->needs_rebuild()) return status;
+    for (int n : FailedNodes(seq.shards_.get())) {
+      if (std::find(avoid.begin(), avoid.end(), n) == avoid.end()) avoid.push_back(n);
+    }
+  } while (!status.ok());
+  seq.router_->RestoreStats(stats);
   return absl::OkStatus();
 }
 
@@ -290,8 +345,26 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
       }
     };
   }
-  MAGICPIG_RETURN_IF_ERROR(
-      transformer_->Forward(request.prompt, *seq->kv_, prefill, &seq->logits_));
+  absl::Status status = transformer_->Forward(request.prompt, *seq->kv_, prefill, &seq->logits_);
+  // An attention node failed during the prefill: fresh shards on the others, prefill again.
+  for (int64_t attempt = 1; !status.ok() && seq->router_ != nullptr &&
+                            seq->router_->needs_rebuild() && attempt <= kMaxRebuilds;
+       ++attempt) {
+    std::vector<int> avoid = FailedNodes(seq->shards_.get());
+    seq->router_.reset();
+    seq->shards_.reset();
+    MAGICPIG_ASSIGN_OR_RETURN(seq->kv_,
+                              KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq->capacity_));
+    MAGICPIG_RETURN_IF_ERROR(SetUpSparseAttention(attention, *seq, avoid));
+    prefill.attention_hook = seq->router_.get();
+    status = transformer_->Forward(request.prompt, *seq->kv_, prefill, &seq->logits_);
+    if (status.ok()) {
+      SparseAttentionStats stats = seq->router_->stats();
+      stats.recoveries = attempt;
+      seq->router_->RestoreStats(stats);
+    }
+  }
+  MAGICPIG_RETURN_IF_ERROR(status);
   seq->result_.stats.prefill_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (request.max_tokens == 0) seq->Finish(FinishReason::kLength);
@@ -349,7 +422,22 @@ absl::Status Engine::Step(absl::Span<Sequence* const> batch, StepTimings* timing
   if (items.empty()) return absl::OkStatus();
   std::vector<float> logits;
   const int micro_batches = ping_pong_ && !attention_nodes_.empty() && items.size() >= 2 ? 2 : 1;
-  MAGICPIG_RETURN_IF_ERROR(transformer_->ForwardBatch(items, &logits, timings, micro_batches));
+  absl::Status status = transformer_->ForwardBatch(items, &logits, timings, micro_batches);
+  while (!status.ok()) {
+    // Sequences whose attention node failed are rebuilt and the step runs again: for the others
+    // a second run of the same step writes the same cache rows and offloads nothing twice.
+    bool rebuilt = false;
+    for (size_t i = 0; i < going_on.size(); ++i) {
+      Sequence& seq = *going_on[i];
+      if (seq.router_ == nullptr || !seq.router_->needs_rebuild()) continue;
+      MAGICPIG_RETURN_IF_ERROR(RebuildSequence(seq));
+      items[i].kv = seq.kv_.get();
+      items[i].attention_hook = seq.router_.get();
+      rebuilt = true;
+    }
+    if (!rebuilt) return status;
+    status = transformer_->ForwardBatch(items, &logits, timings, micro_batches);
+  }
   const int64_t n_vocab = weights_->config().n_vocab;
   for (size_t i = 0; i < going_on.size(); ++i) {
     going_on[i]->logits_.assign(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);

@@ -92,6 +92,8 @@ struct GenerateStats {
   int64_t attention_keys_offloaded = 0;
   int64_t attention_shard_bytes = 0;  // memory of the sequence's shards (KV + tables) at the end
   int64_t attention_recoveries = 0;   // shard rebuilds after attention-node failures
+  // Memory of offloaded rows given back from the compute node's KV cache (attention nodes only).
+  int64_t kv_bytes_released = 0;
   double sampled_fraction() const;
   double prefill_tokens_per_second() const;
   double decode_tokens_per_second() const;
@@ -208,9 +210,20 @@ class Engine {
 
  private:
   Engine() = default;
+  // avoid: indices of attention nodes that failed for this sequence (left out of its placement).
   std::unique_ptr<AttentionShards> MakeRemoteShards(const SparseAttentionOptions& attention,
-                                                    int64_t max_tokens, int64_t budget);
-  absl::Status SetUpSparseAttention(const SparseAttentionOptions& attention, Sequence& seq);
+                                                    int64_t max_tokens, int64_t budget,
+                                                    const std::vector<int>& avoid);
+  absl::Status SetUpSparseAttention(const SparseAttentionOptions& attention, Sequence& seq,
+                                    const std::vector<int>& avoid = {});
+  // The attention options of seq's request.
+  const SparseAttentionOptions& AttentionOf(const Sequence& seq) const;
+  // After a recoverable attention-node failure (seq's router needs_rebuild()): a fresh cache and
+  // fresh shards on the nodes that still answer, filled from the token history (DESIGN §5):
+  // the prompt prefilled, then every generated token but the last decoded again (teacher-forced,
+  // alone). The last is the input of the step being retried. With the same hash seed and the
+  // same blocks the shards and the cache end as they were, so generation goes on unchanged.
+  absl::Status RebuildSequence(Sequence& seq);
   // Samples seq's next token, records it and its logprobs, runs the callbacks and finishes the
   // sequence when a stop condition holds. Returns true when the sequence goes on.
   bool SampleNext(Sequence& seq);

@@ -1,10 +1,22 @@
 #include "gpu_node/engine/kv_cache.h"
 
-#include <new>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
 namespace magicpig::engine {
+
+namespace {
+int64_t PageSize() { return static_cast<int64_t>(sysconf(_SC_PAGESIZE)); }
+}  // namespace
+
+int64_t KvCache::layer_bytes() const {
+  return std::max<int64_t>(1, capacity_ * n_head_kv_ * head_dim_) *
+         static_cast<int64_t>(sizeof(uint16_t));
+}
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t n_layer, int64_t n_head_kv,
                                                          int64_t head_dim, int64_t capacity) {
@@ -13,25 +25,67 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t n_layer, int64_
   c->n_head_kv_ = n_head_kv;
   c->head_dim_ = head_dim;
   c->capacity_ = capacity;
-  const int64_t per_layer = capacity * n_head_kv * head_dim;
+  const size_t bytes = static_cast<size_t>(c->layer_bytes());
   for (int64_t l = 0; l < n_layer; ++l) {
-    // Default-initialised (not zeroed): rows are written before they are read.
-    c->k_.emplace_back(new (std::nothrow) uint16_t[per_layer]);
-    c->v_.emplace_back(new (std::nothrow) uint16_t[per_layer]);
-    if (!c->k_.back() || !c->v_.back()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate the KV cache for ", capacity, " tokens"));
+    for (std::vector<uint16_t*>* tensor : {&c->k_, &c->v_}) {
+      // Zero pages until written: rows are written before they are read.
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("cannot allocate the KV cache for ", capacity, " tokens"));
+      }
+      tensor->push_back(static_cast<uint16_t*>(p));
     }
   }
   return c;
 }
 
-backend::KvLayerView KvCache::layer(int64_t l) {
-  return backend::KvLayerView{k_[l].get(), v_[l].get(), capacity_, n_head_kv_, head_dim_};
+KvCache::~KvCache() {
+  const size_t bytes = static_cast<size_t>(layer_bytes());
+  for (uint16_t* p : k_) munmap(p, bytes);
+  for (uint16_t* p : v_) munmap(p, bytes);
 }
 
-int64_t KvCache::bytes() const {
-  return 2 * n_layer_ * capacity_ * n_head_kv_ * head_dim_ * static_cast<int64_t>(sizeof(uint16_t));
+backend::KvLayerView KvCache::layer(int64_t l) {
+  return backend::KvLayerView{k_[l], v_[l], capacity_, n_head_kv_, head_dim_};
+}
+
+int64_t KvCache::bytes() const { return 2 * n_layer_ * layer_bytes(); }
+
+int64_t KvCache::Release(int64_t layer, int64_t begin, int64_t end) {
+  if (layer < 0 || layer >= n_layer_) return 0;
+  begin = std::max<int64_t>(begin, 0);
+  end = std::min(end, capacity_);
+  if (end <= begin) return 0;
+  const int64_t row = n_head_kv_ * head_dim_ * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t page = PageSize();
+  // Whole pages inside [begin * row, end * row) of the mapping (which starts on a page).
+  const int64_t lo = (begin * row + page - 1) / page * page;
+  const int64_t hi = end * row / page * page;
+  if (hi <= lo) return 0;
+  int64_t freed = 0;
+  for (uint16_t* base : {k_[layer], v_[layer]}) {
+    if (madvise(reinterpret_cast<char*>(base) + lo, static_cast<size_t>(hi - lo), MADV_DONTNEED) ==
+        0) {
+      freed += hi - lo;
+    }
+  }
+  released_bytes_ += freed;
+  return freed;
+}
+
+int64_t KvCache::ResidentBytes() const {
+  const int64_t page = PageSize();
+  const int64_t bytes = layer_bytes();
+  std::vector<unsigned char> vec(static_cast<size_t>((bytes + page - 1) / page));
+  int64_t resident = 0;
+  for (const std::vector<uint16_t*>* tensor : {&k_, &v_}) {
+    for (uint16_t* p : *tensor) {
+      if (mincore(p, static_cast<size_t>(bytes), vec.data()) != 0) continue;
+      for (unsigned char v : vec) resident += (v & 1) ? page : 0;
+    }
+  }
+  return resident;
 }
 
 }  // namespace magicpig::engine

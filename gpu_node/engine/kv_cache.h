@@ -1,8 +1,14 @@
 // KvCache: one sequence's exact key/value cache on the compute node, fp16, per layer.
 //
 // Layout per layer: [position][n_head_kv][head_dim] for K (post-RoPE) and V. Capacity is fixed at
-// creation (the context length the sequence may reach); memory is allocated up front so a
-// sequence that was admitted cannot fail later for lack of memory.
+// creation (the context length the sequence may reach); the address space is reserved up front
+// (anonymous mappings, one per layer and tensor) so a sequence that was admitted cannot fail
+// later for lack of address space.
+//
+// Release gives the physical memory of a range of positions back to the system (madvise
+// MADV_DONTNEED on the whole pages inside it): with attention nodes the offloaded rows of sparse
+// layers live there, and the compute node keeps only the static window. Released rows read as
+// zeros; nobody reads them (DESIGN §2: the hashed region is the attention nodes').
 //
 // Thread-safety: owned by one sequence; not shared.
 #ifndef MAGICPIG_GPU_NODE_ENGINE_KV_CACHE_H_
@@ -28,12 +34,26 @@ class KvCache {
   // Positions filled so far (all layers agree after each forward pass).
   int64_t size() const { return size_; }
   void set_size(int64_t n) { size_ = n; }
+  // Address space of the whole cache (K and V, every layer).
   int64_t bytes() const;
+  // Releases positions [begin, end) of `layer` (see the class comment); returns the bytes given
+  // back (whole pages only, so rows sharing a page with kept rows stay).
+  int64_t Release(int64_t layer, int64_t begin, int64_t end);
+  // Bytes given back by Release so far.
+  int64_t released_bytes() const { return released_bytes_; }
+  // Bytes of the cache resident in memory now (mincore; for tests and diagnostics).
+  int64_t ResidentBytes() const;
+
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
 
  private:
   KvCache() = default;
+  int64_t layer_bytes() const;
   int64_t n_layer_ = 0, n_head_kv_ = 0, head_dim_ = 0, capacity_ = 0, size_ = 0;
-  std::vector<std::unique_ptr<uint16_t[]>> k_, v_;
+  int64_t released_bytes_ = 0;
+  std::vector<uint16_t*> k_, v_;  // mappings of layer_bytes() each
 };
 
 }  // namespace magicpig::engine

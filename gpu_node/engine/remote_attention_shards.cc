@@ -410,6 +410,17 @@ absl::Status RemoteAttentionShards::StartAttend(int64_t layer, const float* q,
                                                 const uint16_t* codes, float scale) {
   const int64_t n_head = static_cast<int64_t>(shape_.n_kv_heads()) * shape_.group();
   const int64_t d = shape_.head_dim();
+  if (pending_heads_ != 0) {
+    // The last step was abandoned (another sequence's failure ended the batched step between
+    // StartAttend and FinishAttend): its answers are unread on the streams, so drop them.
+    for (Range& r : ranges_) {
+      if (r.attend_stream == nullptr) continue;
+      r.attend_context->TryCancel();
+      (void)r.attend_stream->Finish();
+      r.attend_stream.reset();
+      r.attend_context.reset();
+    }
+  }
   pending_heads_ = 0;
   MAGICPIG_RETURN_IF_ERROR(WaitUpload());  // the rows this step attends to are all on the nodes
   v1::AttendRequest req;

@@ -128,8 +128,13 @@ class RemoteAttentionShards final : public AttentionShards {
   // knows the sequence) from a node: the sequence is placed again on the nodes that answer.
   bool IsRecoverable(const absl::Status& status) const override;
   void Reset() override;
-  // Nodes that failed during this sequence (left out of later placements).
+  // Nodes that failed during this sequence (left out of later placements), by index.
   int failed_nodes() const { return static_cast<int>(failed_.size()); }
+  const std::vector<int>& failed() const { return failed_; }
+  // Leaves these nodes out from the start (they failed for the sequence this one replaces).
+  void AvoidNodes(const std::vector<int>& nodes) {
+    for (int n : nodes) failed_.push_back(n);
+  }
 
   // Node address and [begin, end) token range of each shard (the router's shard map).
   struct Range {

@@ -152,8 +152,8 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
   }
 }
 
-// Kill -9 one of two attention nodes during a generation: the router re-places the sequence on the
-// survivor (re-offloading from the compute node's cache with the same centres and hash), the
+// Kill -9 one of two attention nodes during a generation: the engine rebuilds the sequence on the
+// survivor from its token history (prompt prefill, replay of the generated tokens), the
 // request completes with the same tokens as the embedded run, and afterwards the survivor holds
 // nothing for it (its accounting matches the router's view: sequence released). The node dies
 // after the 8th piece of text, so sparse steps ran on both nodes before the failure.
@@ -181,6 +181,11 @@ TEST_F(DistributedDecodeTest, NodeKilledMidGenerationRecoversWithSameTokens) {
   EXPECT_EQ(got->tokens, want->tokens);
   EXPECT_GE(got->stats.attention_recoveries, 1);
   EXPECT_GT(got->stats.attention_keys_offloaded, 0);
+  // The rebuilt sequence gave its offloaded rows back too: at least half of the sparse layers'
+  // share of the cache (28 of 30 layers, ~2.9K of ~3.1K positions offloaded).
+  const int64_t row_bytes = 2 * 2 * 3 * 64;  // K and V, fp16, 3 kv heads x 64
+  EXPECT_GT(got->stats.kv_bytes_released,
+            int64_t{28} * row_bytes * static_cast<int64_t>(chat->size()) / 2);
   // The survivor: the sequence was released at the end, nothing is left reserved.
   engine::AttentionNodeClient survivor(addresses_[1]);
   grpc::ClientContext ctx;
