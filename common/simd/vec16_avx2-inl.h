@@ -55,6 +55,27 @@ inline float ReduceAdd(V v) {
   x = _mm_add_ss(x, _mm_movehdup_ps(x));
   return _mm_cvtss_f32(x);
 }
+// 16 bf16 values in the order of Bf16ShuffledSource (one load and two bit operations, no
+// widening shuffle): lanes 0..7 are p[0], p[2], ..., p[14] and lanes 8..15 are p[1], ..., p[15].
+inline V LoadBf16Shuffled(const uint16_t* p) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(x, 16)),
+          _mm256_castsi256_ps(_mm256_blend_epi16(x, _mm256_setzero_si256(), 0x55))};
+}
+// The element of p that LoadBf16Shuffled puts in `lane`.
+inline int Bf16ShuffledSource(int lane) { return lane < 8 ? 2 * lane : 2 * (lane - 8) + 1; }
+// out[0..4) = the lane sums of a, b, c, d (one horizontal-add tree for all four).
+inline void ReduceAdd4(V a, V b, V c, V d, float* out) {
+  const __m256 ab = _mm256_hadd_ps(_mm256_add_ps(a.lo, a.hi), _mm256_add_ps(b.lo, b.hi));
+  const __m256 cd = _mm256_hadd_ps(_mm256_add_ps(c.lo, c.hi), _mm256_add_ps(d.lo, d.hi));
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
+// r with the lanes where x < t set to 0.
+inline V ZeroWhereLess(V r, V x, V t) {
+  return {_mm256_and_ps(r.lo, _mm256_cmp_ps(x.lo, t.lo, _CMP_GE_OQ)),
+          _mm256_and_ps(r.hi, _mm256_cmp_ps(x.hi, t.hi, _CMP_GE_OQ))};
+}
 inline void Prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 }  // namespace magicpig::simd16::avx2
 

@@ -77,6 +77,21 @@ inline float ReduceAdd(V v) {
   for (float f : v.x) s += f;
   return s;
 }
+// 16 bf16 values in the order of Bf16ShuffledSource (here the natural order).
+inline V LoadBf16Shuffled(const uint16_t* p) { return LoadBf16(p); }
+inline int Bf16ShuffledSource(int lane) { return lane; }
+// out[0..4) = the lane sums of a, b, c, d.
+inline void ReduceAdd4(V a, V b, V c, V d, float* out) {
+  out[0] = ReduceAdd(a);
+  out[1] = ReduceAdd(b);
+  out[2] = ReduceAdd(c);
+  out[3] = ReduceAdd(d);
+}
+// r with the lanes where x < t set to 0.
+inline V ZeroWhereLess(V r, V x, V t) {
+  for (int i = 0; i < 16; ++i) r.x[i] = x.x[i] < t.x[i] ? 0.0f : r.x[i];
+  return r;
+}
 inline void Prefetch(const void* p) { __builtin_prefetch(p); }
 }  // namespace magicpig::simd16::scalar
 

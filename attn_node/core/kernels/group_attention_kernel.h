@@ -12,8 +12,10 @@
 //                                                 cos clamped to [-1, 1], a zero norm gives cos 0)
 // and per head the normalised o_h = sum p v / sum p and lse_h = m + ln sum exp(x - m) (natural
 // log); a head that attends to no row gets o = 0, lse = -inf. Online softmax over tiles of
-// kGroupTile rows (no buffer proportional to the row count); each key and value row is loaded once
-// per tile and used by every head of the group.
+// kGroupTile rows (no buffer proportional to the row count); each key row is read from memory
+// once per tile for every head of the group, each value row once per tile (then from L1 for the
+// other heads that weigh it). Sums run in an order of the kernel's own (see the -inl.h file), so
+// results agree with a float64 reference to float rounding, not bit for bit with another order.
 //
 // Kernel units must not instantiate std templates (their COMDAT copies, compiled with AVX flags,
 // could be picked by the linker for baseline code), so the caller provides all memory.
@@ -54,7 +56,7 @@ struct GroupAttentionArgs {
 };
 
 inline int64_t GroupAttentionScratchFloats(int g, int64_t d) {
-  return static_cast<int64_t>(g) * (d + 2 + kGroupTile);
+  return static_cast<int64_t>(g) * (2 * d + 3 + kGroupTile);
 }
 
 void GroupAttentionScalar(const GroupAttentionArgs& args);
