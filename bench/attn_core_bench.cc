@@ -10,8 +10,9 @@
 //                              group kernel): the reported time. In the same loop (timed apart):
 //                              every iteration first hashes the step's 32 queries (hash_us, in a
 //                              T-thread arena); every kFullEvery-th iteration also runs
-//                              FullEstimator on the same shards and queries (full_ms) and the 32
-//                              retrievals alone on this thread (retr_cpu_ms). speedup = full /
+//                              FullEstimator on the same shards and queries (full_ms) and the 8
+//                              group retrievals (KvShard::RetrieveGroup) alone on this thread
+//                              (retr_cpu_ms). speedup = full /
 //                              magicpig, step_speedup = full / (hash + magicpig); for T = 1 also
 //                              cpu_ms, full_cpu_ms and speedup_cpu from thread CPU time (see
 //                              Stamp). GBps = bytes / magicpig time; probe_GBps is measured right
@@ -30,9 +31,9 @@
 //
 // Bytes read per step: full = n x 8 x 128 x (2 + 2) (bf16 keys and values). magicpig = per kv head,
 // the union of the group's sample sets x (256 B key + 256 B value + 4 B key norm) + 4 B per bucket
-// entry scanned by the 32 per-head retrievals (the CSR offsets and the per-thread uint8 counters
-// are not counted). frac = mean over heads of |S_h| / n (the paper's Cost2); union_frac = mean over
-// kv heads of |union of the group's S_h| / n (the rows actually gathered).
+// entry scanned by the 32 heads' retrievals (the CSR offsets and the per-thread collision
+// counters are not counted). frac = mean over heads of |S_h| / n (the paper's Cost2); union_frac =
+// mean over kv heads of |union of the group's S_h| / n (the rows actually gathered).
 //
 // Test data (MakeKeys / MakeQueries). Per kv head, a fixed geometry drawn from its own seed:
 //   a_k       unit key-cone axis;
@@ -501,6 +502,7 @@ void BM_MagicPig(benchmark::State& state, int64_t n, int k, int l, int threads) 
   (void)runner.Run(full, MakeWork(*ds, ds->q.data(), nullptr, full_out.data()), kScale);
   LshScratch lsh;
   std::vector<int32_t> sample;
+  std::vector<uint32_t> sample_masks;
   int64_t iter = 0;
   Lap mp, hash, fl, retrieve;
   double bytes = 0, frac = 0, union_frac = 0;
@@ -518,12 +520,13 @@ void BM_MagicPig(benchmark::State& state, int64_t n, int k, int l, int threads) 
         state.SkipWithError("full step failed");
         return;
       }
-      // Retrieval alone (the 32 per-head Retrieve calls inside AttendGroup), on this thread.
+      // Retrieval alone (the 8 RetrieveGroup calls inside AttendGroup), on this thread.
       const uint16_t* c = ds->codes.data() + s * kQHeads * l;
       FlushCaches();
       const Stamp t1 = Now();
-      for (int h = 0; h < kQHeads; ++h) {
-        (void)ds->shards[h / kGroup].Retrieve(c + h * l, &lsh, &sample);
+      for (int kv = 0; kv < kKvHeads; ++kv) {
+        (void)ds->shards[kv].RetrieveGroup(c + kv * kGroup * l, kGroup, &lsh, &sample,
+                                           &sample_masks);
       }
       retrieve.Add(t1, Now());
     }

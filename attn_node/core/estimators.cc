@@ -180,31 +180,15 @@ absl::Status MagicPigEstimator::AttendGroup(const KvShard& shard, const float* q
   MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, "MagicPigEstimator"));
   MAGICPIG_RETURN_IF_ERROR(CheckShard(shard, q_codes));
   const GroupKernel kernel = SelectGroupKernel(simd_level());
-  const int64_t n = shard.size();
-  if (static_cast<int64_t>(scratch->head_mask.size()) < n) {
-    scratch->head_mask.resize(static_cast<size_t>(n), 0);
-  }
-  uint32_t* mask = scratch->head_mask.data();
   for (int h0 = 0; h0 < g; h0 += attn_internal::kMaxGroup) {
     const int gc = std::min(g - h0, attn_internal::kMaxGroup);
-    // Per-head retrieval; the union of the sets (first-seen order) with a bit per head.
-    scratch->rows.clear();
-    absl::Status status;
-    for (int h = 0; h < gc && status.ok(); ++h) {
-      status = shard.Retrieve(q_codes + (h0 + h) * l_, &scratch->lsh, &scratch->sample);
-      if (!status.ok()) break;
-      out[h0 + h].n_touched = static_cast<int64_t>(scratch->sample.size());
-      for (int32_t i : scratch->sample) {
-        if (mask[i] == 0) scratch->rows.push_back(i);
-        mask[i] |= 1u << h;
-      }
+    // The union of the heads' sample sets, sorted, with a bit per head (spec §10.2 "GQA").
+    MAGICPIG_RETURN_IF_ERROR(shard.RetrieveGroup(q_codes + h0 * l_, gc, &scratch->lsh,
+                                                 &scratch->rows, &scratch->row_masks));
+    for (int h = 0; h < gc; ++h) out[h0 + h].n_touched = 0;
+    for (uint32_t m : scratch->row_masks) {
+      for (; m != 0; m &= m - 1) ++out[h0 + __builtin_ctz(m)].n_touched;
     }
-    scratch->row_masks.resize(scratch->rows.size());
-    for (size_t j = 0; j < scratch->rows.size(); ++j) {
-      scratch->row_masks[j] = mask[scratch->rows[j]];
-      mask[scratch->rows[j]] = 0;  // leave the scratch clean, also on error
-    }
-    MAGICPIG_RETURN_IF_ERROR(status);
     RunGroupKernel(kernel, shard, q + h0 * shard.dim(), gc, scale, scratch->rows.data(),
                    static_cast<int64_t>(scratch->rows.size()), scratch->row_masks.data(),
                    options_.force_unit_inclusion ? nullptr : lnu_table_.data(), scratch, out + h0);

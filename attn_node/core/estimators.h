@@ -42,8 +42,9 @@
 //   the attention service. FullEstimator and MagicPigEstimator run the SIMD group kernel
 //   (kernels/group_attention_kernel.h: fp32 arithmetic over the stored bf16/fp32 rows, each key and
 //   value row loaded once for every head of the group, the MagicPIG correction interpolated from
-//   LogInclusionTable); for magicpig the group's sample sets are retrieved per head and their union
-//   gathered once, each head attending only to its own subset (spec §10.2 "GQA"). The others fall
+//   LogInclusionTable); for magicpig the group's sample sets are retrieved together
+//   (KvShard::RetrieveGroup) and their union gathered once in key order, each head attending only
+//   to its own subset (spec §10.2 "GQA"). The others fall
 //   back to Attend per head. The SIMD level is fixed at construction (default ActiveSimdLevel()).
 //
 // Thread-safety: estimators are immutable after construction and Attend is const: one estimator
@@ -69,7 +70,6 @@ struct EstimatorScratch {
   std::vector<double> logits;   // one per sampled key
   std::vector<double> acc;      // [d] value accumulator
   // AttendGroup:
-  std::vector<uint32_t> head_mask;  // [n] per key, bit h = head h sampled it; all 0 between calls
   std::vector<int32_t> rows;        // union of the group's samples
   std::vector<uint32_t> row_masks;  // parallel to rows
   std::vector<float> q_norms;       // [g]

@@ -247,4 +247,28 @@ absl::Status KvShard::Retrieve(const uint16_t* q_codes, LshScratch* scratch,
   return absl::OkStatus();
 }
 
+absl::Status KvShard::RetrieveGroup(const uint16_t* q_codes, int g, LshScratch* scratch,
+                                    std::vector<int32_t>* rows,
+                                    std::vector<uint32_t>* masks) const {
+  MAGICPIG_RETURN_IF_ERROR(tables_.RetrieveGroup(q_codes, g, scratch, rows, masks));
+  const int l = this->l();
+  const int64_t base = indexed();
+  const int64_t pend = pending();
+  for (int64_t i = 0; i < pend; ++i) {
+    const uint16_t* c = pending_codes_.data() + i * l;
+    uint32_t mask = 0;
+    for (int h = 0; h < g; ++h) {
+      const uint16_t* qc = q_codes + h * l;
+      int hits = 0;
+      for (int t = 0; t < l && hits < 2; ++t) hits += c[t] == qc[t];
+      if (hits >= 2) mask |= 1u << h;
+    }
+    if (mask != 0) {
+      rows->push_back(static_cast<int32_t>(base + i));
+      masks->push_back(mask);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace magicpig

@@ -72,6 +72,12 @@ class KvShard {
   absl::Status Retrieve(const uint16_t* q_codes, LshScratch* scratch,
                         std::vector<int32_t>* out) const;
 
+  // LshTables::RetrieveGroup for the g heads of a GQA group (q_codes [g][L]), then the pending
+  // segment's keys (brute force, appended: they are above every indexed key), so *rows stays
+  // sorted and each head's set is exactly what Retrieve returns for it.
+  absl::Status RetrieveGroup(const uint16_t* q_codes, int g, LshScratch* scratch,
+                             std::vector<int32_t>* rows, std::vector<uint32_t>* masks) const;
+
   static constexpr int64_t kMinMergeRows = 256;
 
   int64_t size() const { return n_; }

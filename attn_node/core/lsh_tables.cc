@@ -5,9 +5,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "attn_node/core/kernels/collision_scan.h"
 #include "attn_node/core/simhash.h"
+#include "common/status_macros.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
+#include "tbb/parallel_reduce.h"
 
 namespace magicpig {
 
@@ -25,26 +28,41 @@ absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int
         absl::StrCat("LshTables: n must be in [0, 2^31 - 1], got ", n));
   }
   const int64_t buckets = int64_t{1} << k;
-  for (int64_t i = 0; i < n * l; ++i) {
-    if (codes[i] >= buckets) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "LshTables: codes[", i / l, "][", i % l, "] = ", codes[i], " is not < 2^K = ", buckets));
+  // Transpose the codes to [L][n] first: the per-table passes then read contiguous codes instead
+  // of one cache line per key. Blocks of 32 keys (their rows fit in L1) write one cache line per
+  // table; the transpose also ORs every code, so validity costs no separate pass.
+  std::vector<uint16_t, LargeBufferAllocator<uint16_t>> by_table(static_cast<size_t>(l * n));
+  constexpr int64_t kBlock = 32;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const uint32_t seen = tbb::parallel_reduce(
+      tbb::blocked_range<int64_t>(0, blocks), 0u,
+      [&](const tbb::blocked_range<int64_t>& range, uint32_t acc) {
+        for (int64_t b = range.begin(); b < range.end(); ++b) {
+          const int64_t i0 = b * kBlock, i1 = std::min(n, i0 + kBlock);
+          for (int table = 0; table < l; ++table) {
+            uint16_t* dst = by_table.data() + table * n;
+            for (int64_t i = i0; i < i1; ++i) {
+              const uint16_t c = codes[i * l + table];
+              dst[i] = c;
+              acc |= c;
+            }
+          }
+        }
+        return acc;
+      },
+      [](uint32_t a, uint32_t b) { return a | b; });
+  if ((seen >> k) != 0) {
+    for (int64_t i = 0; i < n * l; ++i) {
+      if (codes[i] >= buckets) {
+        return absl::InvalidArgumentError(absl::StrCat("LshTables: codes[", i / l, "][", i % l,
+                                                       "] = ", codes[i],
+                                                       " is not < 2^K = ", buckets));
+      }
     }
   }
   LshTables t(n, k, l);
   t.offsets_.assign(static_cast<size_t>(l * (buckets + 1)), 0);
   t.indices_.resize(static_cast<size_t>(l * n));
-  // Transpose the codes to [L][n] first (in blocks of keys, so both sides stay in cache): the
-  // per-table passes then read contiguous codes instead of one cache line per key.
-  std::vector<uint16_t> by_table(static_cast<size_t>(l * n));
-  constexpr int64_t kBlock = 256;
-  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
-    const int64_t i1 = std::min(n, i0 + kBlock);
-    for (int table = 0; table < l; ++table) {
-      uint16_t* dst = by_table.data() + table * n;
-      for (int64_t i = i0; i < i1; ++i) dst[i] = codes[i * l + table];
-    }
-  }
   // Tables are independent: one counting sort each, in parallel.
   tbb::parallel_for(tbb::blocked_range<int>(0, l), [&](const tbb::blocked_range<int>& range) {
     std::vector<int32_t> cursor(static_cast<size_t>(buckets));
@@ -78,7 +96,7 @@ absl::Status LshTables::Append(const uint16_t* codes, int64_t m) {
   if (m == 0) return absl::OkStatus();
   const int64_t n2 = n_ + m;
   std::vector<int32_t> offsets(static_cast<size_t>(l_ * (buckets + 1)), 0);
-  std::vector<int32_t> indices(static_cast<size_t>(l_ * n2));
+  std::vector<int32_t, LargeBufferAllocator<int32_t>> indices(static_cast<size_t>(l_ * n2));
   tbb::parallel_for(tbb::blocked_range<int>(0, l_), [&](const tbb::blocked_range<int>& range) {
     std::vector<int32_t> cursor(static_cast<size_t>(buckets));
     for (int table = range.begin(); table < range.end(); ++table) {
@@ -144,6 +162,118 @@ absl::Status LshTables::Retrieve(const uint16_t* query_codes, LshScratch* scratc
   }
   for (int32_t j : touched) counter[j] = 0;
   touched.clear();
+  return absl::OkStatus();
+}
+
+namespace {
+
+// out = a u b for two key lists sorted by key, masks ORed where a key is in both.
+void MergeSorted(const std::vector<int32_t>& a_rows, const std::vector<uint32_t>& a_masks,
+                 const int32_t* b_rows, const uint32_t* b_masks, int64_t nb,
+                 std::vector<int32_t>* rows, std::vector<uint32_t>* masks) {
+  rows->clear();
+  masks->clear();
+  size_t i = 0;
+  int64_t j = 0;
+  while (i < a_rows.size() || j < nb) {
+    if (j == nb || (i < a_rows.size() && a_rows[i] < b_rows[j])) {
+      rows->push_back(a_rows[i]);
+      masks->push_back(a_masks[i++]);
+    } else if (i == a_rows.size() || b_rows[j] < a_rows[i]) {
+      rows->push_back(b_rows[j]);
+      masks->push_back(b_masks[j++]);
+    } else {
+      rows->push_back(a_rows[i]);
+      masks->push_back(a_masks[i++] | b_masks[j++]);
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScratch* scratch,
+                                      std::vector<int32_t>* rows,
+                                      std::vector<uint32_t>* masks) const {
+  rows->clear();
+  masks->clear();
+  if (g < 1 || g > 32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LshTables::RetrieveGroup: g must be in [1, 32], got ", g));
+  }
+  const int64_t buckets = num_buckets();
+  for (int64_t i = 0; i < static_cast<int64_t>(g) * l_; ++i) {
+    if (query_codes[i] >= buckets) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LshTables::RetrieveGroup: query code ", query_codes[i], " of head ", i / l_,
+                       ", table ", i % l_, " is not < 2^K = ", buckets));
+    }
+  }
+  if (l_ < 2 || n_ == 0) return absl::OkStatus();
+  if (l_ > 255) {
+    // Per-head retrieval into a per-key mask (group_counter as a bit set), then the sorted union.
+    if (static_cast<int64_t>(scratch->group_counter.size()) < n_) {
+      scratch->group_counter.resize(static_cast<size_t>(n_), 0);
+    }
+    uint32_t* bits = scratch->group_counter.data();
+    std::vector<int32_t> one;
+    for (int h = 0; h < g; ++h) {
+      MAGICPIG_RETURN_IF_ERROR(Retrieve(query_codes + h * l_, scratch, &one));
+      for (int32_t j : one) {
+        if (bits[j] == 0) rows->push_back(j);
+        bits[j] |= 1u << h;
+      }
+    }
+    std::sort(rows->begin(), rows->end());
+    masks->resize(rows->size());
+    for (size_t i = 0; i < rows->size(); ++i) {
+      (*masks)[i] = bits[(*rows)[i]];
+      bits[(*rows)[i]] = 0;
+    }
+    return absl::OkStatus();
+  }
+  if (static_cast<int64_t>(scratch->group_counter.size()) < n_) {
+    scratch->group_counter.resize(static_cast<size_t>(n_), 0);
+  }
+  if (static_cast<int64_t>(scratch->scan_rows.size()) < n_) {
+    scratch->scan_rows.resize(static_cast<size_t>(n_));
+    scratch->scan_masks.resize(static_cast<size_t>(n_));
+  }
+  scratch->bucket_begin.resize(static_cast<size_t>(l_));
+  scratch->bucket_end.resize(static_cast<size_t>(l_));
+  uint32_t* counter = scratch->group_counter.data();
+  int32_t* begin = scratch->bucket_begin.data();
+  int32_t* end = scratch->bucket_end.data();
+  for (int h0 = 0; h0 < g; h0 += 4) {
+    const int heads = std::min(4, g - h0);
+    for (int hb = 0; hb < heads; ++hb) {
+      const uint16_t* qc = query_codes + (h0 + hb) * l_;
+      // The offsets and bucket entries of a long shard are cache misses: request all L buckets
+      // before walking any, so the misses overlap instead of queueing one table at a time.
+      for (int t = 0; t < l_; ++t) __builtin_prefetch(offsets(t) + qc[t]);
+      for (int t = 0; t < l_; ++t) {
+        begin[t] = offsets(t)[qc[t]];
+        end[t] = offsets(t)[qc[t] + 1];
+        const int32_t* idx = indices(t);
+        for (int32_t p = begin[t]; p < end[t]; p += 16) __builtin_prefetch(idx + p);
+      }
+      const uint32_t inc = 1u << (8 * hb);
+      for (int t = 0; t < l_; ++t) {
+        const int32_t* idx = indices(t);
+        for (int32_t p = begin[t]; p < end[t]; ++p) counter[idx[p]] += inc;
+      }
+    }
+    const int64_t found = attn_internal::ScanCollisionCounters(
+        counter, n_, h0, scratch->scan_rows.data(), scratch->scan_masks.data());
+    if (h0 == 0) {
+      rows->assign(scratch->scan_rows.begin(), scratch->scan_rows.begin() + found);
+      masks->assign(scratch->scan_masks.begin(), scratch->scan_masks.begin() + found);
+    } else {
+      scratch->merged_rows.swap(*rows);
+      scratch->merged_masks.swap(*masks);
+      MergeSorted(scratch->merged_rows, scratch->merged_masks, scratch->scan_rows.data(),
+                  scratch->scan_masks.data(), found, rows, masks);
+    }
+  }
   return absl::OkStatus();
 }
 

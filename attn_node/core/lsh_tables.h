@@ -10,7 +10,8 @@
 // MagicPIG rule; with L = 1 nothing is ever returned). Per-key uint8 counters live in a
 // caller-owned LshScratch; entries are zeroed only where they were touched (a touched list), so a
 // retrieval costs O(#bucket entries read), not O(n), and leaves the scratch clean for the next
-// call. The result is in order of each key's second hit (not sorted).
+// call. The result is in order of each key's second hit (not sorted). RetrieveGroup returns the
+// same sets for the heads of a GQA group at once, sorted, with a head mask per key.
 //
 // Build and Append sort the L tables in parallel (oneTBB, in the caller's arena).
 //
@@ -26,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/large_buffer_allocator.h"
 
 namespace magicpig {
 
@@ -33,6 +35,14 @@ namespace magicpig {
 struct LshScratch {
   std::vector<uint8_t> counter;  // size >= n of the tables last retrieved from
   std::vector<int32_t> touched;  // keys whose counter left 0 during the current call
+  // RetrieveGroup:
+  std::vector<uint32_t> group_counter;  // [n] one byte per head of a block of 4
+  std::vector<int32_t> scan_rows;       // [n] one block's sampled keys
+  std::vector<uint32_t> scan_masks;     // [n] and their head bits
+  std::vector<int32_t> merged_rows;     // union of the blocks so far (g > 4)
+  std::vector<uint32_t> merged_masks;
+  std::vector<int32_t> bucket_begin;  // [L] the query's bucket in each table
+  std::vector<int32_t> bucket_end;
 };
 
 class LshTables {
@@ -54,6 +64,17 @@ class LshTables {
   // smaller; all its entries are 0 again on return.
   absl::Status Retrieve(const uint16_t* query_codes, LshScratch* scratch,
                         std::vector<int32_t>* out) const;
+
+  // The fast path for the g query heads of one GQA group (1 <= g <= 32; query_codes [g][L], each
+  // < 2^k): *rows = every key that Retrieve returns for at least one head, in increasing order,
+  // and (*masks)[j] has bit h set iff head h's Retrieve returns (*rows)[j]. Collisions are counted
+  // one byte per head in a uint32 per key, 4 heads per pass (no branch per bucket entry; the
+  // buckets' offsets and first entries are prefetched for all L tables first), then a vector scan
+  // over the n counters emits the keys and zeroes the counters. L > 255 (a byte could overflow)
+  // runs Retrieve per head instead, same result. INVALID_ARGUMENT for g outside [1, 32] or a code
+  // >= 2^k (outputs empty, scratch untouched).
+  absl::Status RetrieveGroup(const uint16_t* query_codes, int g, LshScratch* scratch,
+                             std::vector<int32_t>* rows, std::vector<uint32_t>* masks) const;
 
   int64_t size() const { return n_; }
   int k() const { return k_; }
@@ -77,8 +98,8 @@ class LshTables {
   int64_t n_;
   int k_;
   int l_;
-  std::vector<int32_t> offsets_;  // [L][2^K + 1]
-  std::vector<int32_t> indices_;  // [L][n]
+  std::vector<int32_t> offsets_;                                 // [L][2^K + 1]
+  std::vector<int32_t, LargeBufferAllocator<int32_t>> indices_;  // [L][n]
 };
 
 }  // namespace magicpig

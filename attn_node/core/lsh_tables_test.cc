@@ -1,10 +1,12 @@
 // Tests for LshTables: the CSR structure against the codes, Retrieve against a brute-force count of
 // equal codes (>= 2 tables) on random and adversarial inputs, counter hygiene across calls, memory
-// accounting, validation, and concurrent retrieval with per-thread scratch.
+// accounting, validation, concurrent retrieval with per-thread scratch, and RetrieveGroup (the
+// union for a GQA group) against the brute-force set of every head.
 #include "attn_node/core/lsh_tables.h"
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -236,6 +238,115 @@ TEST(LshTablesTest, ConcurrentRetrievalWithPerThreadScratch) {
   for (size_t i = 0; i < queries.size(); ++i) {
     EXPECT_EQ(Sorted(results[i]), BruteForce(codes, n, l, queries[i])) << "query " << i;
   }
+}
+
+// RetrieveGroup: per head, the keys whose mask has that head's bit are exactly the brute-force set
+// (>= 2 equal codes), the rows are strictly increasing, every mask is non-zero with no bit >= g,
+// and the packed counters are all 0 afterwards.
+void ExpectGroupExact(const LshTables& t, const std::vector<uint16_t>& codes,
+                      const std::vector<uint16_t>& queries, int g, LshScratch* scratch,
+                      const std::string& what) {
+  std::vector<int32_t> rows;
+  std::vector<uint32_t> masks;
+  ASSERT_TRUE(t.RetrieveGroup(queries.data(), g, scratch, &rows, &masks).ok()) << what;
+  ASSERT_EQ(rows.size(), masks.size()) << what;
+  for (size_t i = 1; i < rows.size(); ++i) ASSERT_LT(rows[i - 1], rows[i]) << what;
+  const uint32_t allowed = g >= 32 ? 0xffffffffu : (1u << g) - 1u;
+  for (uint32_t m : masks) {
+    ASSERT_NE(m, 0u) << what;
+    ASSERT_EQ(m & ~allowed, 0u) << what;
+  }
+  for (int h = 0; h < g; ++h) {
+    std::vector<int32_t> head;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if ((masks[i] >> h) & 1u) head.push_back(rows[i]);
+    }
+    const std::vector<uint16_t> q(queries.begin() + h * t.l(), queries.begin() + (h + 1) * t.l());
+    ASSERT_EQ(head, BruteForce(codes, t.size(), t.l(), q)) << what << " head " << h;
+  }
+  for (uint32_t c : scratch->group_counter) ASSERT_EQ(c, 0u) << what << ": counters left dirty";
+}
+
+TEST(LshTablesGroupTest, RandomGroupsMatchBruteForcePerHead) {
+  std::mt19937 rng(21);
+  LshScratch scratch;  // shared across sizes, group sizes and the L > 255 fallback
+  struct Case {
+    int64_t n;
+    int k;
+    int l;
+  };
+  for (const Case& c : {Case{1000, 2, 10}, Case{17, 3, 8}, Case{3000, 6, 150}, Case{16, 1, 4},
+                        Case{400, 4, 255}, Case{300, 3, 300}, Case{2, 2, 3}, Case{5000, 8, 40}}) {
+    const std::vector<uint16_t> codes = RandomCodes(c.n * c.l, c.k, rng);
+    auto t = LshTables::Build(codes.data(), c.n, c.k, c.l);
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (int g : {1, 2, 3, 4, 5, 8, 9, 32}) {
+      std::vector<uint16_t> queries = RandomCodes(static_cast<int64_t>(g) * c.l, c.k, rng);
+      // Some heads copy most tables from a key, some share a key with another head, so the union
+      // has keys sampled by one head and by several.
+      for (int h = 0; h < g; h += 2) {
+        const int64_t key = std::uniform_int_distribution<int64_t>(0, c.n - 1)(rng);
+        for (int t2 = 0; t2 < c.l; t2 += 1 + h % 3) queries[h * c.l + t2] = codes[key * c.l + t2];
+        if (h + 1 < g) {
+          for (int t2 = 0; t2 < c.l; t2 += 2) queries[(h + 1) * c.l + t2] = codes[key * c.l + t2];
+        }
+      }
+      ExpectGroupExact(*t, codes, queries, g, &scratch,
+                       "n=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
+                           " L=" + std::to_string(c.l) + " g=" + std::to_string(g));
+    }
+  }
+}
+
+TEST(LshTablesGroupTest, AdversarialGroups) {
+  LshScratch scratch;
+  // Every key in one bucket of every table, every head in that bucket: every key, every bit; with
+  // L = 255 each head's byte reaches 255 without overflowing into the next head's.
+  for (int l : {2, 255, 256}) {
+    const int64_t n = 333;
+    const int k = 5, g = 6;
+    std::vector<uint16_t> codes(n * l, 7);
+    auto t = LshTables::Build(codes.data(), n, k, l);
+    ASSERT_TRUE(t.ok());
+    std::vector<uint16_t> queries(static_cast<size_t>(g * l), 7);
+    queries[static_cast<size_t>(2 * l)] = 8;  // head 2 misses one table: still >= 2 when l > 2
+    ExpectGroupExact(*t, codes, queries, g, &scratch, "one bucket, L=" + std::to_string(l));
+  }
+  // n = 0, 1, 2 and L = 1 (nothing can collide twice).
+  std::mt19937 rng(5);
+  for (int64_t n : {0, 1, 2}) {
+    for (int l : {1, 2, 3}) {
+      const std::vector<uint16_t> codes = RandomCodes(n * l, 1, rng);
+      auto t = LshTables::Build(n == 0 ? nullptr : codes.data(), n, 1, l);
+      ASSERT_TRUE(t.ok());
+      for (int g : {1, 4, 7}) {
+        ExpectGroupExact(*t, codes, RandomCodes(static_cast<int64_t>(g) * l, 1, rng), g, &scratch,
+                         "tiny n=" + std::to_string(n) + " L=" + std::to_string(l));
+      }
+    }
+  }
+}
+
+TEST(LshTablesGroupTest, ValidatesArgumentsWithoutTouchingTheScratch) {
+  std::mt19937 rng(8);
+  const std::vector<uint16_t> codes = RandomCodes(50 * 4, 3, rng);
+  auto t = LshTables::Build(codes.data(), 50, 3, 4);
+  ASSERT_TRUE(t.ok());
+  LshScratch scratch;
+  std::vector<int32_t> rows = {1, 2};
+  std::vector<uint32_t> masks = {1, 1};
+  std::vector<uint16_t> queries(33 * 4, 1);
+  EXPECT_EQ(t->RetrieveGroup(queries.data(), 0, &scratch, &rows, &masks).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t->RetrieveGroup(queries.data(), 33, &scratch, &rows, &masks).code(),
+            absl::StatusCode::kInvalidArgument);
+  queries[4 * 2 + 3] = 8;  // head 2, table 3: not < 2^3
+  const absl::Status bad = t->RetrieveGroup(queries.data(), 3, &scratch, &rows, &masks);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("head 2, table 3"), std::string::npos) << bad.message();
+  EXPECT_TRUE(rows.empty());
+  EXPECT_TRUE(masks.empty());
+  EXPECT_TRUE(scratch.group_counter.empty());
 }
 
 }  // namespace

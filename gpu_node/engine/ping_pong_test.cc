@@ -156,7 +156,9 @@ TEST(PingPongTest, NodeLostDuringBatchedStepsRebuildsWithTheSameTokens) {
   EXPECT_EQ(recoveries, static_cast<int64_t>(batch.size()));  // each held blocks on the lost node
   batch.clear();
   for (auto& node : nodes) {
-    if (node != nullptr) EXPECT_EQ(node->store().Stats().sequences, 0);
+    if (node != nullptr) {
+      EXPECT_EQ(node->store().Stats().sequences, 0);
+    }
   }
 }
 
