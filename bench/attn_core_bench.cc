@@ -17,8 +17,14 @@
 //                              cpu_ms, full_cpu_ms and speedup_cpu from thread CPU time (see
 //                              Stamp). GBps = bytes / magicpig time; probe_GBps is measured right
 //                              after the loop (ProbeGbps) and of_probe = GBps / probe_GBps.
+//                              gather_floor_ms = the step's union rows x the seconds per row of
+//                              a gather that only reads rows (GatherSecondsPerRow, same threads)
+//                              and speedup_bound = full_ms / gather_floor_ms: the most a sampled
+//                              step can gain over full here, with retrieval and arithmetic free.
 //   TableBuild/K/L/threads     LshTables::Build of 64K keys x 8 kv heads vs ten cold reads of the
-//                              same keys (bf16, read with the probe's sum on the shards' buffers).
+//                              same keys (bf16, read with the probe's sum on the shards' buffers),
+//                              after one untimed build (first_build_ms: the process's first large
+//                              allocations wait for the kernel's huge pages).
 //   KeyHash/K/L/threads        SimHash::Codes of those 64K x 8 centred keys (the other half of a
 //                              shard's build, for reference).
 //   Full/n/threads             FullEstimator over all n keys of the 8 kv heads, GB/s and the
@@ -223,6 +229,59 @@ double ProbeGbps(int threads) {
     best = std::min(best, Seconds(t0, Clock::now()));
   }
   return static_cast<double>(buf.size() * 8) / best * 1e-9;
+}
+
+// The physical floor of a sampled step: seconds per gathered row when rows are only read, no
+// arithmetic. The 1 GiB probe buffer is two arrays of 256-byte rows (the bf16 key and value rows
+// at d = 128); each row of the key array is taken with probability kGatherFraction (about the
+// union fraction of magicpig(10, 150)), in increasing order like a group's union, and one word of
+// each of its 8 cache lines (4 key, 4 value) is summed, with the same prefetch distance as the
+// kernel. Best of two runs with `threads` threads, each on its own contiguous part of the rows.
+constexpr double kGatherFraction = 0.079;
+double GatherSecondsPerRow(int threads) {
+  const std::vector<uint64_t>& buf = ProbeBuffer();
+  constexpr size_t kRowWords = 256 / 8;
+  const size_t rows_per_array = buf.size() / 2 / kRowWords;
+  static const std::vector<uint32_t> picked = [&] {
+    std::vector<uint32_t> out;
+    std::mt19937_64 rng(77);
+    std::bernoulli_distribution take(kGatherFraction);
+    for (size_t r = 0; r < rows_per_array; ++r) {
+      if (take(rng)) out.push_back(static_cast<uint32_t>(r));
+    }
+    return out;
+  }();
+  const AliasU64* keys = reinterpret_cast<const AliasU64*>(buf.data());
+  const AliasU64* values = keys + rows_per_array * kRowWords;
+  auto part = [&](int t, uint64_t* out) {
+    const size_t b = picked.size() * t / threads, e = picked.size() * (t + 1) / threads;
+    uint64_t s = 0;
+    for (size_t i = b; i < e; ++i) {
+      if (i + 4 < e) {
+        for (size_t w = 0; w < kRowWords; w += 8) {
+          __builtin_prefetch(keys + picked[i + 4] * kRowWords + w);
+          __builtin_prefetch(values + picked[i + 4] * kRowWords + w);
+        }
+      }
+      for (size_t w = 0; w < kRowWords; w += 8) {
+        s += keys[picked[i] * kRowWords + w] + values[picked[i] * kRowWords + w];
+      }
+    }
+    *out = s;
+  };
+  double best = 1e30;
+  for (int r = 0; r < 2; ++r) {
+    FlushCaches();
+    std::vector<uint64_t> sums(static_cast<size_t>(threads));
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(part, t, &sums[static_cast<size_t>(t)]);
+    part(0, &sums[0]);
+    for (auto& th : pool) th.join();
+    best = std::min(best, Seconds(t0, Clock::now()));
+    benchmark::DoNotOptimize(sums.data());
+  }
+  return best / static_cast<double>(picked.size());
 }
 
 void BM_Probe(benchmark::State& state, int threads) {
@@ -562,6 +621,12 @@ void BM_MagicPig(benchmark::State& state, int64_t n, int k, int l, int threads) 
   state.counters["hash_us"] = hash.MeanWall() * 1e6;
   state.counters["step_speedup"] = fl.MeanWall() / (mp.MeanWall() + hash.MeanWall());
   state.counters["retr_cpu_ms"] = retrieve.MeanCpu() * 1e3;
+  // What the union rows alone would cost at the gather probe's rate, and the speedup over full
+  // that this floor allows.
+  const double gather_s = union_frac / iter * static_cast<double>(ds->n) * kKvHeads *
+                          GatherSecondsPerRow(threads);
+  state.counters["gather_floor_ms"] = gather_s * 1e3;
+  state.counters["speedup_bound"] = fl.MeanWall() / gather_s;
   if (threads == 1) {
     state.counters["cpu_ms"] = mp.MeanCpu() * 1e3;
     state.counters["full_cpu_ms"] = fl.MeanCpu() * 1e3;
@@ -651,6 +716,17 @@ void BM_TableBuild(benchmark::State& state, int k, int l, int threads) {
   for (const KvShard& s : ds->shards) codes.push_back(CodesFromTables(s.tables()));
   const Lap read = ColdKeyRead(*ds, threads);
   tbb::task_arena arena(threads);
+  // One untimed build first (reported as first_build_ms): the first large allocations of a
+  // process wait for the kernel to assemble huge pages; later builds reuse them.
+  double first_build_ms = 0;
+  {
+    FlushCaches();
+    const Stamp t0 = Now();
+    arena.execute([&] {
+      for (int g = 0; g < kKvHeads; ++g) (void)LshTables::Build(codes[g].data(), kTableBuildN, k, l);
+    });
+    first_build_ms = Lap().Add(t0, Now()) * 1e3;
+  }
   Lap build;
   for (auto _ : state) {
     std::vector<LshTables> built;
@@ -677,6 +753,7 @@ void BM_TableBuild(benchmark::State& state, int k, int l, int threads) {
   state.counters["key_read_ms"] = read.MeanWall() * 1e3;
   state.counters["key_read_GBps"] = key_bytes / read.MeanWall() * 1e-9;
   state.counters["build_over_10_reads"] = build.MeanWall() / (10 * read.MeanWall());
+  state.counters["first_build_ms"] = first_build_ms;
   if (threads == 1) {
     state.counters["cpu_ms"] = build.MeanCpu() * 1e3;
     state.counters["key_read_cpu_ms"] = read.MeanCpu() * 1e3;

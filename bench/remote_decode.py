@@ -109,7 +109,10 @@ def main():
     ap.add_argument("--configs", default="0,1,2", help="attention nodes per run; 0 = embedded")
     ap.add_argument("--ping-pong", default="on", help="on, off or both (remote runs)")
     ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="compute node threads, embedded runs")
+    ap.add_argument("--remote-threads", type=int, default=0,
+                    help="compute node threads with attention nodes (0: --threads)")
+    ap.add_argument("--node-threads", type=int, default=1, help="threads per attention node")
     ap.add_argument("--sparse-layers", type=int, default=28, help="SmolLM2-135M: 30 - {0, 15}")
     a = ap.parse_args()
     print("| depth | nodes | ping-pong | batch | TTFT s | decode tok/s per seq | aggregate tok/s | "
@@ -127,10 +130,11 @@ def main():
                 procs, nodes = [], []
                 try:
                     for _ in range(n_nodes):
-                        p, addr = start_node(a.attn, 1)
+                        p, addr = start_node(a.attn, a.node_threads)
                         procs.append(p)
                         nodes.append(addr)
-                    server, port = start_server(a.gpu, a.model, a.threads, nodes, batch,
+                    threads_here = a.remote_threads if n_nodes and a.remote_threads else a.threads
+                    server, port = start_server(a.gpu, a.model, threads_here, nodes, batch,
                                                 ping_pong)
                     procs.append(server)
                     unit = tokenize(port, TEXT)

@@ -31,42 +31,68 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 int32_t Sampler::Sample(absl::Span<const float> logits) {
   if (params_.temperature <= 0.0f || params_.top_k == 1) return Argmax(logits);
   const int64_t n = static_cast<int64_t>(logits.size());
-  std::vector<int32_t> ids(n);
-  std::iota(ids.begin(), ids.end(), 0);
-  // Candidates sorted by logit (descending, lowest id first on ties), truncated to top_k.
   const int64_t k = params_.top_k > 0 ? std::min<int64_t>(params_.top_k, n) : n;
+  const float inv_t = 1.0f / params_.temperature;
+  const float max_logit = logits[Argmax(logits)];
+  auto weight = [&](int32_t id) { return std::exp((logits[id] - max_logit) * inv_t); };
+  if (k == n && params_.top_p >= 1.0f) {
+    // The whole distribution: no candidate order is needed, draw by cumulative sum in id order
+    // (a sort of the vocabulary per token was the serving hot spot).
+    weights_.resize(static_cast<size_t>(n));
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += weights_[i] = weight(static_cast<int32_t>(i));
+    std::uniform_real_distribution<double> uniform(0.0, sum);
+    double r = uniform(rng_);
+    int64_t last = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (weights_[i] <= 0) continue;
+      last = i;
+      r -= weights_[i];
+      if (r < 0) return static_cast<int32_t>(i);
+    }
+    return static_cast<int32_t>(last);
+  }
+  // Candidates in descending logit order (lowest id first on ties), truncated to top_k; only as
+  // much of the order as the top-p prefix needs is sorted.
+  ids_.resize(static_cast<size_t>(n));
+  std::iota(ids_.begin(), ids_.end(), 0);
   auto by_logit = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_logit);
-  ids.resize(k);
-  std::vector<double> probs(k);
-  const double max_logit = logits[ids[0]];
-  double sum = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    probs[i] = std::exp((logits[ids[i]] - max_logit) / params_.temperature);
-    sum += probs[i];
-  }
+  if (k < n) std::nth_element(ids_.begin(), ids_.begin() + k, ids_.end(), by_logit);
+  ids_.resize(static_cast<size_t>(k));
+  double total = 0;
+  for (int32_t id : ids_) total += weight(id);
   int64_t keep = k;
+  int64_t sorted = 0;
   if (params_.top_p < 1.0f) {
+    // The smallest prefix whose mass reaches top_p, sorting a growing head of the candidates.
     double mass = 0;
-    for (int64_t i = 0; i < k; ++i) {
-      mass += probs[i] / sum;
-      if (mass >= params_.top_p) {
-        keep = i + 1;
-        break;
+    bool found = false;
+    for (int64_t m = std::min<int64_t>(k, 64); !found; m = std::min<int64_t>(k, m * 8)) {
+      std::partial_sort(ids_.begin() + sorted, ids_.begin() + m, ids_.end(), by_logit);
+      for (; sorted < m; ++sorted) {
+        mass += weight(ids_[sorted]) / total;
+        if (mass >= params_.top_p) {
+          keep = sorted + 1;
+          found = true;
+          break;
+        }
       }
+      if (m == k) break;
     }
+  } else {
+    std::sort(ids_.begin(), ids_.end(), by_logit);
   }
   double kept_sum = 0;
-  for (int64_t i = 0; i < keep; ++i) kept_sum += probs[i];
+  for (int64_t i = 0; i < keep; ++i) kept_sum += weight(ids_[i]);
   std::uniform_real_distribution<double> uniform(0.0, kept_sum);
   double r = uniform(rng_);
   for (int64_t i = 0; i < keep; ++i) {
-    r -= probs[i];
-    if (r < 0) return ids[i];
+    r -= weight(ids_[i]);
+    if (r < 0) return ids_[i];
   }
-  return ids[keep - 1];
+  return ids_[keep - 1];
 }
 
 }  // namespace magicpig::engine

@@ -2,7 +2,9 @@
 //
 // Order of operations (as llama.cpp and vLLM): temperature scaling, top-k, softmax, top-p
 // (smallest prefix of the sorted distribution whose mass reaches top_p), then a draw from the
-// renormalised distribution. temperature == 0 means greedy (argmax, lowest id on ties).
+// renormalised distribution. temperature == 0 means greedy (argmax, lowest id on ties). The draw
+// walks the candidates in descending logit order when top-k or top-p truncates, in id order
+// otherwise (no sort of the vocabulary per token).
 //
 // Thread-safety: a Sampler belongs to one sequence (it owns the RNG state).
 #ifndef MAGICPIG_GPU_NODE_ENGINE_SAMPLER_H_
@@ -10,6 +12,7 @@
 
 #include <cstdint>
 #include <random>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -34,6 +37,8 @@ class Sampler {
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
+  std::vector<int32_t> ids_;     // candidate ids (reused)
+  std::vector<double> weights_;  // exp((logit - max) / T) in id order (reused)
 };
 
 int32_t Argmax(absl::Span<const float> logits);

@@ -1,5 +1,6 @@
 #include "gpu_node/engine/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -66,6 +67,54 @@ TEST(SamplerTest, TopPKeepsSmallestPrefixReachingMass) {
   p.top_p = 0.85f;
   p.seed = 3;
   ExpectDistribution(p, logits, Softmax(logits, 1.0, {true, true, false, false}));
+}
+
+// A vocabulary-sized case: the top-p prefix spans several of the sampler's sorting rounds (it sorts
+// 64 candidates, then 512, ...), with and without top_k, and the full distribution (drawn in id
+// order). Expected: the exact truncated softmax from a full sort here.
+std::vector<double> Nucleus(const std::vector<float>& logits, double temperature, int top_k,
+                            double top_p) {
+  std::vector<int> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
+  std::sort(ids.begin(), ids.end(), [&](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  if (top_k > 0) ids.resize(static_cast<size_t>(top_k));
+  double total = 0;
+  for (int id : ids) total += std::exp(logits[id] / temperature);
+  std::vector<bool> keep(logits.size(), false);
+  double mass = 0;
+  for (int id : ids) {
+    keep[id] = true;
+    mass += std::exp(logits[id] / temperature) / total;
+    if (mass >= top_p) break;
+  }
+  return Softmax(logits, temperature, keep);
+}
+
+TEST(SamplerTest, LargeVocabularyTopPTopKAndFull) {
+  std::vector<float> logits(600);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    logits[i] = 2.0f * std::sin(0.37f * static_cast<float>(i)) - 0.001f * static_cast<float>(i);
+  }
+  struct Case {
+    int top_k;
+    float top_p;
+  };
+  for (const Case& c : {Case{0, 0.95f}, Case{300, 0.9f}, Case{0, 1.0f}}) {
+    SamplingParams p;
+    p.temperature = 0.8f;
+    p.top_k = c.top_k;
+    p.top_p = c.top_p;
+    p.seed = 99;
+    const std::vector<double> want = Nucleus(logits, 0.8, c.top_k, c.top_p);
+    int support = 0;
+    for (double w : want) support += w > 0 ? 1 : 0;
+    if (c.top_p < 1.0f) {
+      EXPECT_GT(support, 64) << "the prefix must need more than the first sorting round";
+    }
+    ExpectDistribution(p, logits, want);
+  }
 }
 
 TEST(SamplerTest, SameSeedSameSequence) {
