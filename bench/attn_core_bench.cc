@@ -679,7 +679,7 @@ std::vector<uint16_t> CodesFromTables(const LshTables& t) {
   std::vector<uint16_t> codes(static_cast<size_t>(n * l));
   for (int table = 0; table < l; ++table) {
     const int32_t* off = t.offsets(table);
-    const int32_t* idx = t.indices(table);
+    const std::vector<int32_t> idx = t.TableIndices(table);
     for (int64_t b = 0; b < t.num_buckets(); ++b) {
       for (int32_t p = off[b]; p < off[b + 1]; ++p) {
         codes[static_cast<size_t>(idx[p]) * l + table] = static_cast<uint16_t>(b);

@@ -69,7 +69,7 @@ TEST(KvShardTest, StoresCentredKeysNormsAndTables) {
     const int32_t* off = shard->tables().offsets(t);
     for (int64_t b = 0; b < shard->tables().num_buckets(); ++b) {
       for (int32_t p = off[b]; p < off[b + 1]; ++p) {
-        EXPECT_EQ(codes[shard->tables().indices(t)[p] * l + t], b);
+        EXPECT_EQ(codes[shard->tables().index(t, p) * l + t], b);
       }
     }
   }
@@ -131,8 +131,7 @@ TEST(KvShardTest, Bf16StorageRoundsKeysAndValuesKeepsFp32NormsAndTables) {
   for (int t = 0; t < l; ++t) {
     for (int64_t b = 0; b <= bf->tables().num_buckets(); ++b)
       ASSERT_EQ(bf->tables().offsets(t)[b], f32->tables().offsets(t)[b]);
-    for (int64_t p = 0; p < n; ++p)
-      ASSERT_EQ(bf->tables().indices(t)[p], f32->tables().indices(t)[p]);
+    for (int64_t p = 0; p < n; ++p) ASSERT_EQ(bf->tables().index(t, p), f32->tables().index(t, p));
   }
   // Exact memory: 2 bytes per key / value element, 4 per norm and center element, plus the tables.
   EXPECT_EQ(bf->bytes(), 2 * 2 * n * d + 4 * n + 4 * d + bf->tables().bytes());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -62,22 +63,40 @@ absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int
   }
   LshTables t(n, k, l);
   t.offsets_.assign(static_cast<size_t>(l * (buckets + 1)), 0);
-  t.indices_.resize(static_cast<size_t>(l * n));
+  if (t.narrow()) {
+    t.indices16_.resize(static_cast<size_t>(l * n));
+  } else {
+    t.indices32_.resize(static_cast<size_t>(l * n));
+  }
   // Tables are independent: one counting sort each, in parallel.
-  tbb::parallel_for(tbb::blocked_range<int>(0, l), [&](const tbb::blocked_range<int>& range) {
-    std::vector<int32_t> cursor(static_cast<size_t>(buckets));
-    for (int table = range.begin(); table < range.end(); ++table) {
-      const uint16_t* c = by_table.data() + table * n;
-      int32_t* off = t.offsets_.data() + table * (buckets + 1);
-      // Histogram into off[b + 1], prefix sum, then a stable scatter.
-      for (int64_t i = 0; i < n; ++i) ++off[c[i] + 1];
-      for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b];
-      std::copy(off, off + buckets, cursor.begin());
-      int32_t* idx = t.indices_.data() + table * n;
-      for (int64_t i = 0; i < n; ++i) idx[cursor[c[i]]++] = static_cast<int32_t>(i);
-    }
-  });
+  auto sort_tables = [&](auto* indices) {
+    tbb::parallel_for(tbb::blocked_range<int>(0, l), [&](const tbb::blocked_range<int>& range) {
+      std::vector<int32_t> cursor(static_cast<size_t>(buckets));
+      for (int table = range.begin(); table < range.end(); ++table) {
+        const uint16_t* c = by_table.data() + table * n;
+        int32_t* off = t.offsets_.data() + table * (buckets + 1);
+        // Histogram into off[b + 1], prefix sum, then a stable scatter.
+        for (int64_t i = 0; i < n; ++i) ++off[c[i] + 1];
+        for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b];
+        std::copy(off, off + buckets, cursor.begin());
+        auto* idx = indices + table * n;
+        using Index = std::remove_reference_t<decltype(*idx)>;
+        for (int64_t i = 0; i < n; ++i) idx[cursor[c[i]]++] = static_cast<Index>(i);
+      }
+    });
+  };
+  if (t.narrow()) {
+    sort_tables(t.indices16_.data());
+  } else {
+    sort_tables(t.indices32_.data());
+  }
   return t;
+}
+
+std::vector<int32_t> LshTables::TableIndices(int table) const {
+  return WithIndices([&](const auto* indices) {
+    return std::vector<int32_t>(indices + table * n_, indices + (table + 1) * n_);
+  });
 }
 
 absl::Status LshTables::Append(const uint16_t* codes, int64_t m) {
@@ -96,31 +115,51 @@ absl::Status LshTables::Append(const uint16_t* codes, int64_t m) {
   if (m == 0) return absl::OkStatus();
   const int64_t n2 = n_ + m;
   std::vector<int32_t> offsets(static_cast<size_t>(l_ * (buckets + 1)), 0);
-  std::vector<int32_t, LargeBufferAllocator<int32_t>> indices(static_cast<size_t>(l_ * n2));
-  tbb::parallel_for(tbb::blocked_range<int>(0, l_), [&](const tbb::blocked_range<int>& range) {
-    std::vector<int32_t> cursor(static_cast<size_t>(buckets));
-    for (int table = range.begin(); table < range.end(); ++table) {
-      const int32_t* old_off = offsets_.data() + table * (buckets + 1);
-      const int32_t* old_idx = indices_.data() + table * n_;
-      int32_t* off = offsets.data() + table * (buckets + 1);
-      int32_t* idx = indices.data() + table * n2;
-      // New bucket sizes = old sizes + new keys per bucket.
-      for (int64_t i = 0; i < m; ++i) ++off[codes[i * l_ + table] + 1];
-      for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b] + (old_off[b + 1] - old_off[b]);
-      // Old entries first (indices < n), then the new keys in increasing order: buckets stay
-      // sorted, exactly as a fresh Build over all n + m codes would lay them out.
-      for (int64_t b = 0; b < buckets; ++b) {
-        const int32_t size = old_off[b + 1] - old_off[b];
-        std::copy(old_idx + old_off[b], old_idx + old_off[b + 1], idx + off[b]);
-        cursor[static_cast<size_t>(b)] = off[b] + size;
+  std::vector<uint16_t, LargeBufferAllocator<uint16_t>> indices16;
+  std::vector<int32_t, LargeBufferAllocator<int32_t>> indices32;
+  const bool narrow2 = n2 <= kMaxNarrowKeys;
+  if (narrow2) {
+    indices16.resize(static_cast<size_t>(l_ * n2));
+  } else {
+    indices32.resize(static_cast<size_t>(l_ * n2));
+  }
+  auto merge_tables = [&](const auto* old_indices, auto* new_indices) {
+    tbb::parallel_for(tbb::blocked_range<int>(0, l_), [&](const tbb::blocked_range<int>& range) {
+      std::vector<int32_t> cursor(static_cast<size_t>(buckets));
+      for (int table = range.begin(); table < range.end(); ++table) {
+        const int32_t* old_off = offsets_.data() + table * (buckets + 1);
+        const auto* old_idx = old_indices + table * n_;
+        int32_t* off = offsets.data() + table * (buckets + 1);
+        auto* idx = new_indices + table * n2;
+        using Index = std::remove_reference_t<decltype(*idx)>;
+        // New bucket sizes = old sizes + new keys per bucket.
+        for (int64_t i = 0; i < m; ++i) ++off[codes[i * l_ + table] + 1];
+        for (int64_t b = 0; b < buckets; ++b) {
+          off[b + 1] += off[b] + (old_off[b + 1] - old_off[b]);
+        }
+        // Old entries first (indices < n), then the new keys in increasing order: buckets stay
+        // sorted, exactly as a fresh Build over all n + m codes would lay them out.
+        for (int64_t b = 0; b < buckets; ++b) {
+          const int32_t size = old_off[b + 1] - old_off[b];
+          std::copy(old_idx + old_off[b], old_idx + old_off[b + 1], idx + off[b]);
+          cursor[static_cast<size_t>(b)] = off[b] + size;
+        }
+        for (int64_t i = 0; i < m; ++i) {
+          idx[cursor[codes[i * l_ + table]]++] = static_cast<Index>(n_ + i);
+        }
       }
-      for (int64_t i = 0; i < m; ++i) {
-        idx[cursor[codes[i * l_ + table]]++] = static_cast<int32_t>(n_ + i);
-      }
+    });
+  };
+  WithIndices([&](const auto* old_indices) {
+    if (narrow2) {
+      merge_tables(old_indices, indices16.data());
+    } else {
+      merge_tables(old_indices, indices32.data());
     }
   });
   offsets_ = std::move(offsets);
-  indices_ = std::move(indices);
+  indices16_ = std::move(indices16);
+  indices32_ = std::move(indices32);
   n_ = n2;
   return absl::OkStatus();
 }
@@ -143,23 +182,25 @@ absl::Status LshTables::Retrieve(const uint16_t* query_codes, LshScratch* scratc
   uint8_t* counter = scratch->counter.data();
   std::vector<int32_t>& touched = scratch->touched;
   touched.clear();
-  for (int table = 0; table < l_; ++table) {
-    const int32_t* off = offsets(table);
-    const int32_t* idx = indices(table);
-    const int32_t begin = off[query_codes[table]];
-    const int32_t end = off[query_codes[table] + 1];
-    for (int32_t p = begin; p < end; ++p) {
-      const int32_t j = idx[p];
-      const uint8_t c = counter[j];
-      if (c == 0) {
-        counter[j] = 1;
-        touched.push_back(j);
-      } else if (c == 1) {
-        counter[j] = 2;
-        out->push_back(j);
+  WithIndices([&](const auto* indices) {
+    for (int table = 0; table < l_; ++table) {
+      const int32_t* off = offsets(table);
+      const auto* idx = indices + table * n_;
+      const int32_t begin = off[query_codes[table]];
+      const int32_t end = off[query_codes[table] + 1];
+      for (int32_t p = begin; p < end; ++p) {
+        const int32_t j = idx[p];
+        const uint8_t c = counter[j];
+        if (c == 0) {
+          counter[j] = 1;
+          touched.push_back(j);
+        } else if (c == 1) {
+          counter[j] = 2;
+          out->push_back(j);
+        }
       }
     }
-  }
+  });
   for (int32_t j : touched) counter[j] = 0;
   touched.clear();
   return absl::OkStatus();
@@ -245,23 +286,26 @@ absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScr
   int32_t* end = scratch->bucket_end.data();
   for (int h0 = 0; h0 < g; h0 += 4) {
     const int heads = std::min(4, g - h0);
-    for (int hb = 0; hb < heads; ++hb) {
-      const uint16_t* qc = query_codes + (h0 + hb) * l_;
-      // The offsets and bucket entries of a long shard are cache misses: request all L buckets
-      // before walking any, so the misses overlap instead of queueing one table at a time.
-      for (int t = 0; t < l_; ++t) __builtin_prefetch(offsets(t) + qc[t]);
-      for (int t = 0; t < l_; ++t) {
-        begin[t] = offsets(t)[qc[t]];
-        end[t] = offsets(t)[qc[t] + 1];
-        const int32_t* idx = indices(t);
-        for (int32_t p = begin[t]; p < end[t]; p += 16) __builtin_prefetch(idx + p);
+    WithIndices([&](const auto* indices) {
+      constexpr int kPerLine = 64 / sizeof(*indices);
+      for (int hb = 0; hb < heads; ++hb) {
+        const uint16_t* qc = query_codes + (h0 + hb) * l_;
+        // The offsets and bucket entries of a long shard are cache misses: request all L buckets
+        // before walking any, so the misses overlap instead of queueing one table at a time.
+        for (int t = 0; t < l_; ++t) __builtin_prefetch(offsets(t) + qc[t]);
+        for (int t = 0; t < l_; ++t) {
+          begin[t] = offsets(t)[qc[t]];
+          end[t] = offsets(t)[qc[t] + 1];
+          const auto* idx = indices + t * n_;
+          for (int32_t p = begin[t]; p < end[t]; p += kPerLine) __builtin_prefetch(idx + p);
+        }
+        const uint32_t inc = 1u << (8 * hb);
+        for (int t = 0; t < l_; ++t) {
+          const auto* idx = indices + t * n_;
+          for (int32_t p = begin[t]; p < end[t]; ++p) counter[idx[p]] += inc;
+        }
       }
-      const uint32_t inc = 1u << (8 * hb);
-      for (int t = 0; t < l_; ++t) {
-        const int32_t* idx = indices(t);
-        for (int32_t p = begin[t]; p < end[t]; ++p) counter[idx[p]] += inc;
-      }
-    }
+    });
     const int64_t found = attn_internal::ScanCollisionCounters(
         counter, n_, h0, scratch->scan_rows.data(), scratch->scan_masks.data());
     if (h0 == 0) {

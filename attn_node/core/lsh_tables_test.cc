@@ -56,13 +56,13 @@ void ExpectCsrMatchesCodes(const LshTables& t, const std::vector<uint16_t>& code
     for (int64_t b = 0; b < t.num_buckets(); ++b) {
       ASSERT_LE(off[b], off[b + 1]);
       for (int32_t p = off[b]; p < off[b + 1]; ++p) {
-        const int32_t j = t.indices(table)[p];
+        const int32_t j = t.index(table, p);
         ASSERT_GE(j, 0);
         ASSERT_LT(j, n);
         ++seen[j];
         EXPECT_EQ(codes[j * t.l() + table], b);
         if (p > off[b]) {
-          EXPECT_LT(t.indices(table)[p - 1], j);  // increasing within a bucket
+          EXPECT_LT(t.index(table, p - 1), j);  // increasing within a bucket
         }
       }
     }
@@ -192,10 +192,45 @@ TEST(LshTablesTest, BytesAccountsOffsetsAndIndices) {
   const std::vector<uint16_t> codes = RandomCodes(1000 * 20, 10, rng);
   auto t = LshTables::Build(codes.data(), 1000, 10, 20);
   ASSERT_TRUE(t.ok());
-  EXPECT_EQ(t->bytes(), 20 * (1024 + 1) * 4 + 20 * 1000 * 4);
+  EXPECT_EQ(t->index_bytes(), 2);  // n <= 65536: 16-bit indices
+  EXPECT_EQ(t->bytes(), 20 * (1024 + 1) * 4 + 20 * 1000 * 2);
   auto empty = LshTables::Build(nullptr, 0, 10, 20);
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(empty->bytes(), 20 * (1024 + 1) * 4);
+}
+
+// Indices are 16-bit up to 65536 keys and 32-bit beyond, with the same tables either way: the
+// CSR structure is exact on both sides of the boundary, retrieval matches brute force, and Append
+// across the boundary (narrow -> wide) equals a Build over all the codes.
+TEST(LshTablesTest, IndexWidthBoundary) {
+  std::mt19937 rng(12);
+  const int k = 4, l = 3;
+  const int64_t total = LshTables::kMaxNarrowKeys + 1;
+  const std::vector<uint16_t> codes = RandomCodes(total * l, k, rng);
+  LshScratch scratch;
+  for (int64_t n : {LshTables::kMaxNarrowKeys, total}) {
+    auto t = LshTables::Build(codes.data(), n, k, l);
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->index_bytes(), n <= LshTables::kMaxNarrowKeys ? 2 : 4) << n;
+    EXPECT_EQ(t->bytes(), l * ((1 << k) + 1) * 4 + l * n * t->index_bytes()) << n;
+    ExpectCsrMatchesCodes(*t, std::vector<uint16_t>(codes.begin(), codes.begin() + n * l));
+    for (int q = 0; q < 3; ++q) {
+      ExpectRetrievalExact(*t, std::vector<uint16_t>(codes.begin(), codes.begin() + n * l),
+                           RandomCodes(l, k, rng), &scratch);
+    }
+  }
+  auto grown = LshTables::Build(codes.data(), total - 100, k, l);
+  ASSERT_TRUE(grown.ok());
+  ASSERT_EQ(grown->index_bytes(), 2);
+  ASSERT_TRUE(grown->Append(codes.data() + (total - 100) * l, 100).ok());
+  EXPECT_EQ(grown->index_bytes(), 4);
+  auto once = LshTables::Build(codes.data(), total, k, l);
+  ASSERT_TRUE(once.ok());
+  for (int t = 0; t < l; ++t) {
+    ASSERT_TRUE(std::equal(once->offsets(t), once->offsets(t) + once->num_buckets() + 1,
+                           grown->offsets(t)));
+    ASSERT_EQ(once->TableIndices(t), grown->TableIndices(t));
+  }
 }
 
 TEST(LshTablesTest, ValidatesArguments) {

@@ -10,6 +10,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "attn_node/core/lsh_tables.h"
 #include "common/code_packing.h"
 #include "common/status_macros.h"
 #include "tbb/blocked_range.h"
@@ -74,8 +75,13 @@ int64_t ElementBytes(KvStorage storage) { return storage == KvStorage::kF32 ? 4 
 
 // Per key and per (layer, kv head) bytes of a stored key beyond the fixed part (see
 // EstimateSequenceBytes); pending codes (L * 2 bytes) are added for appends.
+// Bytes of one table index: 16-bit while a shard holds at most LshTables::kMaxNarrowKeys keys.
+int64_t IndexBytes(const SequenceSpec& s) {
+  return s.max_tokens <= LshTables::kMaxNarrowKeys ? 2 : 4;
+}
+
 int64_t BytesPerKey(const SequenceSpec& s) {
-  return 2 * int64_t{s.head_dim} * ElementBytes(s.storage) + 4 + int64_t{s.lsh_l} * 4;
+  return 2 * int64_t{s.head_dim} * ElementBytes(s.storage) + 4 + int64_t{s.lsh_l} * IndexBytes(s);
 }
 
 int64_t FixedBytesPerShard(const SequenceSpec& s) {
