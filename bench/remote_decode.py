@@ -76,6 +76,9 @@ def one_request(port, prompt_ids, max_tokens, out, first_token):
     t0 = time.time()
     c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     r = c.getresponse()
+    if r.status != 200:
+        first_token.release()  # do not leave the decode-phase window waiting
+        raise RuntimeError("request failed: HTTP %d %s" % (r.status, r.read()[:300]))
     first = last = None
     n = 0
     buf = b""
@@ -114,6 +117,7 @@ def main():
                     help="compute node threads with attention nodes (0: --threads)")
     ap.add_argument("--node-threads", type=int, default=1, help="threads per attention node")
     ap.add_argument("--sparse-layers", type=int, default=28, help="SmolLM2-135M: 30 - {0, 15}")
+    ap.add_argument("--context", type=int, default=8192, help="the model's context length")
     a = ap.parse_args()
     print("| depth | nodes | ping-pong | batch | TTFT s | decode tok/s per seq | aggregate tok/s | "
           "dense / attention / sampling ms per step | RPC KiB up / down per sparse layer step "
@@ -138,7 +142,10 @@ def main():
                                                 ping_pong)
                     procs.append(server)
                     unit = tokenize(port, TEXT)
-                    base = (unit * (depth // len(unit) + 1))[:depth - 8]
+                    # prompt + max_tokens must fit the model's context (8192 for SmolLM2): a depth
+                    # at the context length is taken as the longest prompt that fits.
+                    length = min(depth, a.context - a.max_tokens) - 8
+                    base = (unit * (length // len(unit) + 1))[:length]
                     prompts = [base + tokenize(port, " Entry %d:" % i) for i in range(batch)]
                     results = []
                     first_token = threading.Semaphore(0)
@@ -159,6 +166,11 @@ def main():
                     for t in threads:
                         t.join()
                     after = metrics(port)
+                    if len(results) != len(prompts):
+                        print("| %d | %s | %s | %d | %d of %d requests failed |" % (
+                            depth, n_nodes or "embedded", "-" if not n_nodes else ping_pong, batch,
+                            len(prompts) - len(results), len(prompts)), flush=True)
+                        continue
                     d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
                     steps = max(1.0, d.get("magicpig_batch_size_count", 0))
                     phase = [1000 * d.get('magicpig_decode_phase_seconds_total{phase="%s"}' % p, 0)

@@ -71,11 +71,6 @@ inline void ReduceAdd4(V a, V b, V c, V d, float* out) {
   const __m256 abcd = _mm256_hadd_ps(ab, cd);
   _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
 }
-// r with the lanes where x < t set to 0.
-inline V ZeroWhereLess(V r, V x, V t) {
-  return {_mm256_and_ps(r.lo, _mm256_cmp_ps(x.lo, t.lo, _CMP_GE_OQ)),
-          _mm256_and_ps(r.hi, _mm256_cmp_ps(x.hi, t.hi, _CMP_GE_OQ))};
-}
 inline void Prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 }  // namespace magicpig::simd16::avx2
 

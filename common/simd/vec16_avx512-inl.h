@@ -58,10 +58,6 @@ inline void ReduceAdd4(V a, V b, V c, V d, float* out) {
   out[2] = ReduceAdd(c);
   out[3] = ReduceAdd(d);
 }
-// r with the lanes where x < t set to 0.
-inline V ZeroWhereLess(V r, V x, V t) {
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, t, _CMP_GE_OQ), r);
-}
 inline void Prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 }  // namespace magicpig::simd16::avx512
 

@@ -2,7 +2,7 @@
 // headers defines, in magicpig::simd16::<isa>, kLanes == 16, a vector type V and Zero(),
 // Set1(float), LoadF32, LoadF16, LoadBf16, LoadBf16Shuffled + Bf16ShuffledSource (16 elements in an
 // ISA-chosen lane order), Store, Fma(a, b, c) = a*b + c, Mul, Add, Max, Sub, Floor, ScaleByPow2(p,
-// e) = p * 2^e (e integral), ReduceAdd, ReduceAdd4, ReduceMax, ZeroWhereLess and Prefetch, then
+// e) = p * 2^e (e integral), ReduceAdd, ReduceAdd4, ReduceMax and Prefetch, then
 // includes this file with MAGICPIG_SIMD16_NS naming its namespace. No include guard on purpose.
 #include <cstdint>
 #include <cstring>

@@ -87,11 +87,6 @@ inline void ReduceAdd4(V a, V b, V c, V d, float* out) {
   out[2] = ReduceAdd(c);
   out[3] = ReduceAdd(d);
 }
-// r with the lanes where x < t set to 0.
-inline V ZeroWhereLess(V r, V x, V t) {
-  for (int i = 0; i < 16; ++i) r.x[i] = x.x[i] < t.x[i] ? 0.0f : r.x[i];
-  return r;
-}
 inline void Prefetch(const void* p) { __builtin_prefetch(p); }
 }  // namespace magicpig::simd16::scalar
 

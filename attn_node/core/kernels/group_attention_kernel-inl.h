@@ -2,19 +2,21 @@
 // translation unit after that unit brings one of common/simd/vec16_<isa>-inl.h's vector
 // namespaces into magicpig::attn_internal::MAGICPIG_GROUP_NS.
 //
-// Work per tile of kGroupTile rows, in three passes:
+// Two paths:
+// - Unmasked rows (every head attends to every row, e.g. FullEstimator): tiles of kGroupTile
+//   rows, in three passes each:
 //   A. scores: each key row is loaded once and dotted with up to 4 heads at a time (the 4 sums
-//      reduced together), then turned into logits (MagicPIG correction, -inf for masked heads);
+//      reduced together), then turned into logits (with the MagicPIG correction if asked);
 //   B. softmax: per head, the tile's maximum, the weights exp(x - m) and the running sum;
-//   C. values, with accumulators held in registers across the tile's rows instead of loaded and
-//      stored for every row: without masks (every head weighs every row) 4 heads at a time over
-//      one 16-element chunk, so each value chunk is loaded once for 4 heads; with masks per head
-//      over only the rows it sampled, 64 elements at a time.
+//   C. values, 4 heads x one 16-element chunk at a time with the accumulators in registers
+//      across the tile's rows, so each value chunk is loaded once for 4 heads.
+// - Masked rows (a MagicPIG group's sampled union, usually one head per row): streamed one row at
+//   a time with a running softmax per head (RunStreamed), so the gather's prefetches flow steadily.
 // Rows are read 16 elements at a time in the ISA's LoadBf16Shuffled lane order (one load and two
 // bit operations on AVX2 instead of a widening shuffle); the queries are permuted into that order
 // once per call and the accumulators permuted back at the end, so the dot products and value sums
 // are the same sums in another order. A gathered row list prefetches the key and value rows
-// kPrefetchRows entries ahead in pass A, so pass C finds the values in cache.
+// kPrefetchRows entries ahead.
 #include <cstdint>
 
 #include "attn_node/core/kernels/group_attention_kernel.h"
@@ -128,23 +130,6 @@ inline void DenseValuesHeads(int heads, const void* values, const int64_t* row_o
   }
 }
 
-// Masked tiles: one head over the tile positions in list[0 .. count), chunks [c0, c0 + kVecs),
-// with the kVecs chunk accumulators in registers.
-template <int kVecs, bool kBf16>
-inline void SparseValues(const void* values, const int64_t* row_of, const int32_t* list,
-                         int64_t count, const float* w, int64_t d, int64_t c0, float corr,
-                         float* acc) {
-  V s[kVecs];
-  for (int i = 0; i < kVecs; ++i) s[i] = Mul(LoadF32(acc + (c0 + i) * kLanes), Set1(corr));
-  for (int64_t k = 0; k < count; ++k) {
-    const int32_t j = list[k];
-    const V p = Set1(w[j]);
-    const int64_t r = row_of[j];
-    for (int i = 0; i < kVecs; ++i) s[i] = Fma(p, LoadChunk<kBf16>(values, r, d, c0 + i), s[i]);
-  }
-  for (int i = 0; i < kVecs; ++i) Store(acc + (c0 + i) * kLanes, s[i]);
-}
-
 // Pass A for a contiguous range that every head attends to with exact logits (FullEstimator):
 // x[h][j] = scale * q_h . k_r. Not inlined (nor ScoreTile): inside RunImpl the register allocator
 // spilled the dot-product loop's constants (about 5% of a step on AVX2).
@@ -169,20 +154,16 @@ __attribute__((noinline)) void ScoreDenseTile(const GroupAttentionArgs& a, int64
   }
 }
 
-// Pass A in general: gathered rows (prefetched ahead), head masks, the MagicPIG correction.
-// Masked heads get -inf; count[h] / list[h][...] receive the tile positions head h attends to
-// when there are masks (count[h] = nt otherwise).
+// Pass A for rows that every head attends to, in general: a row list (prefetched ahead) or the
+// MagicPIG correction. x[h][j] = the logit of head h for tile position j.
 template <int64_t kChunks, bool kBf16>
 __attribute__((noinline)) void ScoreTile(const GroupAttentionArgs& a, int64_t t0, int64_t nt,
-                                         int64_t chunks, const float* qp, float* x, int64_t* row_of,
-                                         int32_t* list, int32_t* count) {
+                                         int64_t chunks, const float* qp, float* x,
+                                         int64_t* row_of) {
   constexpr int64_t kT = kGroupTile;
-  const float neg_inf = -__builtin_inff();
   const int64_t d = a.d;
   const int g = a.g;
-  const bool masked = a.masks != nullptr;
   const bool correct = a.lnu_table != nullptr;
-  for (int h = 0; h < g; ++h) count[h] = masked ? 0 : static_cast<int32_t>(nt);
   for (int64_t j = 0; j < nt; ++j) {
     int64_t r;
     if (a.rows != nullptr) {
@@ -198,33 +179,12 @@ __attribute__((noinline)) void ScoreTile(const GroupAttentionArgs& a, int64_t t0
       PrefetchRow<kChunks, kBf16>(a.values, r, d);  // see ScoreDenseTile
     }
     row_of[j] = r;
-    const uint32_t mask = masked ? a.masks[t0 + j] : 0xffffffffu;
     for (int h0 = 0; h0 < g; h0 += 4) {
       const int hb = static_cast<int>(MinI(4, g - h0));
-      const uint32_t bits = (mask >> h0) & ((1u << hb) - 1u);
-      if (bits == 0) {
-        for (int i = 0; i < hb; ++i) x[(h0 + i) * kT + j] = neg_inf;
-        continue;
-      }
       float s[4];
-      if (__builtin_popcount(bits) >= 3) {
-        DotRowHeads<kChunks, kBf16>(hb, a.keys, r, d, chunks, qp + h0 * d, s);
-      } else {
-        // A sampled row is usually attended by one head of the group: dot only those heads (the
-        // row is in L1 after the first).
-        for (uint32_t b = bits; b != 0; b &= b - 1) {
-          const int i = __builtin_ctz(b);
-          float one[4];
-          DotRow<1, kChunks, kBf16>(a.keys, r, d, chunks, qp + (h0 + i) * d, one);
-          s[i] = one[0];
-        }
-      }
+      DotRowHeads<kChunks, kBf16>(hb, a.keys, r, d, chunks, qp + h0 * d, s);
       for (int i = 0; i < hb; ++i) {
         const int h = h0 + i;
-        if (((bits >> i) & 1u) == 0) {
-          x[h * kT + j] = neg_inf;
-          continue;
-        }
         float logit = a.scale * s[i];
         if (correct) {
           const float denom = a.q_norms[h] * a.key_norms[r];
@@ -232,7 +192,138 @@ __attribute__((noinline)) void ScoreTile(const GroupAttentionArgs& a, int64_t t0
           logit -= LookupLnU(a.lnu_table, a.lnu_size, cos);
         }
         x[h * kT + j] = logit;
-        if (masked) list[h * kT + count[h]++] = static_cast<int32_t>(j);
+      }
+    }
+  }
+}
+
+// Unmasked rows (every head attends to every row: FullEstimator, or a row list without masks),
+// in tiles of kGroupTile rows, three passes each (see the top of this file). acc, m, l: the
+// running softmax state per head; scratch: GroupAttentionScratchFloats's tile part.
+template <int64_t kChunks, bool kBf16>
+void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m, float* l,
+              float* scratch) {
+  const int64_t d = a.d;
+  const int64_t chunks = kChunks > 0 ? kChunks : d / kLanes;
+  const int g = a.g;
+  constexpr int64_t kT = kGroupTile;
+  float* corr = scratch;  // [g] this tile's rescale of acc
+  float* x = corr + g;    // [g][kT] logits, then weights
+  int64_t row_of[kT];     // stored row of each tile position
+  for (int64_t t0 = 0; t0 < a.n_rows; t0 += kT) {
+    const int64_t nt = MinI(kT, a.n_rows - t0);
+    // A. Logits: each key row once, against every head of the group.
+    if (a.rows == nullptr && a.lnu_table == nullptr) {
+      ScoreDenseTile<kChunks, kBf16>(a, t0, nt, chunks, qp, x, row_of);
+    } else {
+      ScoreTile<kChunks, kBf16>(a, t0, nt, chunks, qp, x, row_of);
+    }
+    // B. Online softmax per head; weights overwrite the logits.
+    for (int h = 0; h < g; ++h) {
+      float* xh = x + h * kT;
+      int64_t j = 0;
+      V mv = Set1(-__builtin_inff());
+      for (; j + kLanes <= nt; j += kLanes) mv = Max(mv, LoadF32(xh + j));
+      float tile_max = ReduceMax(mv);
+      for (; j < nt; ++j) tile_max = MaxF(tile_max, xh[j]);
+      const float new_m = MaxF(m[h], tile_max);
+      corr[h] = FastExp(m[h] - new_m);
+      const V nm = Set1(new_m);
+      V vs = Zero();
+      for (j = 0; j + kLanes <= nt; j += kLanes) {
+        const V p = ExpV(Sub(LoadF32(xh + j), nm));
+        Store(xh + j, p);
+        vs = Add(vs, p);
+      }
+      float sum = ReduceAdd(vs);
+      for (; j < nt; ++j) {
+        const float p = FastExp(xh[j] - new_m);
+        xh[j] = p;
+        sum += p;
+      }
+      l[h] = l[h] * corr[h] + sum;
+      m[h] = new_m;
+    }
+    // C. Values: 4 heads x one chunk at a time, accumulators in registers.
+    for (int h0 = 0; h0 < g; h0 += 4) {
+      DenseValuesHeads<kChunks, kBf16>(static_cast<int>(MinI(4, g - h0)), a.values, row_of, nt,
+                                       x + h0 * kT, kT, d, chunks, corr + h0, acc + h0 * d);
+    }
+  }
+}
+
+// Masked rows (a group's sampled union), streamed one row at a time: each row's key is dotted
+// with the heads that sampled it (usually one), each such head's running softmax is updated
+// (the accumulator rescaled when its maximum rises) and the value row added to it. No tile state:
+// the row loop issues a steady stream of prefetches kPrefetchRows ahead, so the gather keeps
+// misses in flight instead of pausing between the passes of a tile.
+template <int64_t kChunks, bool kBf16>
+__attribute__((noinline)) void RunStreamed(const GroupAttentionArgs& a, const float* qp, float* acc,
+                                           float* m, float* l) {
+  const int64_t d = a.d;
+  const int64_t chunks = kChunks > 0 ? kChunks : d / kLanes;
+  const int g = a.g;
+  const bool correct = a.lnu_table != nullptr;
+  const uint32_t all = g >= 32 ? 0xffffffffu : ((1u << g) - 1u);
+  for (int64_t j = 0; j < a.n_rows; ++j) {
+    const int64_t ahead = j + kPrefetchRows;
+    int64_t r;
+    if (a.rows != nullptr) {
+      if (ahead < a.n_rows) {
+        PrefetchRow<kChunks, kBf16>(a.keys, a.rows[ahead], d);
+        PrefetchRow<kChunks, kBf16>(a.values, a.rows[ahead], d);
+        if (correct) Prefetch(a.key_norms + a.rows[ahead]);
+      }
+      r = a.rows[j];
+    } else {
+      r = a.row_begin + j;
+    }
+    const uint32_t mask = a.masks[j] & all;
+    float s[kMaxGroup];
+    for (int h0 = 0; h0 < g; h0 += 4) {
+      const int hb = static_cast<int>(MinI(4, g - h0));
+      const uint32_t bits = (mask >> h0) & ((1u << hb) - 1u);
+      if (bits == 0) continue;
+      if (__builtin_popcount(bits) >= 3) {
+        DotRowHeads<kChunks, kBf16>(hb, a.keys, r, d, chunks, qp + h0 * d, s + h0);
+      } else {
+        for (uint32_t b = bits; b != 0; b &= b - 1) {
+          const int i = __builtin_ctz(b);
+          float one[4];
+          DotRow<1, kChunks, kBf16>(a.keys, r, d, chunks, qp + (h0 + i) * d, one);
+          s[h0 + i] = one[0];
+        }
+      }
+    }
+    for (uint32_t b = mask; b != 0; b &= b - 1) {
+      const int h = __builtin_ctz(b);
+      float x = a.scale * s[h];
+      if (correct) {
+        const float denom = a.q_norms[h] * a.key_norms[r];
+        const float cos = denom > 0.0f ? s[h] / denom : 0.0f;
+        x -= LookupLnU(a.lnu_table, a.lnu_size, cos);
+      }
+      float* ah = acc + h * d;
+      float w = 1.0f;
+      if (x > m[h]) {
+        // A new maximum: rescale what was accumulated (nothing the first time).
+        const float corr = FastExp(m[h] - x);
+        if (l[h] > 0.0f) {
+          const V cv = Set1(corr);
+          for (int64_t c = 0; c < chunks; ++c) {
+            Store(ah + c * kLanes, Mul(LoadF32(ah + c * kLanes), cv));
+          }
+        }
+        l[h] *= corr;
+        m[h] = x;
+      } else {
+        w = FastExp(x - m[h]);
+      }
+      l[h] += w;
+      const V wv = Set1(w);
+      for (int64_t c = 0; c < chunks; ++c) {
+        Store(ah + c * kLanes,
+              Fma(wv, LoadChunk<kBf16>(a.values, r, d, c), LoadF32(ah + c * kLanes)));
       }
     }
   }
@@ -241,94 +332,22 @@ __attribute__((noinline)) void ScoreTile(const GroupAttentionArgs& a, int64_t t0
 template <int64_t kChunks, bool kBf16>
 void RunImpl(const GroupAttentionArgs& a) {
   const int64_t d = a.d;
-  const int64_t chunks = kChunks > 0 ? kChunks : d / kLanes;
   const int g = a.g;
   const float neg_inf = -__builtin_inff();
-  constexpr int64_t kT = kGroupTile;
-  float* qp = a.scratch;         // [g][d] queries in kernel order
-  float* acc = qp + g * d;       // [g][d] kernel order
-  float* m = acc + g * d;        // [g] running max
-  float* l = m + g;              // [g] running sum
-  float* corr = l + g;           // [g] this tile's rescale of acc
-  float* x = corr + g;           // [g][kT] logits, then weights
-  int32_t list[kMaxGroup * kT];  // [g][kT] tile positions each head attends to (masked tiles)
-  int32_t count[kMaxGroup];      // [g] rows each head attends to in the tile
-  int64_t row_of[kT];            // stored row of each tile position
+  float* qp = a.scratch;    // [g][d] queries in kernel order
+  float* acc = qp + g * d;  // [g][d] kernel order
+  float* m = acc + g * d;   // [g] running max
+  float* l = m + g;         // [g] running sum
   for (int h = 0; h < g; ++h) {
     for (int64_t i = 0; i < d; ++i) qp[h * d + i] = a.q[h * d + SourceIndex<kBf16>(i)];
     m[h] = neg_inf;
     l[h] = 0.0f;
   }
   for (int64_t i = 0; i < g * d; ++i) acc[i] = 0.0f;
-  const bool correct = a.lnu_table != nullptr;
-  const bool gathered = a.rows != nullptr;
-  const bool masked = a.masks != nullptr;
-  const V lowest = Set1(-3.0e38f);  // below every finite logit: marks -inf (no weight)
-  for (int64_t t0 = 0; t0 < a.n_rows; t0 += kT) {
-    const int64_t nt = MinI(kT, a.n_rows - t0);
-    // A. Logits: each key row once, against every head of the group that attends to it.
-    if (!masked && !correct && !gathered) {
-      ScoreDenseTile<kChunks, kBf16>(a, t0, nt, chunks, qp, x, row_of);
-      for (int h = 0; h < g; ++h) count[h] = static_cast<int32_t>(nt);
-    } else {
-      ScoreTile<kChunks, kBf16>(a, t0, nt, chunks, qp, x, row_of, list, count);
-    }
-    // B. Online softmax per head; weights overwrite the logits (0 where a head does not attend).
-    for (int h = 0; h < g; ++h) {
-      corr[h] = 1.0f;
-      float* xh = x + h * kT;
-      if (count[h] == 0) {
-        for (int64_t j = 0; j < nt; ++j) xh[j] = 0.0f;
-        continue;
-      }
-      float tile_max = neg_inf;
-      int64_t j = 0;
-      V mv = Set1(neg_inf);
-      for (; j + kLanes <= nt; j += kLanes) mv = Max(mv, LoadF32(xh + j));
-      tile_max = ReduceMax(mv);
-      for (; j < nt; ++j) tile_max = MaxF(tile_max, xh[j]);
-      const float new_m = MaxF(m[h], tile_max);
-      corr[h] = FastExp(m[h] - new_m);
-      const V nm = Set1(new_m);
-      V vs = Zero();
-      j = 0;
-      for (; j + kLanes <= nt; j += kLanes) {
-        const V xv = LoadF32(xh + j);
-        const V p = ZeroWhereLess(ExpV(Sub(xv, nm)), xv, lowest);
-        Store(xh + j, p);
-        vs = Add(vs, p);
-      }
-      float sum = ReduceAdd(vs);
-      for (; j < nt; ++j) {
-        const float p = xh[j] == neg_inf ? 0.0f : FastExp(xh[j] - new_m);
-        xh[j] = p;
-        sum += p;
-      }
-      l[h] = l[h] * corr[h] + sum;
-      m[h] = new_m;
-    }
-    // C. Values.
-    if (!masked) {
-      for (int h0 = 0; h0 < g; h0 += 4) {
-        DenseValuesHeads<kChunks, kBf16>(static_cast<int>(MinI(4, g - h0)), a.values, row_of, nt,
-                                         x + h0 * kT, kT, d, chunks, corr + h0, acc + h0 * d);
-      }
-    } else {
-      for (int h = 0; h < g; ++h) {
-        if (count[h] == 0) continue;
-        const int32_t* hl = list + h * kT;
-        const float* w = x + h * kT;
-        float* ah = acc + h * d;
-        const int nc = static_cast<int>(chunks);  // <= 16
-        int c = 0;
-        for (; c + 4 <= nc; c += 4) {
-          SparseValues<4, kBf16>(a.values, row_of, hl, count[h], w, d, c, corr[h], ah);
-        }
-        for (; c < nc; ++c) {
-          SparseValues<1, kBf16>(a.values, row_of, hl, count[h], w, d, c, corr[h], ah);
-        }
-      }
-    }
+  if (a.masks != nullptr) {
+    RunStreamed<kChunks, kBf16>(a, qp, acc, m, l);
+  } else {
+    RunTiles<kChunks, kBf16>(a, qp, acc, m, l, l + g);
   }
   for (int h = 0; h < g; ++h) {
     const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
