@@ -232,17 +232,25 @@ absl::Status KvShard::MergePending() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The MagicPIG rule for one pending key: its codes equal the query's in >= 2 of the l tables.
+bool CollidesTwice(const uint16_t* key_codes, const uint16_t* query_codes, int l) {
+  int hits = 0;
+  for (int t = 0; t < l && hits < 2; ++t) hits += key_codes[t] == query_codes[t];
+  return hits >= 2;
+}
+
+}  // namespace
+
 absl::Status KvShard::Retrieve(const uint16_t* q_codes, LshScratch* scratch,
                                std::vector<int32_t>* out) const {
   MAGICPIG_RETURN_IF_ERROR(tables_.Retrieve(q_codes, scratch, out));
   const int l = this->l();
-  const int64_t base = indexed();
-  const int64_t pend = pending();
-  for (int64_t i = 0; i < pend; ++i) {
-    const uint16_t* c = pending_codes_.data() + i * l;
-    int hits = 0;
-    for (int t = 0; t < l && hits < 2; ++t) hits += c[t] == q_codes[t];
-    if (hits >= 2) out->push_back(static_cast<int32_t>(base + i));
+  for (int64_t i = 0; i < pending(); ++i) {
+    if (CollidesTwice(pending_codes_.data() + i * l, q_codes, l)) {
+      out->push_back(static_cast<int32_t>(indexed() + i));
+    }
   }
   return absl::OkStatus();
 }
@@ -252,19 +260,13 @@ absl::Status KvShard::RetrieveGroup(const uint16_t* q_codes, int g, LshScratch* 
                                     std::vector<uint32_t>* masks) const {
   MAGICPIG_RETURN_IF_ERROR(tables_.RetrieveGroup(q_codes, g, scratch, rows, masks));
   const int l = this->l();
-  const int64_t base = indexed();
-  const int64_t pend = pending();
-  for (int64_t i = 0; i < pend; ++i) {
-    const uint16_t* c = pending_codes_.data() + i * l;
+  for (int64_t i = 0; i < pending(); ++i) {
     uint32_t mask = 0;
     for (int h = 0; h < g; ++h) {
-      const uint16_t* qc = q_codes + h * l;
-      int hits = 0;
-      for (int t = 0; t < l && hits < 2; ++t) hits += c[t] == qc[t];
-      if (hits >= 2) mask |= 1u << h;
+      if (CollidesTwice(pending_codes_.data() + i * l, q_codes + h * l, l)) mask |= 1u << h;
     }
     if (mask != 0) {
-      rows->push_back(static_cast<int32_t>(base + i));
+      rows->push_back(static_cast<int32_t>(indexed() + i));
       masks->push_back(mask);
     }
   }

@@ -75,7 +75,9 @@ inline void Prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), 
 }  // namespace magicpig::simd16::avx2
 
 #define MAGICPIG_SIMD16_NS avx2
+#define MAGICPIG_SIMD16_HAS_REDUCE_ADD4
 #include "common/simd/vec16_math-inl.h"
+#undef MAGICPIG_SIMD16_HAS_REDUCE_ADD4
 #undef MAGICPIG_SIMD16_NS
 
 #endif  // MAGICPIG_COMMON_SIMD_VEC16_AVX2_INL_H_

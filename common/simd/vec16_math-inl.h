@@ -2,14 +2,25 @@
 // headers defines, in magicpig::simd16::<isa>, kLanes == 16, a vector type V and Zero(),
 // Set1(float), LoadF32, LoadF16, LoadBf16, LoadBf16Shuffled + Bf16ShuffledSource (16 elements in an
 // ISA-chosen lane order), Store, Fma(a, b, c) = a*b + c, Mul, Add, Max, Sub, Floor, ScaleByPow2(p,
-// e) = p * 2^e (e integral), ReduceAdd, ReduceAdd4, ReduceMax and Prefetch, then
-// includes this file with MAGICPIG_SIMD16_NS naming its namespace. No include guard on purpose.
+// e) = p * 2^e (e integral), ReduceAdd, ReduceMax and Prefetch (and ReduceAdd4 if it defines
+// MAGICPIG_SIMD16_HAS_REDUCE_ADD4), then includes this file with MAGICPIG_SIMD16_NS naming its
+// namespace. No include guard on purpose.
 #include <cstdint>
 #include <cstring>
 
 namespace magicpig::simd16::MAGICPIG_SIMD16_NS {
 
 inline float MaxF(float a, float b) { return a > b ? a : b; }
+
+#ifndef MAGICPIG_SIMD16_HAS_REDUCE_ADD4
+// out[0..4) = the lane sums of a, b, c, d (an ISA with a cheaper joint reduction defines its own).
+inline void ReduceAdd4(V a, V b, V c, V d, float* out) {
+  out[0] = ReduceAdd(a);
+  out[1] = ReduceAdd(b);
+  out[2] = ReduceAdd(c);
+  out[3] = ReduceAdd(d);
+}
+#endif
 
 // exp(x) for x <= 0 (and -inf -> ~0): 2^t by a degree-6 polynomial of the fraction; the argument
 // is clamped at -87 so the exponent arithmetic never wraps (reference spec §12.3). Relative

@@ -80,13 +80,6 @@ inline float ReduceAdd(V v) {
 // 16 bf16 values in the order of Bf16ShuffledSource (here the natural order).
 inline V LoadBf16Shuffled(const uint16_t* p) { return LoadBf16(p); }
 inline int Bf16ShuffledSource(int lane) { return lane; }
-// out[0..4) = the lane sums of a, b, c, d.
-inline void ReduceAdd4(V a, V b, V c, V d, float* out) {
-  out[0] = ReduceAdd(a);
-  out[1] = ReduceAdd(b);
-  out[2] = ReduceAdd(c);
-  out[3] = ReduceAdd(d);
-}
 inline void Prefetch(const void* p) { __builtin_prefetch(p); }
 }  // namespace magicpig::simd16::scalar
 
