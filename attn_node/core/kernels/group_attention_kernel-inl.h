@@ -3,15 +3,16 @@
 // namespaces into magicpig::attn_internal::MAGICPIG_GROUP_NS.
 //
 // Two paths:
-// - Unmasked rows (every head attends to every row, e.g. FullEstimator): tiles of kGroupTile
-//   rows, in three passes each:
+// - A contiguous range that every head attends to with exact logits (FullEstimator): tiles of
+//   kGroupTile rows, in three passes each:
 //   A. scores: each key row is loaded once and dotted with up to 4 heads at a time (the 4 sums
-//      reduced together), then turned into logits (with the MagicPIG correction if asked);
+//      reduced together) and scaled into logits;
 //   B. softmax: per head, the tile's maximum, the weights exp(x - m) and the running sum;
 //   C. values, 4 heads x one 16-element chunk at a time with the accumulators in registers
 //      across the tile's rows, so each value chunk is loaded once for 4 heads.
-// - Masked rows (a MagicPIG group's sampled union, usually one head per row): streamed one row at
-//   a time with a running softmax per head (RunStreamed), so the gather's prefetches flow steadily.
+// - Anything else, in practice a MagicPIG group's sampled union (a row list, head masks, the
+//   correction; usually one head per row): streamed one row at a time with a running softmax per
+//   head (RunStreamed), so the gather's prefetches flow steadily.
 // Rows are read 16 elements at a time in the ISA's LoadBf16Shuffled lane order (one load and two
 // bit operations on AVX2 instead of a widening shuffle); the queries are permuted into that order
 // once per call and the accumulators permuted back at the end, so the dot products and value sums
@@ -131,8 +132,8 @@ inline void DenseValuesHeads(int heads, const void* values, const int64_t* row_o
 }
 
 // Pass A for a contiguous range that every head attends to with exact logits (FullEstimator):
-// x[h][j] = scale * q_h . k_r. Not inlined (nor ScoreTile): inside RunImpl the register allocator
-// spilled the dot-product loop's constants (about 5% of a step on AVX2).
+// x[h][j] = scale * q_h . k_r. Not inlined: inside the tile loop the register allocator spilled
+// the dot-product loop's constants (about 5% of a step on AVX2).
 template <int64_t kChunks, bool kBf16>
 __attribute__((noinline)) void ScoreDenseTile(const GroupAttentionArgs& a, int64_t t0, int64_t nt,
                                               int64_t chunks, const float* qp, float* x,
@@ -154,52 +155,9 @@ __attribute__((noinline)) void ScoreDenseTile(const GroupAttentionArgs& a, int64
   }
 }
 
-// Pass A for rows that every head attends to, in general: a row list (prefetched ahead) or the
-// MagicPIG correction. x[h][j] = the logit of head h for tile position j.
-template <int64_t kChunks, bool kBf16>
-__attribute__((noinline)) void ScoreTile(const GroupAttentionArgs& a, int64_t t0, int64_t nt,
-                                         int64_t chunks, const float* qp, float* x,
-                                         int64_t* row_of) {
-  constexpr int64_t kT = kGroupTile;
-  const int64_t d = a.d;
-  const int g = a.g;
-  const bool correct = a.lnu_table != nullptr;
-  for (int64_t j = 0; j < nt; ++j) {
-    int64_t r;
-    if (a.rows != nullptr) {
-      const int64_t ahead = t0 + j + kPrefetchRows;
-      if (ahead < a.n_rows) {
-        PrefetchRow<kChunks, kBf16>(a.keys, a.rows[ahead], d);
-        PrefetchRow<kChunks, kBf16>(a.values, a.rows[ahead], d);
-        if (correct) Prefetch(a.key_norms + a.rows[ahead]);
-      }
-      r = a.rows[t0 + j];
-    } else {
-      r = a.row_begin + t0 + j;
-      PrefetchRow<kChunks, kBf16>(a.values, r, d);  // see ScoreDenseTile
-    }
-    row_of[j] = r;
-    for (int h0 = 0; h0 < g; h0 += 4) {
-      const int hb = static_cast<int>(MinI(4, g - h0));
-      float s[4];
-      DotRowHeads<kChunks, kBf16>(hb, a.keys, r, d, chunks, qp + h0 * d, s);
-      for (int i = 0; i < hb; ++i) {
-        const int h = h0 + i;
-        float logit = a.scale * s[i];
-        if (correct) {
-          const float denom = a.q_norms[h] * a.key_norms[r];
-          const float cos = denom > 0.0f ? s[i] / denom : 0.0f;
-          logit -= LookupLnU(a.lnu_table, a.lnu_size, cos);
-        }
-        x[h * kT + j] = logit;
-      }
-    }
-  }
-}
-
-// Unmasked rows (every head attends to every row: FullEstimator, or a row list without masks),
-// in tiles of kGroupTile rows, three passes each (see the top of this file). acc, m, l: the
-// running softmax state per head; scratch: GroupAttentionScratchFloats's tile part.
+// A contiguous range of rows that every head attends to with exact logits (FullEstimator), in
+// tiles of kGroupTile rows, three passes each (see the top of this file). acc, m, l: the running
+// softmax state per head; scratch: GroupAttentionScratchFloats's tile part.
 template <int64_t kChunks, bool kBf16>
 void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m, float* l,
               float* scratch) {
@@ -213,11 +171,7 @@ void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m
   for (int64_t t0 = 0; t0 < a.n_rows; t0 += kT) {
     const int64_t nt = MinI(kT, a.n_rows - t0);
     // A. Logits: each key row once, against every head of the group.
-    if (a.rows == nullptr && a.lnu_table == nullptr) {
-      ScoreDenseTile<kChunks, kBf16>(a, t0, nt, chunks, qp, x, row_of);
-    } else {
-      ScoreTile<kChunks, kBf16>(a, t0, nt, chunks, qp, x, row_of);
-    }
+    ScoreDenseTile<kChunks, kBf16>(a, t0, nt, chunks, qp, x, row_of);
     // B. Online softmax per head; weights overwrite the logits.
     for (int h = 0; h < g; ++h) {
       float* xh = x + h * kT;
@@ -252,8 +206,9 @@ void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m
   }
 }
 
-// Masked rows (a group's sampled union), streamed one row at a time: each row's key is dotted
-// with the heads that sampled it (usually one), each such head's running softmax is updated
+// Everything but a contiguous exact range, i.e. a group's sampled union (a row list with head
+// masks and the MagicPIG correction), streamed one row at a time: each row's key is dotted with
+// the heads that sampled it (usually one), each such head's running softmax is updated
 // (the accumulator rescaled when its maximum rises) and the value row added to it. No tile state:
 // the row loop issues a steady stream of prefetches kPrefetchRows ahead, so the gather keeps
 // misses in flight instead of pausing between the passes of a tile.
@@ -278,7 +233,7 @@ __attribute__((noinline)) void RunStreamed(const GroupAttentionArgs& a, const fl
     } else {
       r = a.row_begin + j;
     }
-    const uint32_t mask = a.masks[j] & all;
+    const uint32_t mask = a.masks != nullptr ? a.masks[j] & all : all;
     float s[kMaxGroup];
     for (int h0 = 0; h0 < g; h0 += 4) {
       const int hb = static_cast<int>(MinI(4, g - h0));
@@ -344,10 +299,10 @@ void RunImpl(const GroupAttentionArgs& a) {
     l[h] = 0.0f;
   }
   for (int64_t i = 0; i < g * d; ++i) acc[i] = 0.0f;
-  if (a.masks != nullptr) {
-    RunStreamed<kChunks, kBf16>(a, qp, acc, m, l);
-  } else {
+  if (a.rows == nullptr && a.masks == nullptr && a.lnu_table == nullptr) {
     RunTiles<kChunks, kBf16>(a, qp, acc, m, l, l + g);
+  } else {
+    RunStreamed<kChunks, kBf16>(a, qp, acc, m, l);
   }
   for (int h = 0; h < g; ++h) {
     const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;

@@ -11,11 +11,11 @@
 //   x = scale * s - LnU(s / (|q_h| |k_r|))       (with lnu_table: the MagicPIG logit, spec §10.3;
 //                                                 cos clamped to [-1, 1], a zero norm gives cos 0)
 // and per head the normalised o_h = sum p v / sum p and lse_h = m + ln sum exp(x - m) (natural
-// log); a head that attends to no row gets o = 0, lse = -inf. Online softmax over tiles of
-// kGroupTile rows (no buffer proportional to the row count); each key row is read from memory
-// once per tile for every head of the group, each value row once per tile (then from L1 for the
-// other heads that weigh it). Sums run in an order of the kernel's own (see the -inl.h file), so
-// results agree with a float64 reference to float rounding, not bit for bit with another order.
+// log); a head that attends to no row gets o = 0, lse = -inf. Online softmax (no buffer
+// proportional to the row count): over tiles of kGroupTile rows for a contiguous exact range, one
+// row at a time otherwise; each key and value row is read from memory once for every head of the
+// group that uses it. Sums run in an order of the kernel's own (see the -inl.h file), so results
+// agree with a float64 reference to float rounding, not bit for bit with another order.
 //
 // Kernel units must not instantiate std templates (their COMDAT copies, compiled with AVX flags,
 // could be picked by the linker for baseline code), so the caller provides all memory.
