@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "gpu_node/engine/engine.h"
 #include "gtest/gtest.h"
+#include "prometheus/registry.h"
 #include "tests/testing/subprocess.h"
 
 namespace magicpig {
@@ -39,10 +40,29 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// magicpig_attn_rpc_errors_total{node, code} from the compute node's registry (0 when absent).
+double RpcErrors(prometheus::Registry& registry, const std::string& node, const std::string& code) {
+  double total = 0;
+  for (const auto& family : registry.Collect()) {
+    if (family.name != "magicpig_attn_rpc_errors_total") continue;
+    for (const auto& metric : family.metric) {
+      bool node_match = false, code_match = false;
+      for (const auto& label : metric.label) {
+        node_match |= label.name == "node" && label.value == node;
+        code_match |= label.name == "code" && label.value == code;
+      }
+      if (node_match && code_match) total += metric.counter.value;
+    }
+  }
+  return total;
+}
+
 std::unique_ptr<engine::Engine> LoadEngine(
     const std::vector<std::string>& nodes, bool exact_topk = false,
-    std::chrono::milliseconds attend_timeout = std::chrono::milliseconds(10000)) {
+    std::chrono::milliseconds attend_timeout = std::chrono::milliseconds(10000),
+    prometheus::Registry* registry = nullptr) {
   engine::EngineOptions options;
+  options.metrics_registry = registry;
   options.attend_timeout = attend_timeout;
   options.model_path = SourceDir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   options.num_threads = 2;
@@ -271,11 +291,17 @@ TEST_F(DistributedDecodeTest, RefusedShardIsPlacedElsewhereOrFailsCleanly) {
     return st;
   };
   {
-    auto remote = LoadEngine({addresses_[0], addresses_[1]});
+    prometheus::Registry registry;
+    auto remote = LoadEngine({addresses_[0], addresses_[1]}, false,
+                             std::chrono::milliseconds(10000), &registry);
     ASSERT_NE(remote, nullptr);
     auto got = remote->Generate(Request(*big, 24), {});
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->tokens, want->tokens);
+    // The small node did refuse its share (the placement above was not all-on-the-large-node from
+    // the start), and the large node refused nothing.
+    EXPECT_GE(RpcErrors(registry, addresses_[1], "RESOURCE_EXHAUSTED"), 1);
+    EXPECT_EQ(RpcErrors(registry, addresses_[0], "RESOURCE_EXHAUSTED"), 0);
   }
   for (int i = 0; i < 2; ++i) EXPECT_EQ(node_status(i).sequences(), 0);
 
