@@ -623,8 +623,8 @@ void BM_MagicPig(benchmark::State& state, int64_t n, int k, int l, int threads) 
   state.counters["retr_cpu_ms"] = retrieve.MeanCpu() * 1e3;
   // What the union rows alone would cost at the gather probe's rate, and the speedup over full
   // that this floor allows.
-  const double gather_s = union_frac / iter * static_cast<double>(ds->n) * kKvHeads *
-                          GatherSecondsPerRow(threads);
+  const double gather_s =
+      union_frac / iter * static_cast<double>(ds->n) * kKvHeads * GatherSecondsPerRow(threads);
   state.counters["gather_floor_ms"] = gather_s * 1e3;
   state.counters["speedup_bound"] = fl.MeanWall() / gather_s;
   if (threads == 1) {
@@ -723,7 +723,8 @@ void BM_TableBuild(benchmark::State& state, int k, int l, int threads) {
     FlushCaches();
     const Stamp t0 = Now();
     arena.execute([&] {
-      for (int g = 0; g < kKvHeads; ++g) (void)LshTables::Build(codes[g].data(), kTableBuildN, k, l);
+      for (int g = 0; g < kKvHeads; ++g)
+        (void)LshTables::Build(codes[g].data(), kTableBuildN, k, l);
     });
     first_build_ms = Lap().Add(t0, Now()) * 1e3;
   }
