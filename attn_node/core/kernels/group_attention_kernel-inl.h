@@ -98,9 +98,9 @@ inline void DotRowHeads(int heads, const void* keys, int64_t r, int64_t d, int64
 }
 
 // Dense tiles (every head weighs every row): for kHeads heads h0.., acc_h = corr_h * acc_h +
-// sum_j w_h[j] v_j, one chunk at a time with the kHeads chunk accumulators in registers.
+// sum_j w_h[j] v_(r0 + j), one chunk at a time with the kHeads chunk accumulators in registers.
 template <int kHeads, int64_t kChunks, bool kBf16>
-inline void DenseValues(const void* values, const int64_t* row_of, int64_t nt, const float* w,
+inline void DenseValues(const void* values, int64_t r0, int64_t nt, const float* w,
                         int64_t w_stride, int64_t d, int64_t chunks, const float* corr,
                         float* acc) {
   const int64_t nc = kChunks > 0 ? kChunks : chunks;
@@ -108,7 +108,7 @@ inline void DenseValues(const void* values, const int64_t* row_of, int64_t nt, c
     V s[kHeads];
     for (int h = 0; h < kHeads; ++h) s[h] = Mul(LoadF32(acc + h * d + c * kLanes), Set1(corr[h]));
     for (int64_t j = 0; j < nt; ++j) {
-      const V v = LoadChunk<kBf16>(values, row_of[j], d, c);
+      const V v = LoadChunk<kBf16>(values, r0 + j, d, c);
       for (int h = 0; h < kHeads; ++h) s[h] = Fma(Set1(w[h * w_stride + j]), v, s[h]);
     }
     for (int h = 0; h < kHeads; ++h) Store(acc + h * d + c * kLanes, s[h]);
@@ -116,18 +116,18 @@ inline void DenseValues(const void* values, const int64_t* row_of, int64_t nt, c
 }
 
 template <int64_t kChunks, bool kBf16>
-inline void DenseValuesHeads(int heads, const void* values, const int64_t* row_of, int64_t nt,
-                             const float* w, int64_t w_stride, int64_t d, int64_t chunks,
-                             const float* corr, float* acc) {
+inline void DenseValuesHeads(int heads, const void* values, int64_t r0, int64_t nt, const float* w,
+                             int64_t w_stride, int64_t d, int64_t chunks, const float* corr,
+                             float* acc) {
   switch (heads) {
     case 1:
-      return DenseValues<1, kChunks, kBf16>(values, row_of, nt, w, w_stride, d, chunks, corr, acc);
+      return DenseValues<1, kChunks, kBf16>(values, r0, nt, w, w_stride, d, chunks, corr, acc);
     case 2:
-      return DenseValues<2, kChunks, kBf16>(values, row_of, nt, w, w_stride, d, chunks, corr, acc);
+      return DenseValues<2, kChunks, kBf16>(values, r0, nt, w, w_stride, d, chunks, corr, acc);
     case 3:
-      return DenseValues<3, kChunks, kBf16>(values, row_of, nt, w, w_stride, d, chunks, corr, acc);
+      return DenseValues<3, kChunks, kBf16>(values, r0, nt, w, w_stride, d, chunks, corr, acc);
     default:
-      return DenseValues<4, kChunks, kBf16>(values, row_of, nt, w, w_stride, d, chunks, corr, acc);
+      return DenseValues<4, kChunks, kBf16>(values, r0, nt, w, w_stride, d, chunks, corr, acc);
   }
 }
 
@@ -136,8 +136,7 @@ inline void DenseValuesHeads(int heads, const void* values, const int64_t* row_o
 // the dot-product loop's constants (about 5% of a step on AVX2).
 template <int64_t kChunks, bool kBf16>
 __attribute__((noinline)) void ScoreDenseTile(const GroupAttentionArgs& a, int64_t t0, int64_t nt,
-                                              int64_t chunks, const float* qp, float* x,
-                                              int64_t* row_of) {
+                                              int64_t chunks, const float* qp, float* x) {
   const int64_t d = a.d;
   const int g = a.g;
   for (int64_t j = 0; j < nt; ++j) {
@@ -145,7 +144,6 @@ __attribute__((noinline)) void ScoreDenseTile(const GroupAttentionArgs& a, int64
     // Pass C reads the tile's value rows one 16-element chunk at a time across rows, a stride
     // the hardware prefetchers follow poorly: fetch each row while its key is being used.
     PrefetchRow<kChunks, kBf16>(a.values, r, d);
-    row_of[j] = r;
     for (int h0 = 0; h0 < g; h0 += 4) {
       const int hb = static_cast<int>(MinI(4, g - h0));
       float s[4];
@@ -167,11 +165,10 @@ void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m
   constexpr int64_t kT = kGroupTile;
   float* corr = scratch;  // [g] this tile's rescale of acc
   float* x = corr + g;    // [g][kT] logits, then weights
-  int64_t row_of[kT];     // stored row of each tile position
   for (int64_t t0 = 0; t0 < a.n_rows; t0 += kT) {
     const int64_t nt = MinI(kT, a.n_rows - t0);
     // A. Logits: each key row once, against every head of the group.
-    ScoreDenseTile<kChunks, kBf16>(a, t0, nt, chunks, qp, x, row_of);
+    ScoreDenseTile<kChunks, kBf16>(a, t0, nt, chunks, qp, x);
     // B. Online softmax per head; weights overwrite the logits.
     for (int h = 0; h < g; ++h) {
       float* xh = x + h * kT;
@@ -200,8 +197,9 @@ void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m
     }
     // C. Values: 4 heads x one chunk at a time, accumulators in registers.
     for (int h0 = 0; h0 < g; h0 += 4) {
-      DenseValuesHeads<kChunks, kBf16>(static_cast<int>(MinI(4, g - h0)), a.values, row_of, nt,
-                                       x + h0 * kT, kT, d, chunks, corr + h0, acc + h0 * d);
+      DenseValuesHeads<kChunks, kBf16>(static_cast<int>(MinI(4, g - h0)), a.values,
+                                       a.row_begin + t0, nt, x + h0 * kT, kT, d, chunks, corr + h0,
+                                       acc + h0 * d);
     }
   }
 }
