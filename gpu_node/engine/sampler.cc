@@ -35,10 +35,10 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
   const float inv_t = 1.0f / params_.temperature;
   const float max_logit = logits[Argmax(logits)];
   auto weight = [&](int32_t id) { return std::exp((logits[id] - max_logit) * inv_t); };
+  weights_.resize(static_cast<size_t>(n));
   if (k == n && params_.top_p >= 1.0f) {
     // The whole distribution: no candidate order is needed, draw by cumulative sum in id order
     // (a sort of the vocabulary per token was the serving hot spot).
-    weights_.resize(static_cast<size_t>(n));
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) sum += weights_[i] = weight(static_cast<int32_t>(i));
     std::uniform_real_distribution<double> uniform(0.0, sum);
@@ -61,8 +61,9 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
   };
   if (k < n) std::nth_element(ids_.begin(), ids_.begin() + k, ids_.end(), by_logit);
   ids_.resize(static_cast<size_t>(k));
+  // Each candidate's weight once, kept by id for the passes below.
   double total = 0;
-  for (int32_t id : ids_) total += weight(id);
+  for (int32_t id : ids_) total += weights_[id] = weight(id);
   int64_t keep = k;
   int64_t sorted = 0;
   if (params_.top_p < 1.0f) {
@@ -72,7 +73,7 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
     for (int64_t m = std::min<int64_t>(k, 64); !found; m = std::min<int64_t>(k, m * 8)) {
       std::partial_sort(ids_.begin() + sorted, ids_.begin() + m, ids_.end(), by_logit);
       for (; sorted < m; ++sorted) {
-        mass += weight(ids_[sorted]) / total;
+        mass += weights_[ids_[sorted]] / total;
         if (mass >= params_.top_p) {
           keep = sorted + 1;
           found = true;
@@ -85,11 +86,11 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
     std::sort(ids_.begin(), ids_.end(), by_logit);
   }
   double kept_sum = 0;
-  for (int64_t i = 0; i < keep; ++i) kept_sum += weight(ids_[i]);
+  for (int64_t i = 0; i < keep; ++i) kept_sum += weights_[ids_[i]];
   std::uniform_real_distribution<double> uniform(0.0, kept_sum);
   double r = uniform(rng_);
   for (int64_t i = 0; i < keep; ++i) {
-    r -= weight(ids_[i]);
+    r -= weights_[ids_[i]];
     if (r < 0) return ids_[i];
   }
   return ids_[keep - 1];

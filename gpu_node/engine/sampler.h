@@ -38,7 +38,7 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<int32_t> ids_;     // candidate ids (reused)
-  std::vector<double> weights_;  // exp((logit - max) / T) in id order (reused)
+  std::vector<double> weights_;  // [vocab] exp((logit - max) / T) of the candidates, by id
 };
 
 int32_t Argmax(absl::Span<const float> logits);
