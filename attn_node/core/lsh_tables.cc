@@ -250,11 +250,11 @@ absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScr
     }
   }
   if (l_ < 2 || n_ == 0) return absl::OkStatus();
+  if (static_cast<int64_t>(scratch->group_counter.size()) < n_) {
+    scratch->group_counter.resize(static_cast<size_t>(n_), 0);
+  }
   if (l_ > 255) {
     // Per-head retrieval into a per-key mask (group_counter as a bit set), then the sorted union.
-    if (static_cast<int64_t>(scratch->group_counter.size()) < n_) {
-      scratch->group_counter.resize(static_cast<size_t>(n_), 0);
-    }
     uint32_t* bits = scratch->group_counter.data();
     std::vector<int32_t> one;
     for (int h = 0; h < g; ++h) {
@@ -271,9 +271,6 @@ absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScr
       bits[(*rows)[i]] = 0;
     }
     return absl::OkStatus();
-  }
-  if (static_cast<int64_t>(scratch->group_counter.size()) < n_) {
-    scratch->group_counter.resize(static_cast<size_t>(n_), 0);
   }
   if (static_cast<int64_t>(scratch->scan_rows.size()) < n_) {
     scratch->scan_rows.resize(static_cast<size_t>(n_));

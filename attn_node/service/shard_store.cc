@@ -73,13 +73,13 @@ absl::Status Invalid(std::string_view field, std::string_view what) {
 
 int64_t ElementBytes(KvStorage storage) { return storage == KvStorage::kF32 ? 4 : 2; }
 
-// Per key and per (layer, kv head) bytes of a stored key beyond the fixed part (see
-// EstimateSequenceBytes); pending codes (L * 2 bytes) are added for appends.
 // Bytes of one table index: 16-bit while a shard holds at most LshTables::kMaxNarrowKeys keys.
 int64_t IndexBytes(const SequenceSpec& s) {
   return s.max_tokens <= LshTables::kMaxNarrowKeys ? 2 : 4;
 }
 
+// Per key and per (layer, kv head) bytes of a stored key beyond the fixed part (see
+// EstimateSequenceBytes); pending codes (L * 2 bytes) are added for appends.
 int64_t BytesPerKey(const SequenceSpec& s) {
   return 2 * int64_t{s.head_dim} * ElementBytes(s.storage) + 4 + int64_t{s.lsh_l} * IndexBytes(s);
 }
