@@ -6,14 +6,71 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "attn_node/core/kernels/code_transpose.h"
 #include "attn_node/core/kernels/collision_scan.h"
 #include "attn_node/core/simhash.h"
+#include "common/cpu_features.h"
 #include "common/status_macros.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
 #include "tbb/parallel_reduce.h"
 
 namespace magicpig {
+namespace {
+
+// SortTable splits the keys into this many contiguous streams. Measured at 64K keys, K = 10 (AMD
+// EPYC, docs/benchmarks.md): 2 beats 1 by ~5-10%, and 4 loses again, because every stream keeps
+// its own write front in each bucket and the scatter's stores then miss L1 more often.
+constexpr int kSortStreams = 2;
+
+// Stable counting sort of one table: codes c[0 .. n) (each < buckets) -> off[0 .. buckets]
+// (bucket b holds entries off[b] .. off[b + 1]) and idx[0 .. n) (key indices, increasing within a
+// bucket). cursors: kSortStreams * buckets ints of scratch.
+//
+// The keys are cut into kSortStreams contiguous streams, counted and scattered in one interleaved
+// loop: independent chains of counter updates instead of one, so a run of keys in the same bucket
+// (the keys of a cone share codes) does not wait on a store-to-load round trip per key. Stream
+// s's keys follow stream s-1's inside every bucket, which keeps the sort stable.
+template <class Index>
+void SortTable(const uint16_t* c, int64_t n, int64_t buckets, int32_t* off, Index* idx,
+               int32_t* cursors) {
+  int32_t* h[kSortStreams];
+  int64_t first[kSortStreams + 1];
+  for (int s = 0; s < kSortStreams; ++s) h[s] = cursors + s * buckets;
+  for (int s = 0; s <= kSortStreams; ++s) first[s] = s * n / kSortStreams;
+  const int64_t common = n / kSortStreams;  // every stream has at least this many keys
+  std::fill(cursors, cursors + kSortStreams * buckets, 0);
+  for (int64_t i = 0; i < common; ++i) {
+    for (int s = 0; s < kSortStreams; ++s) ++h[s][c[first[s] + i]];
+  }
+  for (int s = 0; s < kSortStreams; ++s) {
+    for (int64_t i = first[s] + common; i < first[s + 1]; ++i) ++h[s][c[i]];
+  }
+  // Bucket starts, and each stream's first slot inside each bucket.
+  int32_t sum = 0;
+  for (int64_t b = 0; b < buckets; ++b) {
+    off[b] = sum;
+    for (int s = 0; s < kSortStreams; ++s) {
+      const int32_t count = h[s][b];
+      h[s][b] = sum;
+      sum += count;
+    }
+  }
+  off[buckets] = sum;
+  for (int64_t i = 0; i < common; ++i) {
+    for (int s = 0; s < kSortStreams; ++s) {
+      const int64_t key = first[s] + i;
+      idx[h[s][c[key]]++] = static_cast<Index>(key);
+    }
+  }
+  for (int s = 0; s < kSortStreams; ++s) {
+    for (int64_t key = first[s] + common; key < first[s + 1]; ++key) {
+      idx[h[s][c[key]]++] = static_cast<Index>(key);
+    }
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int k, int l) {
   if (k < 1 || k > kSimHashMaxK) {
@@ -30,26 +87,24 @@ absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int
   }
   const int64_t buckets = int64_t{1} << k;
   // Transpose the codes to [L][n] first: the per-table passes then read contiguous codes instead
-  // of one cache line per key. Blocks of 32 keys (their rows fit in L1) write one cache line per
-  // table; the transpose also ORs every code, so validity costs no separate pass.
+  // of one cache line per key. The transpose also ORs every code, so validity costs no separate
+  // pass.
   std::vector<uint16_t, LargeBufferAllocator<uint16_t>> by_table(static_cast<size_t>(l * n));
-  constexpr int64_t kBlock = 32;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const auto transpose = ActiveSimdLevel() >= SimdLevel::kAvx2
+                             ? attn_internal::TransposeCodesAvx2
+                             : attn_internal::TransposeCodesScalar;
+  constexpr int64_t kTransposeGrain = 4096;  // keys per task
   const uint32_t seen = tbb::parallel_reduce(
-      tbb::blocked_range<int64_t>(0, blocks), 0u,
+      tbb::blocked_range<int64_t>(0, (n + kTransposeGrain - 1) / kTransposeGrain), 0u,
       [&](const tbb::blocked_range<int64_t>& range, uint32_t acc) {
-        for (int64_t b = range.begin(); b < range.end(); ++b) {
-          const int64_t i0 = b * kBlock, i1 = std::min(n, i0 + kBlock);
-          for (int table = 0; table < l; ++table) {
-            uint16_t* dst = by_table.data() + table * n;
-            for (int64_t i = i0; i < i1; ++i) {
-              const uint16_t c = codes[i * l + table];
-              dst[i] = c;
-              acc |= c;
-            }
-          }
-        }
-        return acc;
+        attn_internal::CodeTransposeArgs args;
+        args.codes = codes;
+        args.n = n;
+        args.l = l;
+        args.begin = range.begin() * kTransposeGrain;
+        args.end = std::min(n, range.end() * kTransposeGrain);
+        args.by_table = by_table.data();
+        return acc | transpose(args);
       },
       [](uint32_t a, uint32_t b) { return a | b; });
   if ((seen >> k) != 0) {
@@ -62,7 +117,7 @@ absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int
     }
   }
   LshTables t(n, k, l);
-  t.offsets_.assign(static_cast<size_t>(l * (buckets + 1)), 0);
+  t.offsets_.resize(static_cast<size_t>(l * (buckets + 1)));
   if (t.narrow()) {
     t.indices16_.resize(static_cast<size_t>(l * n));
   } else {
@@ -71,17 +126,10 @@ absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int
   // Tables are independent: one counting sort each, in parallel.
   auto sort_tables = [&](auto* indices) {
     tbb::parallel_for(tbb::blocked_range<int>(0, l), [&](const tbb::blocked_range<int>& range) {
-      std::vector<int32_t> cursor(static_cast<size_t>(buckets));
+      std::vector<int32_t> cursors(static_cast<size_t>(kSortStreams * buckets));
       for (int table = range.begin(); table < range.end(); ++table) {
-        const uint16_t* c = by_table.data() + table * n;
-        int32_t* off = t.offsets_.data() + table * (buckets + 1);
-        // Histogram into off[b + 1], prefix sum, then a stable scatter.
-        for (int64_t i = 0; i < n; ++i) ++off[c[i] + 1];
-        for (int64_t b = 0; b < buckets; ++b) off[b + 1] += off[b];
-        std::copy(off, off + buckets, cursor.begin());
-        auto* idx = indices + table * n;
-        using Index = std::remove_reference_t<decltype(*idx)>;
-        for (int64_t i = 0; i < n; ++i) idx[cursor[c[i]]++] = static_cast<Index>(i);
+        SortTable(by_table.data() + table * n, n, buckets,
+                  t.offsets_.data() + table * (buckets + 1), indices + table * n, cursors.data());
       }
     });
   };
