@@ -11,7 +11,11 @@
   for magicpig, oracle sampling and top-k at the same |S|.
 - ppl (JSON) -> eval_ppl.png: KL(full || method) and top-1 agreement against the fraction of keys
   touched.
+- --ppl-pool F...: ppl JSON files of the same prefix on different texts (--text-seed) -> a markdown
+  table pooling them: per method the perplexity ratio to full as exp(mean over texts of the
+  per-text mean NLL difference), with the spread of that difference across texts.
 """
+import math
 import argparse
 import collections
 import json
@@ -203,11 +207,54 @@ def ppl(paths, out_dir):
     return [name]
 
 
+def ppl_pool(paths):
+    """Prints one markdown table per prefix over several texts' ppl JSON files."""
+    per = collections.defaultdict(lambda: collections.defaultdict(list))  # (prefix, method) -> text
+    family = {}
+    for path in paths:
+        d = json.load(open(path))
+        for r in d["rows"]:
+            per[(r["prefix"], r["method"])][d["text_seed"]].append(r)
+            family[r["method"]] = r["family"]
+    for prefix in sorted({p for p, _ in per}):
+        full = per[(prefix, "full")]
+        texts = sorted(full)
+        print(f"P = {prefix}, texts {', '.join(str(t) for t in texts)} "
+              f"({sum(full[t][0]['positions'] for t in texts)} positions in all):\n")
+        print("| method | texts x runs | ppl / full (pooled) | per-text ppl / full, min - max "
+              "| mean NLL diff +- s.e. (nats) | KL(full \u2016 m) | top-1 agreement | keys touched |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        methods = sorted((m for p, m in per if p == prefix),
+                         key=lambda m: (m != "full", m.split("(")[-1], m))
+        for m in methods:
+            by_text = per[(prefix, m)]
+            if sorted(by_text) != texts:
+                continue
+            diffs = []
+            rows = []
+            for t in texts:
+                rs = by_text[t]
+                rows += rs
+                diffs.append(sum(r["nll"] for r in rs) / len(rs) - full[t][0]["nll"])
+            mean = sum(diffs) / len(diffs)
+            se = (math.sqrt(sum((x - mean) ** 2 for x in diffs) / (len(diffs) - 1) / len(diffs))
+                  if len(diffs) > 1 else float("nan"))
+            kl = sum(r["kl"] for r in rows) / len(rows)
+            t1 = sum(r["top1"] for r in rows) / len(rows)
+            dens = sum(r["density"] for r in rows) / len(rows)
+            runs = len(rows) // len(texts)
+            print(f"| {m} | {len(texts)} x {runs} | {math.exp(mean):.4f} | "
+                  f"{math.exp(min(diffs)):.4f} - {math.exp(max(diffs)):.4f} | "
+                  f"{mean:+.4f} +- {se:.4f} | {kl:.4f} | {100 * t1:.1f}% | {100 * dens:.2f}% |")
+        print()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ruler", help="ruler rows JSONL")
     ap.add_argument("--attn", help="attn-error summary JSON")
     ap.add_argument("--ppl", nargs="+", help="ppl JSON file(s)")
+    ap.add_argument("--ppl-pool", nargs="+", help="ppl JSON files of different texts to pool")
     ap.add_argument("--out", default="docs/img")
     ap.add_argument("--tables", action="store_true",
                     help="print the per-task score tables of --ruler (markdown)")
@@ -226,6 +273,8 @@ def main():
         written += attn(a.attn, a.out)
     if a.ppl:
         written += ppl(a.ppl, a.out)
+    if a.ppl_pool:
+        ppl_pool(a.ppl_pool)
     for w in written:
         print(w)
 
