@@ -71,12 +71,30 @@ inline void ReduceAdd4(V a, V b, V c, V d, float* out) {
   const __m256 abcd = _mm256_hadd_ps(ab, cd);
   _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
 }
+// A dot-product accumulator that folds V's two halves into one register (a.lo * b.lo + a.hi *
+// b.hi): two rows x four heads of accumulators then fit AVX2's 16 registers with room for the
+// operands.
+using DotAcc = __m256;
+inline DotAcc DotAccZero() { return _mm256_setzero_ps(); }
+inline DotAcc DotAccFma(V a, V b, DotAcc c) {
+  return _mm256_fmadd_ps(a.hi, b.hi, _mm256_fmadd_ps(a.lo, b.lo, c));
+}
+// out[0..8) = the lane sums of a[0..8) (one horizontal-add tree).
+inline void DotAccReduce8(const DotAcc* a, float* out) {
+  // hadd(hadd(a, b), hadd(c, d)) = [a, b, c, d sums over lanes 0-3 | the same over lanes 4-7].
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 efgh = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(abcd, efgh, 0x20),
+                                      _mm256_permute2f128_ps(abcd, efgh, 0x31)));
+}
 inline void Prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 }  // namespace magicpig::simd16::avx2
 
 #define MAGICPIG_SIMD16_NS avx2
 #define MAGICPIG_SIMD16_HAS_REDUCE_ADD4
+#define MAGICPIG_SIMD16_HAS_DOT_ACC
 #include "common/simd/vec16_math-inl.h"
+#undef MAGICPIG_SIMD16_HAS_DOT_ACC
 #undef MAGICPIG_SIMD16_HAS_REDUCE_ADD4
 #undef MAGICPIG_SIMD16_NS
 

@@ -3,7 +3,8 @@
 // Set1(float), LoadF32, LoadF16, LoadBf16, LoadBf16Shuffled + Bf16ShuffledSource (16 elements in an
 // ISA-chosen lane order), Store, Fma(a, b, c) = a*b + c, Mul, Add, Max, Sub, Floor, ScaleByPow2(p,
 // e) = p * 2^e (e integral), ReduceAdd, ReduceMax and Prefetch (and ReduceAdd4 if it defines
-// MAGICPIG_SIMD16_HAS_REDUCE_ADD4), then includes this file with MAGICPIG_SIMD16_NS naming its
+// MAGICPIG_SIMD16_HAS_REDUCE_ADD4; DotAcc, DotAccZero, DotAccFma and DotAccReduce8 if it defines
+// MAGICPIG_SIMD16_HAS_DOT_ACC), then includes this file with MAGICPIG_SIMD16_NS naming its
 // namespace. No include guard on purpose.
 #include <cstdint>
 #include <cstring>
@@ -19,6 +20,19 @@ inline void ReduceAdd4(V a, V b, V c, V d, float* out) {
   out[1] = ReduceAdd(b);
   out[2] = ReduceAdd(c);
   out[3] = ReduceAdd(d);
+}
+#endif
+
+#ifndef MAGICPIG_SIMD16_HAS_DOT_ACC
+// A dot-product accumulator: DotAccFma(a, b, c) adds the products of a and b's lanes to c in an
+// ISA-chosen arrangement that keeps their sum; DotAccReduce8 gives 8 accumulators' sums (an ISA
+// short of registers folds V into a narrower type).
+using DotAcc = V;
+inline DotAcc DotAccZero() { return Zero(); }
+inline DotAcc DotAccFma(V a, V b, DotAcc c) { return Fma(a, b, c); }
+inline void DotAccReduce8(const DotAcc* a, float* out) {
+  ReduceAdd4(a[0], a[1], a[2], a[3], out);
+  ReduceAdd4(a[4], a[5], a[6], a[7], out + 4);
 }
 #endif
 

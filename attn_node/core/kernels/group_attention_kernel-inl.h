@@ -6,7 +6,9 @@
 // - A contiguous range that every head attends to with exact logits (FullEstimator): tiles of
 //   kGroupTile rows, in three passes each:
 //   A. scores: each key row is loaded once and dotted with up to 4 heads at a time (the 4 sums
-//      reduced together) and scaled into logits;
+//      reduced together) and scaled into logits; with a multiple of 4 heads, two rows at a time,
+//      so each query chunk load feeds both rows (half the loads per FMA: a one-thread step ~6%
+//      faster on AVX2), and key rows prefetched a few rows ahead;
 //   B. softmax: per head, the tile's maximum, the weights exp(x - m) and the running sum;
 //   C. values, 4 heads x one 16-element chunk at a time with the accumulators in registers
 //      across the tile's rows, so each value chunk is loaded once for 4 heads.
@@ -28,6 +30,11 @@ namespace MAGICPIG_GROUP_NS {
 // Gathered rows ahead. A row's key and value are 8 cache lines at d = 128 (bf16) and a core keeps
 // only a few dozen misses in flight: a longer distance only stalls on full miss queues.
 constexpr int64_t kPrefetchRows = 4;
+
+// Key rows ahead in a dense tile's pass A. The key stream is sequential, but the value prefetches
+// interleaved with it keep the hardware prefetchers from running far enough ahead: 8 rows (2 KB
+// at d = 128, bf16) made a one-thread `full` step ~4% faster on AVX2 (16 and 32 were no better).
+constexpr int64_t kKeyPrefetchRows = 8;
 
 inline int64_t MinI(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -80,6 +87,26 @@ inline void DotRow(const void* keys, int64_t r, int64_t d, int64_t chunks, const
     for (int h = 0; h < kHeads; ++h) acc[h] = Fma(LoadF32(qp + h * d + c * kLanes), k, acc[h]);
   }
   ReduceAdd4(acc[0], acc[1], acc[2], acc[3], s);
+}
+
+// s[0 .. 4) = key row r . the 4 heads, s[4 .. 8) = row r + 1 . the same heads: each query chunk
+// is loaded once for both rows (one load per two FMAs instead of one per FMA).
+template <int64_t kChunks, bool kBf16>
+inline void DotTwoRowsFourHeads(const void* keys, int64_t r, int64_t d, int64_t chunks,
+                                const float* qp, float* s) {
+  DotAcc acc[8];
+  for (DotAcc& x : acc) x = DotAccZero();
+  const int64_t nc = kChunks > 0 ? kChunks : chunks;
+  for (int64_t c = 0; c < nc; ++c) {
+    const V k0 = LoadChunk<kBf16>(keys, r, d, c);
+    const V k1 = LoadChunk<kBf16>(keys, r + 1, d, c);
+    for (int h = 0; h < 4; ++h) {
+      const V q = LoadF32(qp + h * d + c * kLanes);
+      acc[h] = DotAccFma(q, k0, acc[h]);
+      acc[4 + h] = DotAccFma(q, k1, acc[4 + h]);
+    }
+  }
+  DotAccReduce8(acc, s);
 }
 
 template <int64_t kChunks, bool kBf16>
@@ -139,10 +166,32 @@ __attribute__((noinline)) void ScoreDenseTile(const GroupAttentionArgs& a, int64
                                               int64_t chunks, const float* qp, float* x) {
   const int64_t d = a.d;
   const int g = a.g;
-  for (int64_t j = 0; j < nt; ++j) {
+  int64_t j = 0;
+  if (g % 4 == 0) {
+    // Two rows at a time, four heads per pass.
+    for (; j + 2 <= nt; j += 2) {
+      const int64_t r = a.row_begin + t0 + j;
+      // Pass C reads the tile's value rows one 16-element chunk at a time across rows, a stride
+      // the hardware prefetchers follow poorly: fetch each row while its key is being used.
+      PrefetchRow<kChunks, kBf16>(a.values, r, d);
+      PrefetchRow<kChunks, kBf16>(a.values, r + 1, d);
+      // The rows kKeyPrefetchRows ahead (the next tile's, near the end of this one).
+      if (const int64_t ahead = r + kKeyPrefetchRows; ahead + 1 < a.row_begin + a.n_rows) {
+        PrefetchRow<kChunks, kBf16>(a.keys, ahead, d);
+        PrefetchRow<kChunks, kBf16>(a.keys, ahead + 1, d);
+      }
+      for (int h0 = 0; h0 < g; h0 += 4) {
+        float s[8];
+        DotTwoRowsFourHeads<kChunks, kBf16>(a.keys, r, d, chunks, qp + h0 * d, s);
+        for (int i = 0; i < 4; ++i) {
+          x[(h0 + i) * kGroupTile + j] = a.scale * s[i];
+          x[(h0 + i) * kGroupTile + j + 1] = a.scale * s[4 + i];
+        }
+      }
+    }
+  }
+  for (; j < nt; ++j) {
     const int64_t r = a.row_begin + t0 + j;
-    // Pass C reads the tile's value rows one 16-element chunk at a time across rows, a stride
-    // the hardware prefetchers follow poorly: fetch each row while its key is being used.
     PrefetchRow<kChunks, kBf16>(a.values, r, d);
     for (int h0 = 0; h0 < g; h0 += 4) {
       const int hb = static_cast<int>(MinI(4, g - h0));
