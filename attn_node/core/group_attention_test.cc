@@ -63,6 +63,9 @@ TEST_P(GroupAttentionTest, FullAndMagicPigMatchTheReference) {
       {63, 128, 4, KvStorage::kBf16}, {64, 128, 4, KvStorage::kF32},
       {65, 48, 2, KvStorage::kBf16},  {700, 64, 3, KvStorage::kBf16},
       {700, 128, 4, KvStorage::kF32}, {300, 32, 35, KvStorage::kBf16},
+      // Groups of 4 heads score two rows at a time: odd tiles, 8 heads, d = 48 (3 chunks).
+      {129, 64, 8, KvStorage::kBf16}, {701, 128, 4, KvStorage::kBf16},
+      {77, 48, 4, KvStorage::kF32},
   };
   std::mt19937 rng(11);
   for (const Case& c : cases) {
