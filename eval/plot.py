@@ -107,8 +107,11 @@ def agreement(path):
 
 def tables(path):
     """The per-task tables of docs/evaluation.md (markdown), per length and setup: score x100
-    (mean over samples), the task average, the mean gap to full over the same tasks, density."""
+    (mean over samples), the task average, the mean gap to full over the same tasks with the
+    standard error of the paired (task, sample) differences, density."""
     rows = [json.loads(line) for line in open(path) if line.strip()]
+    by_sample = {(r["length"], r["setup"], r["method"], r["task"], r["index"]): 100 * r["score"]
+                 for r in rows}
     groups = collections.defaultdict(list)
     for r in rows:
         groups[(r["length"], r["setup"])].append(r)
@@ -144,8 +147,18 @@ def tables(path):
             avg = sum(means) / len(means)
             gap = sum(x - full[t] for x, t in zip(means, tasks)) / len(tasks)
             d = 100 * sum(dens[m]) / len(dens[m])
+            # Paired differences to full, sample by sample (same task, same index).
+            diffs = [v - by_sample[(length, setup, "full", t, i)]
+                     for (ln, st, mm, t, i), v in by_sample.items()
+                     if (ln, st, mm) == (length, setup, m) and t in tasks
+                     and (length, setup, "full", t, i) in by_sample]
+            se = ""
+            if m != "full" and len(diffs) > 1:
+                mu = sum(diffs) / len(diffs)
+                sd = math.sqrt(sum((x - mu) ** 2 for x in diffs) / (len(diffs) - 1))
+                se = f" ± {sd / math.sqrt(len(diffs)):.1f}"
             print(f"| {m} | " + " | ".join(f"{x:.0f}" for x in means)
-                  + f" | **{avg:.1f}** | {gap:+.1f} | {d:.2f}% |")
+                  + f" | **{avg:.1f}** | {gap:+.1f}{se} | {d:.2f}% |")
 
 
 def attn(path, out_dir):
