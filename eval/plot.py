@@ -15,10 +15,10 @@
   table pooling them: per method the perplexity ratio to full as exp(mean over texts of the
   per-text mean NLL difference), with the spread of that difference across texts.
 """
-import math
 import argparse
 import collections
 import json
+import math
 import os
 
 import matplotlib
@@ -28,6 +28,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"full": "black", "magicpig": "tab:red", "topk": "tab:blue", "oracle": "tab:green"}
 MARKERS = {"full": "s", "magicpig": "o", "topk": "^", "oracle": "D"}
+
+
+def mean_and_se(xs):
+    """The mean of xs and its standard error (nan for fewer than two values)."""
+    mu = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return mu, float("nan")
+    return mu, math.sqrt(sum((x - mu) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
 
 
 def ruler(path, out_dir):
@@ -148,15 +156,12 @@ def tables(path):
             gap = sum(x - full[t] for x, t in zip(means, tasks)) / len(tasks)
             d = 100 * sum(dens[m]) / len(dens[m])
             # Paired differences to full, sample by sample (same task, same index).
-            diffs = [v - by_sample[(length, setup, "full", t, i)]
-                     for (ln, st, mm, t, i), v in by_sample.items()
-                     if (ln, st, mm) == (length, setup, m) and t in tasks
-                     and (length, setup, "full", t, i) in by_sample]
+            diffs = [100 * r["score"] - by_sample[(length, setup, "full", r["task"], r["index"])]
+                     for r in rs if r["method"] == m and r["task"] in tasks
+                     and (length, setup, "full", r["task"], r["index"]) in by_sample]
             se = ""
             if m != "full" and len(diffs) > 1:
-                mu = sum(diffs) / len(diffs)
-                sd = math.sqrt(sum((x - mu) ** 2 for x in diffs) / (len(diffs) - 1))
-                se = f" ± {sd / math.sqrt(len(diffs)):.1f}"
+                se = f" ± {mean_and_se(diffs)[1]:.1f}"
             print(f"| {m} | " + " | ".join(f"{x:.0f}" for x in means)
                   + f" | **{avg:.1f}** | {gap:+.1f}{se} | {d:.2f}% |")
 
@@ -223,12 +228,10 @@ def ppl(paths, out_dir):
 def ppl_pool(paths):
     """Prints one markdown table per prefix over several texts' ppl JSON files."""
     per = collections.defaultdict(lambda: collections.defaultdict(list))  # (prefix, method) -> text
-    family = {}
     for path in paths:
         d = json.load(open(path))
         for r in d["rows"]:
             per[(r["prefix"], r["method"])][d["text_seed"]].append(r)
-            family[r["method"]] = r["family"]
     for prefix in sorted({p for p, _ in per}):
         full = per[(prefix, "full")]
         texts = sorted(full)
@@ -249,9 +252,7 @@ def ppl_pool(paths):
                 rs = by_text[t]
                 rows += rs
                 diffs.append(sum(r["nll"] for r in rs) / len(rs) - full[t][0]["nll"])
-            mean = sum(diffs) / len(diffs)
-            se = (math.sqrt(sum((x - mean) ** 2 for x in diffs) / (len(diffs) - 1) / len(diffs))
-                  if len(diffs) > 1 else float("nan"))
+            mean, se = mean_and_se(diffs)
             kl = sum(r["kl"] for r in rows) / len(rows)
             t1 = sum(r["top1"] for r in rows) / len(rows)
             dens = sum(r["density"] for r in rows) / len(rows)
