@@ -264,9 +264,9 @@ TEST_F(DistributedDecodeTest, NodeHungMidGenerationTimesOutWithSameTokens) {
 // reserves room for the generation). Nodes of 330 MiB and 120 MiB: placement by free memory gives
 // each two blocks, the small node refuses (RESOURCE_EXHAUSTED: about 141 MB > 126 MB), and the
 // sequence is placed again, all on the large node; the tokens are the embedded ones. Two nodes of
-// 120 MiB: both placements are refused and the
-// request fails with a clear error, leaving nothing reserved on either node; a smaller request then
-// runs on the same nodes (nothing else was disturbed).
+// 120 MiB: both placements are refused and the request fails with a clear error, leaving nothing
+// reserved on either node; a smaller request then runs on the same nodes (nothing else was
+// disturbed).
 TEST_F(DistributedDecodeTest, RefusedShardIsPlacedElsewhereOrFailsCleanly) {
   const std::string fact = ReadFile(SourceDir() + "/examples/buried_fact.txt");
   auto embedded = LoadEngine({});
