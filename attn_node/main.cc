@@ -16,6 +16,7 @@
 #include "attn_node/service/attention_server.h"
 #include "attn_node/service/node_flags.h"
 #include "common/metrics/metrics.h"
+#include "common/process_runtime.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 
@@ -58,6 +59,7 @@ int Probe(std::string address) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  magicpig::ConfigureProcessRuntime();
   absl::StatusOr<magicpig::NodeFlags> flags =
       magicpig::ParseNodeFlags(std::vector<std::string>(argv + 1, argv + argc));
   if (!flags.ok()) {

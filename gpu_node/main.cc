@@ -3,8 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "common/process_runtime.h"
 #include "gpu_node/server/serve.h"
 
 int main(int argc, char** argv) {
+  magicpig::ConfigureProcessRuntime();
   return magicpig::server::ServeMain(std::vector<std::string>(argv + 1, argv + argc));
 }

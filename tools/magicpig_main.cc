@@ -3,12 +3,14 @@
 #include <string>
 #include <vector>
 
+#include "common/process_runtime.h"
 #include "eval/evaluators.h"
 #include "gpu_node/server/serve.h"
 #include "tools/bench_command.h"
 #include "tools/run_command.h"
 
 int main(int argc, char** argv) {
+  magicpig::ConfigureProcessRuntime();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help") {
     std::cout << "usage: magicpig <command> [flags]\n"

@@ -191,6 +191,10 @@ absl::StatusOr<bool> SparseAttentionRouter::StartAttend(int64_t layer, const flo
   return true;
 }
 
+void SparseAttentionRouter::FlushStarted() {
+  if (pending_.start.ok()) pending_.start = shards_->FlushStarted();
+}
+
 absl::Status SparseAttentionRouter::FinishAttend() {
   const PendingStep p = pending_;
   absl::Status status = p.start.ok() ? shards_->FinishAttend(parts_.data()) : p.start;

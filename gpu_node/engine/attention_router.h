@@ -102,6 +102,7 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   absl::StatusOr<bool> StartAttend(int64_t layer, const float* q, int64_t pos,
                                    const backend::KvLayerView& cache, float scale,
                                    float* out) override;
+  void FlushStarted() override;
   absl::Status FinishAttend() override;
 
   bool IsDense(int64_t layer) const;

@@ -39,6 +39,10 @@ class AttentionShards {
     pending_ = Pending{layer, q, codes, scale};
     return absl::OkStatus();
   }
+  // After every sequence of a micro-batch has started its step: sends what StartAttend only
+  // queued (shards that batch the queries of several sequences into one message). By default
+  // nothing is queued.
+  virtual absl::Status FlushStarted() { return absl::OkStatus(); }
   virtual absl::Status FinishAttend(PartialAttention* out) {
     return Attend(pending_.layer, pending_.q, pending_.codes, pending_.scale, out);
   }

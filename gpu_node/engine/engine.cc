@@ -87,6 +87,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
     for (const std::string& address : options.attention_nodes) {
       e->attention_nodes_.push_back(
           std::make_unique<AttentionNodeClient>(address, options.metrics_registry));
+      if (options.coalesce_attend) {
+        e->attend_coalescers_.push_back(std::make_unique<AttendCoalescer>(
+            e->attention_nodes_.back().get(), options.attend_timeout));
+      }
     }
   }
   return e;
@@ -123,11 +127,14 @@ std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(const SparseAttentionO
   shape.set_seed(attention.lsh_seed);
   std::vector<AttentionNodeClient*> nodes;
   for (auto& n : attention_nodes_) nodes.push_back(n.get());
+  std::vector<AttendCoalescer*> coalescers;
+  for (auto& c : attend_coalescers_) coalescers.push_back(c.get());
   // Tokens that may later leave the static window: everything generated.
   auto shards = std::make_unique<RemoteAttentionShards>(
       std::move(nodes),
       absl::StrCat("seq-", getpid(), "-", reinterpret_cast<uintptr_t>(this), "-", next_sequence_++),
-      shape, max_tokens + attention.window_budget, attention.shard_block, attend_timeout_);
+      shape, max_tokens + attention.window_budget, attention.shard_block, attend_timeout_,
+      std::move(coalescers));
   shards->AvoidNodes(avoid);
   return shards;
 }

@@ -54,6 +54,9 @@ struct EngineOptions {
   // With attention nodes, a batched decode step of 2 or more sequences runs as two micro-batches
   // whose remote attention overlaps the other's dense work (ping-pong). false: one batch.
   bool ping_pong = true;
+  // With attention nodes: the queries that the sequences of a micro-batch send to one node at one
+  // layer travel as one message (AttendCoalescer). false: one message per sequence and block.
+  bool coalesce_attend = true;
   // With attention nodes: a node that does not answer one step's Attend within this counts as
   // failed (hung or stopped), and its sequences are placed again on the others.
   std::chrono::milliseconds attend_timeout{10000};
@@ -239,6 +242,8 @@ class Engine {
   std::unique_ptr<SimHash> hash_;  // when attention_.mode != kFull
   std::unique_ptr<AttentionRunner> attention_runner_;
   std::vector<std::unique_ptr<AttentionNodeClient>> attention_nodes_;
+  // One per attention node when coalescing (destroyed before the clients they use).
+  std::vector<std::unique_ptr<AttendCoalescer>> attend_coalescers_;
   int64_t next_sequence_ = 0;
   int64_t context_length_ = 0;
   int64_t prefill_chunk_ = 256;

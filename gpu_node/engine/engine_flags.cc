@@ -5,9 +5,9 @@
 namespace magicpig::engine {
 
 std::set<std::string> EngineValueFlags() {
-  return {
-      "model",  "threads",         "ctx",       "attention",        "lsh-k", "lsh-l", "lsh-seed",
-      "budget", "attention-nodes", "ping-pong", "attend-timeout-ms"};
+  return {"model",           "threads",          "ctx",    "attention",       "lsh-k",
+          "lsh-l",           "lsh-seed",         "budget", "attention-nodes", "ping-pong",
+          "coalesce-attend", "attend-timeout-ms"};
 }
 
 std::string EngineFlagsUsage() {
@@ -23,6 +23,9 @@ std::string EngineFlagsUsage() {
          "  --ping-pong on|off     with attention nodes, decode a batch as two micro-batches "
          "whose\n"
          "                         remote attention overlaps the other's dense work (default on)\n"
+         "  --coalesce-attend on|off  with attention nodes, send a micro-batch's queries to a "
+         "node as\n"
+         "                         one message instead of one per sequence (default on)\n"
          "  --attend-timeout-ms N  an attention node that does not answer a step within N ms "
          "counts\n"
          "                         as failed and its sequences are placed again (default 10000)\n";
@@ -70,6 +73,11 @@ absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& a) {
     return absl::InvalidArgumentError("--ping-pong must be on or off");
   }
   options.ping_pong = ping_pong == "on";
+  const std::string coalesce = a.Get("coalesce-attend", "on");
+  if (coalesce != "on" && coalesce != "off") {
+    return absl::InvalidArgumentError("--coalesce-attend must be on or off");
+  }
+  options.coalesce_attend = coalesce == "on";
   options.num_threads = static_cast<int>(*threads);
   options.context_length = *ctx;
   return options;

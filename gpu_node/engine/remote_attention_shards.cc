@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/code_packing.h"
-#include "common/metrics/metrics.h"
 #include "common/status_macros.h"
 
 namespace magicpig::engine {
@@ -26,62 +25,6 @@ std::chrono::system_clock::time_point Deadline(int seconds) {
 }
 }  // namespace
 
-AttentionRpcMetrics::AttentionRpcMetrics(prometheus::Registry& registry, const std::string& node)
-    : node(node),
-      latency(&prometheus::BuildHistogram()
-                   .Name("magicpig_attn_rpc_latency_seconds")
-                   .Help("Round trip of one attention request to one attention node")
-                   .Register(registry)
-                   .Add({{"node", node}}, metrics::RpcBuckets())),
-      errors(&prometheus::BuildCounter()
-                  .Name("magicpig_attn_rpc_errors_total")
-                  .Help("Failed attention-node calls by gRPC status code name")
-                  .Register(registry)) {
-  auto& bytes = prometheus::BuildCounter()
-                    .Name("magicpig_attn_rpc_bytes_total")
-                    .Help(
-                        "Serialized message bytes sent to (up) and received from (down) each "
-                        "attention node")
-                    .Register(registry);
-  bytes_up = &bytes.Add({{"node", node}, {"direction", "up"}});
-  bytes_down = &bytes.Add({{"node", node}, {"direction", "down"}});
-}
-
-void AttentionRpcMetrics::RoundTrip(double seconds) const {
-  if (latency != nullptr) latency->Observe(seconds);
-}
-
-void AttentionRpcMetrics::Sent(size_t bytes) const {
-  if (bytes_up != nullptr) bytes_up->Increment(static_cast<double>(bytes));
-}
-
-void AttentionRpcMetrics::Received(size_t bytes) const {
-  if (bytes_down != nullptr) bytes_down->Increment(static_cast<double>(bytes));
-}
-
-void AttentionRpcMetrics::Finished(const grpc::Status& status) const {
-  if (errors == nullptr || status.ok()) return;
-  errors
-      ->Add(
-          {{"node", node},
-           {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))}})
-      .Increment();
-}
-
-AttentionNodeClient::AttentionNodeClient(std::string address, prometheus::Registry* registry)
-    : address_(std::move(address)),
-      channel_(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials())),
-      stub_(v1::AttentionService::NewStub(channel_)) {
-  if (registry != nullptr) metrics_ = AttentionRpcMetrics(*registry, address_);
-}
-
-absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view address) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(std::string(what), " on attention node ", std::string(address),
-                                   ": ", s.error_message()));
-}
-
 namespace {
 // A unary call's metrics: its message bytes (the response only when it came) and its failure.
 void Count(const AttentionNodeClient& node, const grpc::Status& status,
@@ -95,8 +38,10 @@ void Count(const AttentionNodeClient& node, const grpc::Status& status,
 RemoteAttentionShards::RemoteAttentionShards(std::vector<AttentionNodeClient*> nodes,
                                              std::string sequence_id, v1::ShardShape shape,
                                              int64_t reserve_tokens, int64_t block,
-                                             std::chrono::milliseconds attend_timeout)
+                                             std::chrono::milliseconds attend_timeout,
+                                             std::vector<AttendCoalescer*> coalescers)
     : nodes_(std::move(nodes)),
+      coalescers_(std::move(coalescers)),
       sequence_id_(std::move(sequence_id)),
       shape_(std::move(shape)),
       reserve_tokens_(reserve_tokens),
@@ -109,53 +54,18 @@ RemoteAttentionShards::RemoteAttentionShards(std::vector<AttentionNodeClient*> n
 
 RemoteAttentionShards::~RemoteAttentionShards() {
   (void)WaitUpload();
+  SettleTickets();
   Release();
 }
 
-RemoteAttentionShards::Watchdog::~Watchdog() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+void RemoteAttentionShards::SettleTickets() {
+  for (size_t ri = 0; ri < tickets_.size(); ++ri) {
+    if (tickets_[ri] == nullptr || ri >= ranges_.size()) continue;
+    AttendCoalescer& c = *coalescers_[static_cast<size_t>(ranges_[ri].node)];
+    c.Cancel(tickets_[ri]);
+    (void)c.Wait(*tickets_[ri]);  // done at once if cancelled or failed
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void RemoteAttentionShards::Watchdog::Arm(std::chrono::steady_clock::time_point deadline,
-                                          std::vector<grpc::ClientContext*> contexts) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    armed_ = true;
-    fired_ = false;
-    deadline_ = deadline;
-    contexts_ = std::move(contexts);
-    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
-  }
-  cv_.notify_all();
-}
-
-bool RemoteAttentionShards::Watchdog::Disarm() {
-  std::lock_guard<std::mutex> lock(mu_);
-  armed_ = false;
-  contexts_.clear();
-  return fired_;
-}
-
-void RemoteAttentionShards::Watchdog::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    if (!armed_) {
-      cv_.wait(lock);
-      continue;
-    }
-    if (cv_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ &&
-        std::chrono::steady_clock::now() >= deadline_) {
-      // TryCancel is thread-safe; the blocked Read returns false and FinishAttend reports it.
-      for (grpc::ClientContext* c : contexts_) c->TryCancel();
-      fired_ = true;
-      armed_ = false;
-    }
-  }
+  tickets_.clear();
 }
 
 void RemoteAttentionShards::Release() {
@@ -197,6 +107,7 @@ absl::Status RemoteAttentionShards::NoteFailure(const Range& range, absl::Status
 void RemoteAttentionShards::Reset() {
   // Streams to a dead node end with an error; Release ignores it, and so does Reset an upload's.
   (void)WaitUpload();
+  SettleTickets();
   pending_heads_ = 0;
   Release();
   std::fill(layer_size_.begin(), layer_size_.end(), 0);
@@ -421,8 +332,22 @@ absl::Status RemoteAttentionShards::StartAttend(int64_t layer, const float* q,
       r.attend_context.reset();
     }
   }
+  SettleTickets();  // a coalesced step that was given up
   pending_heads_ = 0;
   MAGICPIG_RETURN_IF_ERROR(WaitUpload());  // the rows this step attends to are all on the nodes
+  if (!coalescers_.empty()) {
+    const std::string q_bytes(reinterpret_cast<const char*>(q), n_head * d * sizeof(float));
+    std::string packed;
+    MAGICPIG_RETURN_IF_ERROR(PackCodes(codes, n_head * shape_.lsh_l(), shape_.lsh_k(), &packed));
+    tickets_.resize(ranges_.size());
+    for (size_t ri = 0; ri < ranges_.size(); ++ri) {
+      const Range& r = ranges_[ri];
+      tickets_[ri] = coalescers_[static_cast<size_t>(r.node)]->Add(static_cast<int32_t>(layer),
+                                                                   scale, r.id, q_bytes, packed);
+    }
+    pending_heads_ = n_head;
+    return absl::OkStatus();
+  }
   v1::AttendRequest req;
   req.set_step_id(++step_);
   req.set_layer(static_cast<int32_t>(layer));
@@ -449,12 +374,54 @@ absl::Status RemoteAttentionShards::StartAttend(int64_t layer, const float* q,
   return absl::OkStatus();
 }
 
+absl::Status RemoteAttentionShards::FlushStarted() {
+  for (size_t ri = 0; ri < tickets_.size(); ++ri) {
+    coalescers_[static_cast<size_t>(ranges_[ri].node)]->Flush();  // no-op once sent
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteAttentionShards::FinishCoalesced(int64_t n_head) {
+  const int64_t d = shape_.head_dim();
+  for (size_t ri = 0; ri < ranges_.size(); ++ri) {
+    const Range& r = ranges_[ri];
+    AttendCoalescer::Ticket& t = *tickets_[ri];
+    const absl::Status status = coalescers_[static_cast<size_t>(r.node)]->Wait(t);
+    if (!status.ok()) {
+      // The step's other tickets stay: Reset (recovery) or the next StartAttend settles them
+      // before anything is released on their nodes.
+      return NoteFailure(r, status);
+    }
+    const v1::SequencePartial& p = t.partial;
+    if (p.sequence_id() != r.id || p.o().size() != static_cast<size_t>(n_head * d * 4) ||
+        p.lse_size() != n_head || p.n_touched_size() != n_head) {
+      return absl::InternalError(absl::StrCat("malformed Attend answer for ", r.id,
+                                              " from attention node ",
+                                              nodes_[static_cast<size_t>(r.node)]->address()));
+    }
+    for (int64_t h = 0; h < n_head; ++h) {
+      PartialAttention& part = node_parts_[ri * n_head + h];
+      part.o.resize(static_cast<size_t>(d));
+      std::memcpy(part.o.data(), p.o().data() + h * d * 4, d * 4);
+      part.lse = p.lse(static_cast<int>(h));
+      part.n_touched = p.n_touched(static_cast<int>(h));
+    }
+  }
+  tickets_.clear();
+  return absl::OkStatus();
+}
+
 absl::Status RemoteAttentionShards::FinishAttend(PartialAttention* out) {
   const int64_t n_head = pending_heads_;
   const int64_t d = shape_.head_dim();
   if (n_head == 0) return absl::FailedPreconditionError("FinishAttend without a started step");
   pending_heads_ = 0;
   node_parts_.assign(ranges_.size() * static_cast<size_t>(n_head), PartialAttention{});
+  if (!coalescers_.empty()) {
+    MAGICPIG_RETURN_IF_ERROR(FinishCoalesced(n_head));
+    MergeNodeParts(n_head, out);
+    return absl::OkStatus();
+  }
   std::vector<grpc::ClientContext*> contexts;
   for (Range& r : ranges_) contexts.push_back(r.attend_context.get());
   watchdog_.Arm(std::chrono::steady_clock::now() + attend_timeout_, std::move(contexts));
@@ -500,13 +467,18 @@ absl::Status RemoteAttentionShards::FinishAttend(PartialAttention* out) {
       r.attend_context.reset();
     }
   }
+  MergeNodeParts(n_head, out);
+  return absl::OkStatus();
+}
+
+void RemoteAttentionShards::MergeNodeParts(int64_t n_head, PartialAttention* out) const {
+  const int64_t d = shape_.head_dim();
   std::vector<PartialAttention> per_head(ranges_.size());
   for (int64_t h = 0; h < n_head; ++h) {
     for (size_t ri = 0; ri < ranges_.size(); ++ri) per_head[ri] = node_parts_[ri * n_head + h];
     out[h] = MergePartials(per_head);
     if (out[h].o.empty()) out[h].o.assign(static_cast<size_t>(d), 0.0f);
   }
-  return absl::OkStatus();
 }
 
 int64_t RemoteAttentionShards::size(int64_t layer) const {

@@ -26,7 +26,10 @@
 // deadline); what they held is theirs to drop (a restarted node holds nothing).
 //
 // Attend sends one AttendRequest per node holding a range (on a bidi stream kept per node for the
-// block), then reads the answers and merges the per-block partials of each head by LSE.
+// block), then reads the answers and merges the per-block partials of each head by LSE. With
+// coalescers (one per node, shared by the sequences), StartAttend only queues the queries,
+// FlushStarted sends what every sequence of the micro-batch queued as one request per node, and
+// FinishAttend waits for this sequence's answers (AttendCoalescer); the partials are the same.
 //
 // Metrics (AttentionNodeClient with a registry; docs/metrics.md): per node, the round trip of each
 // Attend request to it (write to the answer read), the serialized bytes of every message sent and
@@ -40,76 +43,33 @@
 #define MAGICPIG_GPU_NODE_ENGINE_REMOTE_ATTENTION_SHARDS_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gpu_node/engine/attend_coalescer.h"
+#include "gpu_node/engine/attention_node_client.h"
 #include "gpu_node/engine/attention_shards.h"
+#include "gpu_node/engine/stream_watchdog.h"
 #include "grpcpp/grpcpp.h"
 #include "magicpig/v1/attention.grpc.pb.h"
-#include "prometheus/counter.h"
-#include "prometheus/family.h"
-#include "prometheus/histogram.h"
-#include "prometheus/registry.h"
 
 namespace magicpig::engine {
-
-// The compute node's metrics of its calls to one attention node (label node="host:port"):
-// magicpig_attn_rpc_latency_seconds, magicpig_attn_rpc_bytes_total{direction="up"|"down"},
-// magicpig_attn_rpc_errors_total{code}. Default-constructed: no metrics (every method a no-op).
-struct AttentionRpcMetrics {
-  AttentionRpcMetrics() = default;
-  // Registers the families in `registry` (which must outlive this) and the node's series.
-  AttentionRpcMetrics(prometheus::Registry& registry, const std::string& node);
-
-  // One Attend round trip.
-  void RoundTrip(double seconds) const;
-  // Serialized bytes sent to / received from the node.
-  void Sent(size_t bytes) const;
-  void Received(size_t bytes) const;
-  // A finished call: counted by its code name when not OK.
-  void Finished(const grpc::Status& status) const;
-
-  std::string node;
-  prometheus::Histogram* latency = nullptr;
-  prometheus::Counter* bytes_up = nullptr;
-  prometheus::Counter* bytes_down = nullptr;
-  prometheus::Family<prometheus::Counter>* errors = nullptr;
-};
-
-// One attention node: its address, a channel/stub to it and the metrics of calls to it.
-class AttentionNodeClient {
- public:
-  // registry: where the RPC metrics go (borrowed, must outlive the client); null: none.
-  explicit AttentionNodeClient(std::string address, prometheus::Registry* registry = nullptr);
-  const std::string& address() const { return address_; }
-  magicpig::v1::AttentionService::Stub& stub() { return *stub_; }
-  const AttentionRpcMetrics& metrics() const { return metrics_; }
-
- private:
-  std::string address_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<magicpig::v1::AttentionService::Stub> stub_;
-  AttentionRpcMetrics metrics_;
-};
-
-// A gRPC status as an absl::Status (same code), prefixed with what failed and where.
-absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view address);
 
 class RemoteAttentionShards final : public AttentionShards {
  public:
   // shape: the sparse layers, heads, (K, L), dtype and estimator of every shard of the sequence.
   // block: tokens per block of the prompt region (see the file comment).
   // attend_timeout: the longest wait for a node's answer to one Attend before it counts as failed.
+  // coalescers: empty (a stream per range), or one per node, in the order of `nodes` (borrowed;
+  // they must outlive this).
   RemoteAttentionShards(std::vector<AttentionNodeClient*> nodes, std::string sequence_id,
                         magicpig::v1::ShardShape shape, int64_t reserve_tokens, int64_t block,
-                        std::chrono::milliseconds attend_timeout = kDefaultAttendTimeout);
+                        std::chrono::milliseconds attend_timeout = kDefaultAttendTimeout,
+                        std::vector<AttendCoalescer*> coalescers = {});
   static constexpr std::chrono::milliseconds kDefaultAttendTimeout{10000};
   ~RemoteAttentionShards() override;  // releases the sequence on every node
 
@@ -119,6 +79,7 @@ class RemoteAttentionShards final : public AttentionShards {
   // goes on), then FinishAttend reads and merges the answers.
   absl::Status StartAttend(int64_t layer, const float* q, const uint16_t* codes,
                            float scale) override;
+  absl::Status FlushStarted() override;
   absl::Status FinishAttend(PartialAttention* out) override;
   absl::Status Attend(int64_t layer, const float* q, const uint16_t* codes, float scale,
                       PartialAttention* out) override;
@@ -174,27 +135,17 @@ class RemoteAttentionShards final : public AttentionShards {
   // Waits for the upload in flight (if any) and applies its result.
   absl::Status WaitUpload();
   void Release();
-
-  // Cancels the armed streams when an Attend's answers take longer than attend_timeout_.
-  class Watchdog {
-   public:
-    ~Watchdog();
-    void Arm(std::chrono::steady_clock::time_point deadline,
-             std::vector<grpc::ClientContext*> contexts);
-    // Returns true when the deadline passed before Disarm (the contexts were cancelled).
-    bool Disarm();
-
-   private:
-    void Run();
-    std::mutex mu_;
-    std::condition_variable cv_;
-    bool armed_ = false, fired_ = false, stop_ = false;
-    std::chrono::steady_clock::time_point deadline_;
-    std::vector<grpc::ClientContext*> contexts_;
-    std::thread thread_;  // started at the first Arm
-  };
+  // Coalesced path: withdraws queued queries and waits out sent ones (their answers must come
+  // before a ReleaseSequence that would make the node refuse the shared request).
+  void SettleTickets();
+  // Coalesced FinishAttend: waits for the step's tickets into node_parts_.
+  absl::Status FinishCoalesced(int64_t n_head);
+  // node_parts_ ([range][head]) merged per head by LSE into out.
+  void MergeNodeParts(int64_t n_head, PartialAttention* out) const;
 
   std::vector<AttentionNodeClient*> nodes_;
+  std::vector<AttendCoalescer*> coalescers_;                       // empty: per-range streams
+  std::vector<std::shared_ptr<AttendCoalescer::Ticket>> tickets_;  // per range, coalesced step
   std::string sequence_id_;
   magicpig::v1::ShardShape shape_;
   int64_t reserve_tokens_;
@@ -208,7 +159,7 @@ class RemoteAttentionShards final : public AttentionShards {
   std::vector<std::chrono::steady_clock::time_point> sent_at_;  // per range, this Attend's write
   std::chrono::milliseconds attend_timeout_;
   std::future<UploadResult> upload_;  // the last Append's rows on their way (invalid: none)
-  Watchdog watchdog_;
+  StreamWatchdog watchdog_;
 };
 
 }  // namespace magicpig::engine

@@ -83,6 +83,9 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
     (*pending)[i] = started;
     if (!started) b.CausalAttention(sq, s.n, s.first_pos, c.n_head, scale, cache, out);
   }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if ((*pending)[i]) slots[i].hook->FlushStarted();
+  }
   if (timings != nullptr) timings->attention += Seconds(attention_start, Clock::now());
   return absl::OkStatus();
 }

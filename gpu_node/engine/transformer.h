@@ -51,6 +51,10 @@ class LayerAttentionHook {
                                            float* out) {
     return Attend(layer, q, pos, cache, scale, out);
   }
+  // Called on every hook whose StartAttend returned true, once all of a micro-batch's slots have
+  // started: sends work that StartAttend only queued, so the sequences' queries can travel to an
+  // attention node as one message. A failure is kept for FinishAttend to report.
+  virtual void FlushStarted() {}
   virtual absl::Status FinishAttend() { return absl::OkStatus(); }
 };
 

@@ -1,0 +1,67 @@
+#include "gpu_node/engine/attention_node_client.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/metrics/metrics.h"
+
+namespace magicpig::engine {
+namespace v1 = ::magicpig::v1;
+
+AttentionRpcMetrics::AttentionRpcMetrics(prometheus::Registry& registry, const std::string& node)
+    : node(node),
+      latency(&prometheus::BuildHistogram()
+                   .Name("magicpig_attn_rpc_latency_seconds")
+                   .Help("Round trip of one attention request to one attention node")
+                   .Register(registry)
+                   .Add({{"node", node}}, metrics::RpcBuckets())),
+      errors(&prometheus::BuildCounter()
+                  .Name("magicpig_attn_rpc_errors_total")
+                  .Help("Failed attention-node calls by gRPC status code name")
+                  .Register(registry)) {
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("magicpig_attn_rpc_bytes_total")
+                    .Help(
+                        "Serialized message bytes sent to (up) and received from (down) each "
+                        "attention node")
+                    .Register(registry);
+  bytes_up = &bytes.Add({{"node", node}, {"direction", "up"}});
+  bytes_down = &bytes.Add({{"node", node}, {"direction", "down"}});
+}
+
+void AttentionRpcMetrics::RoundTrip(double seconds) const {
+  if (latency != nullptr) latency->Observe(seconds);
+}
+
+void AttentionRpcMetrics::Sent(size_t bytes) const {
+  if (bytes_up != nullptr) bytes_up->Increment(static_cast<double>(bytes));
+}
+
+void AttentionRpcMetrics::Received(size_t bytes) const {
+  if (bytes_down != nullptr) bytes_down->Increment(static_cast<double>(bytes));
+}
+
+void AttentionRpcMetrics::Finished(const grpc::Status& status) const {
+  if (errors == nullptr || status.ok()) return;
+  errors
+      ->Add(
+          {{"node", node},
+           {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))}})
+      .Increment();
+}
+
+AttentionNodeClient::AttentionNodeClient(std::string address, prometheus::Registry* registry)
+    : address_(std::move(address)),
+      channel_(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials())),
+      stub_(v1::AttentionService::NewStub(channel_)) {
+  if (registry != nullptr) metrics_ = AttentionRpcMetrics(*registry, address_);
+}
+
+absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view address) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(std::string(what), " on attention node ", std::string(address),
+                                   ": ", s.error_message()));
+}
+
+}  // namespace magicpig::engine

@@ -1,0 +1,68 @@
+// AttentionNodeClient: the compute node's handle on one attention node: its address, one gRPC
+// channel and stub, and the Prometheus metrics of the calls made to it (AttentionRpcMetrics). One
+// per node, shared by every sequence (RemoteAttentionShards) and by the node's AttendCoalescer.
+//
+// Thread-safety: thread-safe after construction (gRPC stubs and prometheus-cpp metrics are).
+#ifndef MAGICPIG_GPU_NODE_ENGINE_ATTENTION_NODE_CLIENT_H_
+#define MAGICPIG_GPU_NODE_ENGINE_ATTENTION_NODE_CLIENT_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "magicpig/v1/attention.grpc.pb.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace magicpig::engine {
+
+// The compute node's metrics of its calls to one attention node (label node="host:port"):
+// magicpig_attn_rpc_latency_seconds, magicpig_attn_rpc_bytes_total{direction="up"|"down"},
+// magicpig_attn_rpc_errors_total{code}. Default-constructed: no metrics (every method a no-op).
+struct AttentionRpcMetrics {
+  AttentionRpcMetrics() = default;
+  // Registers the families in `registry` (which must outlive this) and the node's series.
+  AttentionRpcMetrics(prometheus::Registry& registry, const std::string& node);
+
+  // One Attend round trip.
+  void RoundTrip(double seconds) const;
+  // Serialized bytes sent to / received from the node.
+  void Sent(size_t bytes) const;
+  void Received(size_t bytes) const;
+  // A finished call: counted by its code name when not OK.
+  void Finished(const grpc::Status& status) const;
+
+  std::string node;
+  prometheus::Histogram* latency = nullptr;
+  prometheus::Counter* bytes_up = nullptr;
+  prometheus::Counter* bytes_down = nullptr;
+  prometheus::Family<prometheus::Counter>* errors = nullptr;
+};
+
+// One attention node: its address, a channel/stub to it and the metrics of calls to it.
+class AttentionNodeClient {
+ public:
+  // registry: where the RPC metrics go (borrowed, must outlive the client); null: none.
+  explicit AttentionNodeClient(std::string address, prometheus::Registry* registry = nullptr);
+  const std::string& address() const { return address_; }
+  magicpig::v1::AttentionService::Stub& stub() { return *stub_; }
+  const AttentionRpcMetrics& metrics() const { return metrics_; }
+
+ private:
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<magicpig::v1::AttentionService::Stub> stub_;
+  AttentionRpcMetrics metrics_;
+};
+
+// A gRPC status as an absl::Status (same code), prefixed with what failed and where.
+absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view address);
+
+}  // namespace magicpig::engine
+
+#endif  // MAGICPIG_GPU_NODE_ENGINE_ATTENTION_NODE_CLIENT_H_
