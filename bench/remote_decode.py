@@ -5,17 +5,19 @@ concurrent streaming completions of a prompt of about `depth` tokens, and report
 time to first token and the decode rate (tokens after the first / time from the first to the
 last), the aggregate decode rate, and, from the compute node's /metrics, the decode-step
 breakdown (dense / attention / sampling seconds per step) and the attention RPC bytes per sparse
-layer step (up and down) and mean Attend round trip per node-range, counted from the moment every
-request has its first token and 0.3 s more (so the prefill's AppendKV uploads are not
-included). A measurement; nothing is
-asserted. Results go to stdout as a table (and --csv).
+layer step (up and down), Attend messages per decode step and their mean round trip, and the CPU
+time per decode step of the compute node and of the attention nodes (from /proc), counted from the
+moment every request has its first token and 0.3 s more (so the prefill's AppendKV uploads are not
+included). A measurement; nothing is asserted. Results go to stdout as a table.
 
 usage: remote_decode.py GPU_NODE ATTN_NODE MODEL [--depths 1024,4096] [--batches 1,4]
-                        [--max-tokens 32] [--threads 2]
+                        [--max-tokens 32] [--threads 2] [--ping-pong on|off|both]
+                        [--coalesce on|off|both]
 """
 import argparse
 import http.client
 import json
+import os
 import re
 import subprocess
 import sys
@@ -35,9 +37,16 @@ def start_node(node, threads):
     return p, m.group(1)
 
 
-def start_server(gpu, model, threads, nodes, batch, ping_pong):
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process so far (/proc/PID/stat fields 14 and 15)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_server(gpu, model, threads, nodes, batch, ping_pong, coalesce):
     args = [gpu, "--model", model, "--listen", "127.0.0.1:0", "--threads", str(threads),
-            "--max-batch", str(batch), "--ping-pong", ping_pong]
+            "--max-batch", str(batch), "--ping-pong", ping_pong, "--coalesce-attend", coalesce]
     if nodes:
         args += ["--attention-nodes", ",".join(nodes)]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -111,6 +120,8 @@ def main():
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--configs", default="0,1,2", help="attention nodes per run; 0 = embedded")
     ap.add_argument("--ping-pong", default="on", help="on, off or both (remote runs)")
+    ap.add_argument("--coalesce", default="on",
+                    help="on, off or both: one Attend message per node and micro-batch (remote)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2, help="compute node threads, embedded runs")
     ap.add_argument("--remote-threads", type=int, default=0,
@@ -119,18 +130,21 @@ def main():
     ap.add_argument("--sparse-layers", type=int, default=28, help="SmolLM2-135M: 30 - {0, 15}")
     ap.add_argument("--context", type=int, default=8192, help="the model's context length")
     a = ap.parse_args()
-    print("| depth | nodes | ping-pong | batch | TTFT s | decode tok/s per seq | aggregate tok/s | "
-          "dense / attention / sampling ms per step | RPC KiB up / down per sparse layer step "
-          "| Attend RTT ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| depth | nodes | ping-pong | coalesce | batch | TTFT s | decode tok/s per seq | "
+          "aggregate tok/s | dense / attention / sampling ms per step | RPC KiB up / down per "
+          "sparse layer step | Attend messages per step | Attend RTT ms | CPU ms per step: "
+          "compute / nodes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for depth in [int(d) for d in a.depths.split(",")]:
         for batch in [int(b) for b in a.batches.split(",")]:
             runs = []
             for n_nodes in [int(c) for c in a.configs.split(",")]:
                 modes = ["off"] if n_nodes == 0 else (
                     ["off", "on"] if a.ping_pong == "both" else [a.ping_pong])
-                runs += [(n_nodes, m) for m in modes]
-            for n_nodes, ping_pong in runs:
+                coalesce = ["on"] if n_nodes == 0 else (
+                    ["off", "on"] if a.coalesce == "both" else [a.coalesce])
+                runs += [(n_nodes, m, c) for m in modes for c in coalesce]
+            for n_nodes, ping_pong, coalesce in runs:
                 procs, nodes = [], []
                 try:
                     for _ in range(n_nodes):
@@ -139,7 +153,7 @@ def main():
                         nodes.append(addr)
                     threads_here = a.remote_threads if n_nodes and a.remote_threads else a.threads
                     server, port = start_server(a.gpu, a.model, threads_here, nodes, batch,
-                                                ping_pong)
+                                                ping_pong, coalesce)
                     procs.append(server)
                     unit = tokenize(port, TEXT)
                     # prompt + max_tokens must fit the model's context (8192 for SmolLM2): a depth
@@ -163,12 +177,15 @@ def main():
                     # token counters are read in the same window, so rates stay consistent).
                     time.sleep(0.3)
                     before = metrics(port)
+                    cpu_before = [cpu_seconds(p.pid) for p in procs]
                     for t in threads:
                         t.join()
                     after = metrics(port)
+                    cpu = [cpu_seconds(p.pid) - c for p, c in zip(procs, cpu_before)]
                     if len(results) != len(prompts):
-                        print("| %d | %s | %s | %d | %d of %d requests failed |" % (
-                            depth, n_nodes or "embedded", "-" if not n_nodes else ping_pong, batch,
+                        print("| %d | %s | %s | %s | %d | %d of %d requests failed |" % (
+                            depth, n_nodes or "embedded", "-" if not n_nodes else ping_pong,
+                            "-" if not n_nodes else coalesce, batch,
                             len(prompts) - len(results), len(prompts)), flush=True)
                         continue
                     d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
@@ -190,11 +207,14 @@ def main():
                     ttft = sum(r[0] for r in results) / len(results)
                     rate = sum(r[1] for r in results) / len(results)
                     agg = rate * len(results)
-                    print("| %d | %s | %s | %d | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | %.1f / "
-                          "%.1f | %.2f |" % (depth, n_nodes or "embedded",
-                                             "-" if not n_nodes else ping_pong, batch, ttft,
-                                             rate, agg,
-                                        *phase, per(up), per(down), rtt), flush=True)
+                    # procs: the nodes first, the compute node last.
+                    cpu_ms = lambda s: 1000 * s / steps  # noqa: E731
+                    print("| %d | %s | %s | %s | %d | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | "
+                          "%.1f / %.1f | %.1f | %.2f | %.1f / %.1f |" % (
+                              depth, n_nodes or "embedded", "-" if not n_nodes else ping_pong,
+                              "-" if not n_nodes else coalesce, batch, ttft, rate, agg, *phase,
+                              per(up), per(down), rtt_n / steps, rtt, cpu_ms(cpu[-1]),
+                              cpu_ms(sum(cpu[:-1]))), flush=True)
                 finally:
                     for p in procs:
                         p.terminate()
