@@ -223,28 +223,49 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
   absl::Status status = backend_->Execute([&]() -> absl::Status {
     MAGICPIG_RETURN_IF_ERROR(backend_->Embed(weights_->token_embd(), tokens, x.data()));
     for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(slots[i].first_pos);
-    // Micro-batches [begin, end) of rows. With two, the attention of one (handed to attention
-    // nodes by StartAttend) overlaps the dense work of the other: pre-attention of A, then of B
-    // while A's attention runs, then A's post-attention while B's runs, then B's.
+    // Micro-batches [begin, end) of rows. With two or more, the attention of one (handed to
+    // attention nodes by StartAttend) overlaps the dense work of the others. The micro-batches
+    // run staggered by one: while the nodes attend micro-batch m at layer l, this thread runs
+    // m - 1's post-attention at l and its pre-attention at l + 1 (for two: pre A0; then per
+    // layer l: pre B_l, post A_l, pre A_l+1, post B_l), so each attention hides behind a whole
+    // layer's share of dense work, not just the small pre-attention part.
     const int64_t parts = std::clamp<int64_t>(micro_batches, 1, n);
     std::vector<int64_t> bounds(parts + 1);
     for (int64_t m = 0; m <= parts; ++m) bounds[m] = n * m / parts;
     std::vector<std::vector<char>> pending(parts);
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      for (int64_t m = 0; m < parts; ++m) {
-        const absl::Span<const Slot> part(slots.data() + bounds[m], bounds[m + 1] - bounds[m]);
-        pending[m].assign(part.size(), 0);
-        MAGICPIG_RETURN_IF_ERROR(LayerPre(l, x.data(), bounds[m], bounds[m + 1] - bounds[m], part,
-                                          nullptr, &pending[m], &local));
-      }
-      for (int64_t m = 0; m < parts; ++m) {
-        const absl::Span<const Slot> part(slots.data() + bounds[m], bounds[m + 1] - bounds[m]);
-        MAGICPIG_RETURN_IF_ERROR(
-            LayerPost(l, x.data(), bounds[m], bounds[m + 1] - bounds[m], part, pending[m], &local));
-      }
-      for (const Slot& s : slots) {
+    auto part_of = [&](int64_t m) {
+      return absl::Span<const Slot>(slots.data() + bounds[m], bounds[m + 1] - bounds[m]);
+    };
+    auto pre = [&](int64_t m, int64_t l) -> absl::Status {
+      pending[m].assign(part_of(m).size(), 0);
+      return LayerPre(l, x.data(), bounds[m], bounds[m + 1] - bounds[m], part_of(m), nullptr,
+                      &pending[m], &local);
+    };
+    auto post = [&](int64_t m, int64_t l) -> absl::Status {
+      MAGICPIG_RETURN_IF_ERROR(LayerPost(l, x.data(), bounds[m], bounds[m + 1] - bounds[m],
+                                         part_of(m), pending[m], &local));
+      for (const Slot& s : part_of(m)) {
         if (s.hook != nullptr) {
           MAGICPIG_RETURN_IF_ERROR(s.hook->OnLayerStored(l, s.kv->layer(l), s.first_pos + 1));
+        }
+      }
+      return absl::OkStatus();
+    };
+    if (parts == 1) {
+      for (int64_t l = 0; l < c.n_layer; ++l) {
+        MAGICPIG_RETURN_IF_ERROR(pre(0, l));
+        MAGICPIG_RETURN_IF_ERROR(post(0, l));
+      }
+    } else {
+      MAGICPIG_RETURN_IF_ERROR(pre(0, 0));
+      for (int64_t l = 0; l < c.n_layer; ++l) {
+        for (int64_t m = 0; m < parts; ++m) {
+          if (m + 1 < parts) {
+            MAGICPIG_RETURN_IF_ERROR(pre(m + 1, l));
+          } else if (l + 1 < c.n_layer) {
+            MAGICPIG_RETURN_IF_ERROR(pre(0, l + 1));
+          }
+          MAGICPIG_RETURN_IF_ERROR(post(m, l));
         }
       }
     }

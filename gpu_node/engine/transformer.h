@@ -104,8 +104,9 @@ class Transformer {
   // the KV store and attention run per sequence. logits: [items.size()][n_vocab]. A batch of one
   // computes exactly what Forward does with one token.
   // micro_batches = 2 splits the batch in two halves whose attention and dense work alternate
-  // (ping-pong), so attention handed to attention nodes (LayerAttentionHook::StartAttend) runs
-  // while the other half's products do; each half then reads the weights once.
+  // (ping-pong), staggered by half a layer, so attention handed to attention nodes
+  // (LayerAttentionHook::StartAttend) runs while the other half's post-attention products of this
+  // layer and pre-attention products of the next do; each half then reads the weights once.
   absl::Status ForwardBatch(absl::Span<const DecodeItem> items, std::vector<float>* logits,
                             StepTimings* timings = nullptr, int micro_batches = 1);
 
