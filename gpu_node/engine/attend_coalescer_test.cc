@@ -27,17 +27,9 @@ constexpr int kSequences = 3;
 const float kScale = 1.0f / std::sqrt(static_cast<float>(kD));
 
 v1::ShardShape Shape() {
-  v1::ShardShape s;
-  s.add_layers(0);
-  s.add_layers(1);
-  s.set_n_kv_heads(kKv);
-  s.set_group(kGroup);
-  s.set_head_dim(kD);
-  s.set_lsh_k(kK);
-  s.set_lsh_l(kL);
-  s.set_dtype(v1::KV_DTYPE_F32);
-  s.set_estimator(v1::ESTIMATOR_MAGICPIG);
-  return s;
+  return magicpig::testing::MakeCreate("", {0, 1}, kKv, kGroup, kD, kK, kL, v1::KV_DTYPE_F32,
+                                       v1::ESTIMATOR_MAGICPIG, 0, 0)
+      .shape();
 }
 
 class AttendCoalescerTest : public ::testing::Test {

@@ -382,7 +382,6 @@ absl::Status RemoteAttentionShards::FlushStarted() {
 }
 
 absl::Status RemoteAttentionShards::FinishCoalesced(int64_t n_head) {
-  const int64_t d = shape_.head_dim();
   for (size_t ri = 0; ri < ranges_.size(); ++ri) {
     const Range& r = ranges_[ri];
     AttendCoalescer::Ticket& t = *tickets_[ri];
@@ -392,19 +391,10 @@ absl::Status RemoteAttentionShards::FinishCoalesced(int64_t n_head) {
       // before anything is released on their nodes.
       return NoteFailure(r, status);
     }
-    const v1::SequencePartial& p = t.partial;
-    if (p.sequence_id() != r.id || p.o().size() != static_cast<size_t>(n_head * d * 4) ||
-        p.lse_size() != n_head || p.n_touched_size() != n_head) {
+    if (t.partial.sequence_id() != r.id || !TakePartial(t.partial, n_head, ri)) {
       return absl::InternalError(absl::StrCat("malformed Attend answer for ", r.id,
                                               " from attention node ",
                                               nodes_[static_cast<size_t>(r.node)]->address()));
-    }
-    for (int64_t h = 0; h < n_head; ++h) {
-      PartialAttention& part = node_parts_[ri * n_head + h];
-      part.o.resize(static_cast<size_t>(d));
-      std::memcpy(part.o.data(), p.o().data() + h * d * 4, d * 4);
-      part.lse = p.lse(static_cast<int>(h));
-      part.n_touched = p.n_touched(static_cast<int>(h));
     }
   }
   tickets_.clear();
@@ -413,7 +403,6 @@ absl::Status RemoteAttentionShards::FinishCoalesced(int64_t n_head) {
 
 absl::Status RemoteAttentionShards::FinishAttend(PartialAttention* out) {
   const int64_t n_head = pending_heads_;
-  const int64_t d = shape_.head_dim();
   if (n_head == 0) return absl::FailedPreconditionError("FinishAttend without a started step");
   pending_heads_ = 0;
   node_parts_.assign(ranges_.size() * static_cast<size_t>(n_head), PartialAttention{});
@@ -442,19 +431,10 @@ absl::Status RemoteAttentionShards::FinishAttend(PartialAttention* out) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at_[ri]).count());
     node.metrics().Received(resp.ByteSizeLong());
     if (resp.step_id() != step_ || resp.partials_size() != 1 ||
-        resp.partials(0).o().size() != static_cast<size_t>(n_head * d * 4) ||
-        resp.partials(0).lse_size() != n_head || resp.partials(0).n_touched_size() != n_head) {
+        !TakePartial(resp.partials(0), n_head, ri)) {
       watchdog_.Disarm();
       return absl::InternalError(
           absl::StrCat("malformed Attend response from attention node ", node.address()));
-    }
-    const v1::SequencePartial& p = resp.partials(0);
-    for (int64_t h = 0; h < n_head; ++h) {
-      PartialAttention& part = node_parts_[ri * n_head + h];
-      part.o.resize(static_cast<size_t>(d));
-      std::memcpy(part.o.data(), p.o().data() + h * d * 4, d * 4);
-      part.lse = p.lse(static_cast<int>(h));
-      part.n_touched = p.n_touched(static_cast<int>(h));
     }
   }
   if (watchdog_.Disarm()) {
@@ -469,6 +449,23 @@ absl::Status RemoteAttentionShards::FinishAttend(PartialAttention* out) {
   }
   MergeNodeParts(n_head, out);
   return absl::OkStatus();
+}
+
+bool RemoteAttentionShards::TakePartial(const v1::SequencePartial& p, int64_t n_head,
+                                        size_t range) {
+  const int64_t d = shape_.head_dim();
+  if (p.o().size() != static_cast<size_t>(n_head * d * 4) || p.lse_size() != n_head ||
+      p.n_touched_size() != n_head) {
+    return false;
+  }
+  for (int64_t h = 0; h < n_head; ++h) {
+    PartialAttention& part = node_parts_[range * n_head + h];
+    part.o.resize(static_cast<size_t>(d));
+    std::memcpy(part.o.data(), p.o().data() + h * d * 4, d * 4);
+    part.lse = p.lse(static_cast<int>(h));
+    part.n_touched = p.n_touched(static_cast<int>(h));
+  }
+  return true;
 }
 
 void RemoteAttentionShards::MergeNodeParts(int64_t n_head, PartialAttention* out) const {

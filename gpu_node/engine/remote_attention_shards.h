@@ -140,6 +140,8 @@ class RemoteAttentionShards final : public AttentionShards {
   void SettleTickets();
   // Coalesced FinishAttend: waits for the step's tickets into node_parts_.
   absl::Status FinishCoalesced(int64_t n_head);
+  // Copies one range's answer into node_parts_[range][*]; false when its sizes do not fit the step.
+  bool TakePartial(const magicpig::v1::SequencePartial& p, int64_t n_head, size_t range);
   // node_parts_ ([range][head]) merged per head by LSE into out.
   void MergeNodeParts(int64_t n_head, PartialAttention* out) const;
 

@@ -51,16 +51,9 @@ double SumOf(const prometheus::Registry& registry, const std::string& name,
 }
 
 v1::ShardShape Shape() {
-  v1::ShardShape s;
-  s.add_layers(0);
-  s.set_n_kv_heads(kKv);
-  s.set_group(kGroup);
-  s.set_head_dim(kD);
-  s.set_lsh_k(kK);
-  s.set_lsh_l(kL);
-  s.set_dtype(v1::KV_DTYPE_F32);
-  s.set_estimator(v1::ESTIMATOR_MAGICPIG);
-  return s;
+  return magicpig::testing::MakeCreate("", {0}, kKv, kGroup, kD, kK, kL, v1::KV_DTYPE_F32,
+                                       v1::ESTIMATOR_MAGICPIG, 0, 0)
+      .shape();
 }
 
 class RemoteShardsMetricsTest : public ::testing::Test {
