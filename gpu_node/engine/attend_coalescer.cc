@@ -8,8 +8,9 @@
 namespace magicpig::engine {
 namespace v1 = ::magicpig::v1;
 
-AttendCoalescer::AttendCoalescer(AttentionNodeClient* node, std::chrono::milliseconds timeout)
-    : node_(node), timeout_(timeout) {}
+AttendCoalescer::AttendCoalescer(AttentionNodeClient* node, std::chrono::milliseconds timeout,
+                                 size_t max_request_bytes)
+    : node_(node), timeout_(timeout), max_request_bytes_(max_request_bytes) {}
 
 AttendCoalescer::~AttendCoalescer() {
   absl::MutexLock lock(&mu_);
@@ -22,9 +23,14 @@ std::shared_ptr<AttendCoalescer::Ticket> AttendCoalescer::Add(int32_t layer, flo
                                                               const std::string& codes) {
   absl::MutexLock lock(&mu_);
   // One request carries one layer and scale: queries for others go in the next one.
-  if (!queued_tickets_.empty() && (queued_.layer() != layer || queued_.scale() != scale)) {
+  const size_t bytes = sequence_id.size() + q.size() + codes.size();
+  if (!queued_tickets_.empty() &&
+      (queued_.layer() != layer || queued_.scale() != scale ||
+       queued_bytes_ + bytes > max_request_bytes_ ||
+       queued_tickets_.size() >= static_cast<size_t>(kMaxQueriesPerRequest))) {
     FlushLocked();
   }
+  queued_bytes_ += bytes;
   queued_.set_layer(layer);
   queued_.set_scale(scale);
   v1::SequenceQuery* query = queued_.add_queries();
@@ -46,6 +52,7 @@ void AttendCoalescer::FlushLocked() {
   if (queued_tickets_.empty()) return;
   std::vector<std::shared_ptr<Ticket>> tickets = std::move(queued_tickets_);
   queued_tickets_.clear();
+  queued_bytes_ = 0;
   queued_.set_step_id(++next_step_);
   for (auto& t : tickets) t->request = next_step_;
   if (stream_ == nullptr) {
@@ -163,6 +170,8 @@ void AttendCoalescer::Cancel(const std::shared_ptr<Ticket>& ticket) {
   if (it == queued_tickets_.end()) return;
   // Rebuild the queued request without the query; later tickets move up one place.
   const int index = ticket->index;
+  const v1::SequenceQuery& query = queued_.queries(index);
+  queued_bytes_ -= query.sequence_id().size() + query.q().size() + query.codes().size();
   queued_.mutable_queries()->DeleteSubrange(index, 1);
   queued_tickets_.erase(it);
   for (auto& t : queued_tickets_) {

@@ -7,9 +7,9 @@
 //
 // Use: each sequence of the micro-batch Add()s its queries (one per block held on this node);
 // Flush() sends everything added as one request (queries for another layer or scale than those
-// queued first flush the queue); Wait(ticket) reads the answers, in the order the requests were
-// sent, until the ticket's has come. Answers to tickets nobody waits for any more (a step that was
-// given up) are read and dropped by a later Wait.
+// queued first, or a request grown to its size cap, flush the queue); Wait(ticket) reads the
+// answers, in the order the requests were sent, until the ticket's has come. Answers to tickets
+// nobody waits for any more (a step that was given up) are read and dropped by a later Wait.
 //
 // Failure: a broken stream, a malformed answer or no answer within `timeout` fails every request
 // in flight on the stream (their tickets get the status: the node's gRPC status, UNAVAILABLE or
@@ -25,6 +25,7 @@
 #define MAGICPIG_GPU_NODE_ENGINE_ATTEND_COALESCER_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -53,8 +54,15 @@ class AttendCoalescer {
     int index = -1;        // the query's position in that request
   };
 
+  // A request is sent before it would grow past this many payload bytes (or queries), so that
+  // requests and their answers stay well under gRPC's default 4 MiB message limit however many
+  // sequences and blocks a micro-batch holds.
+  static constexpr size_t kDefaultMaxRequestBytes = size_t{1} << 20;
+  static constexpr int kMaxQueriesPerRequest = 1024;
+
   // node: borrowed, must outlive this. timeout: the longest wait for one answer.
-  AttendCoalescer(AttentionNodeClient* node, std::chrono::milliseconds timeout);
+  AttendCoalescer(AttentionNodeClient* node, std::chrono::milliseconds timeout,
+                  size_t max_request_bytes = kDefaultMaxRequestBytes);
   ~AttendCoalescer();  // cancels the stream (answers still in flight are dropped)
   AttendCoalescer(const AttendCoalescer&) = delete;
   AttendCoalescer& operator=(const AttendCoalescer&) = delete;
@@ -96,9 +104,11 @@ class AttendCoalescer {
 
   AttentionNodeClient* const node_;
   const std::chrono::milliseconds timeout_;
+  const size_t max_request_bytes_;
   mutable absl::Mutex mu_;
   magicpig::v1::AttendRequest queued_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Ticket>> queued_tickets_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // payload of the queued queries
   std::unique_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<
       grpc::ClientReaderWriter<magicpig::v1::AttendRequest, magicpig::v1::AttendResponse>>

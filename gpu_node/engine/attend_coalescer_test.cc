@@ -1,6 +1,7 @@
 // AttendCoalescer against two in-process attention nodes (AttentionServer on loopback): the
 // queries that several sequences start at one layer go to each node as one request, and every
-// sequence gets exactly the partials it gets over its own per-block streams; a step given up
+// sequence gets exactly the partials it gets over its own per-block streams (also when the
+// requests are cut at their size cap); a step given up
 // (started, never finished) is dropped without disturbing later steps; a stopped node fails the
 // tickets of its requests recoverably while the other node keeps serving.
 #include "gpu_node/engine/attend_coalescer.h"
@@ -141,6 +142,31 @@ TEST_F(AttendCoalescerTest, OneRequestPerNodeAndStepWithTheSamePartials) {
       ExpectSamePartials(got[static_cast<size_t>(s)], want[static_cast<size_t>(s)]);
       for (const PartialAttention& p : got[static_cast<size_t>(s)]) EXPECT_GT(p.n_touched, 0);
     }
+  }
+}
+
+// A request is cut before it passes the byte cap: with room for 3 queries per request, a step of
+// 3 sequences x 4 blocks needs more than one request per node, with the same answers.
+TEST_F(AttendCoalescerTest, RequestsAreCutAtTheirSizeCap) {
+  const size_t per_query = std::string("co0/b0").size() + kHeads * kD * 4 +
+                           static_cast<size_t>((kHeads * kL * kK + 7) / 8);
+  for (int n = 0; n < 2; ++n) {
+    coalescers_[static_cast<size_t>(n)] = std::make_unique<AttendCoalescer>(
+        clients_[static_cast<size_t>(n)].get(), std::chrono::seconds(10), 3 * per_query + 8);
+  }
+  auto separate = MakeSequences("sep", /*coalesced=*/false);
+  auto shared = MakeSequences("co", /*coalesced=*/true);
+  size_t queries = 0;
+  for (const auto& seq : shared) queries += seq->ranges().size();
+  const uint64_t before = RequestsSent();
+  const auto got = Step(shared, 0);
+  const auto want = Step(separate, 0);
+  // At most 3 queries per request: at least ceil(queries / 3) requests, more than one per node.
+  EXPECT_GE(RequestsSent() - before, (queries + 2) / 3);
+  EXPECT_GT(RequestsSent() - before, 2u);
+  for (int s = 0; s < kSequences; ++s) {
+    SCOPED_TRACE(::testing::Message() << "sequence " << s);
+    ExpectSamePartials(got[static_cast<size_t>(s)], want[static_cast<size_t>(s)]);
   }
 }
 
