@@ -14,7 +14,7 @@ AttendCoalescer::AttendCoalescer(AttentionNodeClient* node, std::chrono::millise
 
 AttendCoalescer::~AttendCoalescer() {
   absl::MutexLock lock(&mu_);
-  DropStreamLocked();
+  CancelAttendStream(context_, stream_);
 }
 
 std::shared_ptr<AttendCoalescer::Ticket> AttendCoalescer::Add(int32_t layer, float scale,
@@ -67,7 +67,7 @@ void AttendCoalescer::FlushLocked() {
         InFlight{next_step_, std::move(tickets), std::chrono::steady_clock::now()});
   }
   queued_.Clear();
-  if (!sent) FailAllLocked(CloseStreamLocked(), std::move(tickets));
+  if (!sent) FailAllLocked(CloseFailedAttendStream(*node_, context_, stream_), std::move(tickets));
 }
 
 absl::Status AttendCoalescer::Wait(Ticket& ticket) {
@@ -92,7 +92,7 @@ void AttendCoalescer::ReadOneLocked() {
   const bool timed_out = watchdog_.Disarm();
   if (timed_out) {
     // The context was cancelled (as the answer came, or instead of it): the stream is done.
-    DropStreamLocked();
+    CancelAttendStream(context_, stream_);
     node_->metrics().Finished(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, ""));
     FailAllLocked(
         absl::DeadlineExceededError(absl::StrCat("Attend on attention node ", node_->address(),
@@ -100,17 +100,17 @@ void AttendCoalescer::ReadOneLocked() {
     return;
   }
   if (!read) {
-    FailAllLocked(CloseStreamLocked());
+    FailAllLocked(CloseFailedAttendStream(*node_, context_, stream_));
     return;
   }
   InFlight& oldest = in_flight_.front();
   node_->metrics().RoundTrip(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - oldest.sent_at).count());
   node_->metrics().Received(resp.ByteSizeLong());
-  bool well_formed = resp.step_id() == oldest.step &&
-                     resp.partials_size() == static_cast<int>(oldest.tickets.size());
+  const bool well_formed = resp.step_id() == oldest.step &&
+                           resp.partials_size() == static_cast<int>(oldest.tickets.size());
   if (!well_formed) {
-    DropStreamLocked();
+    CancelAttendStream(context_, stream_);
     node_->metrics().Finished(grpc::Status(grpc::StatusCode::INTERNAL, ""));
     FailAllLocked(absl::InternalError(
         absl::StrCat("malformed Attend response from attention node ", node_->address(), ": step ",
@@ -124,28 +124,6 @@ void AttendCoalescer::ReadOneLocked() {
     t->done = true;
   }
   in_flight_.pop_front();
-}
-
-void AttendCoalescer::DropStreamLocked() {
-  if (stream_ == nullptr) return;
-  context_->TryCancel();  // answers may be unread: a plain finish would wait for them
-  (void)stream_->Finish();
-  stream_.reset();
-  context_.reset();
-}
-
-absl::Status AttendCoalescer::CloseStreamLocked() {
-  grpc::Status s(grpc::StatusCode::UNAVAILABLE, "stream closed");
-  if (stream_ != nullptr) {
-    // A write or read failed: the call has ended, and Finish says how (the node's status).
-    stream_->WritesDone();
-    s = stream_->Finish();
-    stream_.reset();
-    context_.reset();
-    if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed");
-  }
-  node_->metrics().Finished(s);
-  return FromGrpc(s, "Attend", node_->address());
 }
 
 void AttendCoalescer::FailAllLocked(const absl::Status& status,

@@ -97,10 +97,6 @@ class AttendCoalescer {
   // the stream must be closed already.
   void FailAllLocked(const absl::Status& status, std::vector<std::shared_ptr<Ticket>> extra = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After a failed write or read: finishes the stream, counts and returns how it ended.
-  absl::Status CloseStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Cancels and finishes the stream (answers in flight are dropped); counts nothing.
-  void DropStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   AttentionNodeClient* const node_;
   const std::chrono::milliseconds timeout_;
@@ -110,9 +106,7 @@ class AttendCoalescer {
   std::vector<std::shared_ptr<Ticket>> queued_tickets_ ABSL_GUARDED_BY(mu_);
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // payload of the queued queries
   std::unique_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<
-      grpc::ClientReaderWriter<magicpig::v1::AttendRequest, magicpig::v1::AttendResponse>>
-      stream_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<AttendStream> stream_ ABSL_GUARDED_BY(mu_);
   std::deque<InFlight> in_flight_ ABSL_GUARDED_BY(mu_);
   uint64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t requests_sent_ ABSL_GUARDED_BY(mu_) = 0;

@@ -64,4 +64,29 @@ absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_
                                    ": ", s.error_message()));
 }
 
+void CancelAttendStream(std::unique_ptr<grpc::ClientContext>& context,
+                        std::unique_ptr<AttendStream>& stream) {
+  if (stream != nullptr) {
+    context->TryCancel();
+    (void)stream->Finish();
+  }
+  stream.reset();
+  context.reset();
+}
+
+absl::Status CloseFailedAttendStream(const AttentionNodeClient& node,
+                                     std::unique_ptr<grpc::ClientContext>& context,
+                                     std::unique_ptr<AttendStream>& stream) {
+  grpc::Status s;
+  if (stream != nullptr) {
+    stream->WritesDone();
+    s = stream->Finish();
+  }
+  stream.reset();
+  context.reset();
+  if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed");
+  node.metrics().Finished(s);
+  return FromGrpc(s, "Attend", node.address());
+}
+
 }  // namespace magicpig::engine

@@ -63,6 +63,22 @@ class AttentionNodeClient {
 // A gRPC status as an absl::Status (same code), prefixed with what failed and where.
 absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view address);
 
+// The client side of one Attend bidi stream, with the context it runs under.
+using AttendStream =
+    grpc::ClientReaderWriter<magicpig::v1::AttendRequest, magicpig::v1::AttendResponse>;
+
+// Ends an Attend stream that may still hold unread answers: cancels it first (a plain Finish would
+// wait for them), then finishes and drops it and its context. Counts nothing. No-op when null.
+void CancelAttendStream(std::unique_ptr<grpc::ClientContext>& context,
+                        std::unique_ptr<AttendStream>& stream);
+
+// Ends an Attend stream whose Write or Read failed and drops it and its context: the status the
+// call ended with (the node's; UNAVAILABLE "stream closed" when it gave none or the stream is
+// null), counted in node's error metrics and returned naming the node.
+absl::Status CloseFailedAttendStream(const AttentionNodeClient& node,
+                                     std::unique_ptr<grpc::ClientContext>& context,
+                                     std::unique_ptr<AttendStream>& stream);
+
 }  // namespace magicpig::engine
 
 #endif  // MAGICPIG_GPU_NODE_ENGINE_ATTENTION_NODE_CLIENT_H_

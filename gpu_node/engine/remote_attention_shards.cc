@@ -70,14 +70,8 @@ void RemoteAttentionShards::SettleTickets() {
 
 void RemoteAttentionShards::Release() {
   for (Range& r : ranges_) {
-    if (r.attend_stream != nullptr) {
-      // Cancel rather than finish: the stream may hold an unread answer (after another node
-      // failed mid-step), and a finish would wait for it.
-      r.attend_context->TryCancel();
-      (void)r.attend_stream->Finish();
-      r.attend_stream.reset();
-      r.attend_context.reset();
-    }
+    // Cancelled: the stream may hold an unread answer (after another node failed mid-step).
+    CancelAttendStream(r.attend_context, r.attend_stream);
     if (std::find(failed_.begin(), failed_.end(), r.node) != failed_.end()) continue;
     grpc::ClientContext ctx;
     ctx.set_deadline(Deadline(kControlSeconds));
@@ -301,14 +295,8 @@ absl::Status RemoteAttentionShards::Append(int64_t layer, int64_t first_pos, int
 }
 
 absl::Status RemoteAttentionShards::CloseBrokenStream(Range& r) {
-  r.attend_stream->WritesDone();
-  grpc::Status s = r.attend_stream->Finish();
-  r.attend_stream.reset();
-  r.attend_context.reset();
-  if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed");
-  const AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
-  node.metrics().Finished(s);
-  return NoteFailure(r, FromGrpc(s, "Attend", node.address()));
+  return NoteFailure(r, CloseFailedAttendStream(*nodes_[static_cast<size_t>(r.node)],
+                                                r.attend_context, r.attend_stream));
 }
 
 absl::Status RemoteAttentionShards::Attend(int64_t layer, const float* q, const uint16_t* codes,
@@ -324,13 +312,7 @@ absl::Status RemoteAttentionShards::StartAttend(int64_t layer, const float* q,
   if (pending_heads_ != 0) {
     // The last step was abandoned (another sequence's failure ended the batched step between
     // StartAttend and FinishAttend): its answers are unread on the streams, so drop them.
-    for (Range& r : ranges_) {
-      if (r.attend_stream == nullptr) continue;
-      r.attend_context->TryCancel();
-      (void)r.attend_stream->Finish();
-      r.attend_stream.reset();
-      r.attend_context.reset();
-    }
+    for (Range& r : ranges_) CancelAttendStream(r.attend_context, r.attend_stream);
   }
   SettleTickets();  // a coalesced step that was given up
   pending_heads_ = 0;

@@ -104,9 +104,7 @@ class RemoteAttentionShards final : public AttentionShards {
     int64_t begin = 0, end = 0;  // end grows on the last range as tokens are appended
     int64_t bytes = 0;           // as last reported by the node
     std::unique_ptr<grpc::ClientContext> attend_context;
-    std::unique_ptr<
-        grpc::ClientReaderWriter<magicpig::v1::AttendRequest, magicpig::v1::AttendResponse>>
-        attend_stream;
+    std::unique_ptr<AttendStream> attend_stream;
   };
   const std::vector<Range>& ranges() const { return ranges_; }
 
