@@ -85,6 +85,7 @@
 #include "attn_node/core/lsh_tables.h"
 #include "attn_node/core/partial_attention.h"
 #include "attn_node/core/simhash.h"
+#include "common/cpu_features.h"
 #include "common/half.h"
 #include "tbb/parallel_for.h"
 #include "tbb/task_arena.h"
@@ -537,6 +538,30 @@ void BM_QueryHash(benchmark::State& state, int k, int l) {
   }
 }
 
+// SimHash::Codes at one SIMD level for the queries of one decode step of the demo model
+// (SmolLM2-135M: 9 query heads of d = 64), the per-sequence, per-layer call of the engine's
+// router: 28 such calls per token. GFMAs = n x d x K x L / time.
+void BM_QueryHashSmall(benchmark::State& state, int heads, int64_t dim, int k, int l,
+                       SimdLevel level) {
+  absl::StatusOr<SimHash> hash = SimHash::Create(dim, k, l, kHashSeed);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(kSteps * heads * dim));
+  for (float& v : q) v = normal(rng);
+  std::vector<uint16_t> codes(static_cast<size_t>(heads * l));
+  int64_t i = 0;
+  for (auto _ : state) {
+    const float* qs = q.data() + (i++ % kSteps) * heads * dim;
+    if (!hash->CodesAtLevel(qs, heads, dim, codes.data(), level).ok()) {
+      state.SkipWithError("SimHash::CodesAtLevel failed");
+      return;
+    }
+    benchmark::DoNotOptimize(codes.data());
+  }
+  state.counters["GFMAs"] = benchmark::Counter(static_cast<double>(heads) * dim * k * l * 1e-9,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_MagicPig(benchmark::State& state, int64_t n, int k, int l, int threads) {
   const DataSet* ds = GetDataSet(n, k, l);
   if (ds == nullptr) {
@@ -819,6 +844,15 @@ void RegisterAll() {
   for (const KL& c : kConfigs) {
     RegisterBenchmark(("QueryHash/K:" + std::to_string(c.k) + "/L:" + std::to_string(c.l)).c_str(),
                       BM_QueryHash, c.k, c.l)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (level > DetectedSimdLevel()) continue;
+    RegisterBenchmark(
+        (std::string("QueryHashSmall/heads:9/d:64/K:10/L:150/") + std::string(SimdLevelName(level)))
+            .c_str(),
+        BM_QueryHashSmall, 9, 64, 10, 150, level)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   }

@@ -1,6 +1,8 @@
 #include "attn_node/core/simhash.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <random>
 #include <utility>
 
@@ -11,6 +13,9 @@
 #include "tbb/parallel_for.h"
 
 namespace magicpig {
+
+static_assert(std::endian::native == std::endian::little,
+              "SimHash::Codes reads the sign bits as little-endian words");
 
 absl::StatusOr<SimHash> SimHash::Create(int64_t d, int k, int l, uint64_t seed) {
   if (d < 1) return absl::InvalidArgumentError(absl::StrCat("SimHash: d must be >= 1, got ", d));
@@ -60,11 +65,15 @@ absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_
       level == SimdLevel::kAvx512 ? attn_internal::ProjectAvx512
       : level == SimdLevel::kAvx2 ? attn_internal::ProjectAvx2
                                   : attn_internal::ProjectScalar;
-  // Blocks of vectors, each projected into its own buffer and packed to codes.
+  // Blocks of vectors, each projected to sign bits in its own buffer and cut into codes.
   constexpr int64_t kVectors = 64;
   const int64_t n_blocks = (n + kVectors - 1) / kVectors;
+  // Two spare words per vector: the 32-bit read of the last code may run past cols_padded_ bits.
+  const int64_t stride = cols_padded_ / 16 + 2;
+  const uint32_t code_mask = (uint32_t{1} << k_) - 1;
   auto run_blocks = [&](int64_t b0, int64_t b1) {
-    std::vector<float> y(static_cast<size_t>(kVectors * cols_padded_));
+    std::vector<uint16_t> bits(static_cast<size_t>(std::min(kVectors, n - b0 * kVectors) * stride),
+                               0);
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t v0 = b * kVectors;
       const int64_t nv = std::min(kVectors, n - v0);
@@ -74,16 +83,19 @@ absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_
       a.d = d_;
       a.w = w_padded_.data();
       a.cols = cols_padded_;
-      a.y = y.data();
+      a.bits = bits.data();
+      a.bits_stride = stride;
       project(a);
       for (int64_t v = 0; v < nv; ++v) {
-        const float* yv = y.data() + v * cols_padded_;
+        // Column j is bit j % 8 of byte j / 8 (little-endian words), so table t's K bits start
+        // at bit t*K: one unaligned 32-bit read covers them (K <= 16, plus up to 7 bits of shift).
+        const auto* bytes = reinterpret_cast<const unsigned char*>(bits.data() + v * stride);
         uint16_t* out = codes + (v0 + v) * l_;
         for (int t = 0; t < l_; ++t) {
-          uint32_t code = 0;
-          const float* p = yv + static_cast<int64_t>(t) * k_;
-          for (int bit = 0; bit < k_; ++bit) code |= static_cast<uint32_t>(p[bit] > 0.0f) << bit;
-          out[t] = static_cast<uint16_t>(code);
+          const int64_t bit = static_cast<int64_t>(t) * k_;
+          uint32_t word;
+          std::memcpy(&word, bytes + bit / 8, sizeof(word));
+          out[t] = static_cast<uint16_t>((word >> (bit % 8)) & code_mask);
         }
       }
     }

@@ -122,6 +122,56 @@ TEST(SimHashTest, CodesFollowBitOrderAndStrictSignAgainstFloat64) {
     }
 }
 
+// The fast path at every SIMD level for every tail of its vector blocks (n = 1 ... 13, and
+// around the 64-vector blocks) and for long codes (K*L up to 16 x 512 columns: many column blocks,
+// and the last table's bits at the end of a vector's bit row), against the float64 sign of each
+// projection (a bit within fp32 rounding of 0 is skipped, as above; at most 1% of them).
+TEST(SimHashTest, FastPathMatchesFloat64ForEveryBlockTailAndLongCodes) {
+  struct Case {
+    int k, l;
+  };
+  for (const Case c : {Case{10, 150}, Case{16, 512}, Case{7, 33}, Case{1, 1}}) {
+    const int64_t d = 40;
+    auto h = SimHash::Create(d, c.k, c.l, 77 + c.k);
+    ASSERT_TRUE(h.ok());
+    const std::vector<float>& w = h->projection();
+    const int64_t cols = static_cast<int64_t>(c.k) * c.l;
+    std::mt19937 rng(c.l);
+    std::normal_distribution<float> normal;
+    for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 63, 64, 65, 71, 135}) {
+      std::vector<float> x(static_cast<size_t>(n * d));
+      for (float& v : x) v = normal(rng);
+      for (SimdLevel level : SupportedSimdLevels()) {
+        std::vector<uint16_t> codes(static_cast<size_t>(n * c.l), 0xFFFF);
+        ASSERT_TRUE(h->CodesAtLevel(x.data(), n, d, codes.data(), level).ok());
+        int64_t checked = 0;
+        for (int64_t v = 0; v < n; ++v) {
+          for (int t = 0; t < c.l; ++t) {
+            const uint32_t code = codes[static_cast<size_t>(v * c.l + t)];
+            ASSERT_LT(code, 1u << c.k);
+            for (int b = 0; b < c.k; ++b) {
+              double dot = 0, mag = 0;
+              for (int64_t i = 0; i < d; ++i) {
+                const double term =
+                    static_cast<double>(x[static_cast<size_t>(v * d + i)]) *
+                    w[static_cast<size_t>(i * cols + static_cast<int64_t>(t) * c.k + b)];
+                dot += term;
+                mag += std::fabs(term);
+              }
+              if (std::fabs(dot) <= 1e-5 * mag) continue;
+              ASSERT_EQ((code >> b) & 1, dot > 0.0 ? 1u : 0u)
+                  << SimdLevelName(level) << " k=" << c.k << " l=" << c.l << " n=" << n
+                  << " v=" << v << " t=" << t << " b=" << b;
+              ++checked;
+            }
+          }
+        }
+        EXPECT_GE(checked, n * cols * 99 / 100);
+      }
+    }
+  }
+}
+
 TEST(SimHashTest, NegatedVectorGetsComplementCodes) {
   const int k = 10, l = 20;
   const int64_t d = 32;

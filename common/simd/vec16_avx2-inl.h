@@ -88,6 +88,12 @@ inline void DotAccReduce8(const DotAcc* a, float* out) {
                                       _mm256_permute2f128_ps(abcd, efgh, 0x31)));
 }
 inline void Prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+// Bit i = lane i > 0 (strict; NaN gives 0).
+inline uint32_t PositiveMask(V v) {
+  const __m256 z = _mm256_setzero_ps();
+  return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(v.lo, z, _CMP_GT_OQ))) |
+         static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(v.hi, z, _CMP_GT_OQ))) << 8;
+}
 }  // namespace magicpig::simd16::avx2
 
 #define MAGICPIG_SIMD16_NS avx2

@@ -81,6 +81,12 @@ inline float ReduceAdd(V v) {
 inline V LoadBf16Shuffled(const uint16_t* p) { return LoadBf16(p); }
 inline int Bf16ShuffledSource(int lane) { return lane; }
 inline void Prefetch(const void* p) { __builtin_prefetch(p); }
+// Bit i = lane i > 0 (strict; NaN gives 0).
+inline uint32_t PositiveMask(V v) {
+  uint32_t m = 0;
+  for (int i = 0; i < 16; ++i) m |= static_cast<uint32_t>(v.x[i] > 0.0f) << i;
+  return m;
+}
 }  // namespace magicpig::simd16::scalar
 
 #define MAGICPIG_SIMD16_NS scalar

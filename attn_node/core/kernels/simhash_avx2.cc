@@ -3,6 +3,8 @@
 
 namespace magicpig::attn_internal::avx2 {
 using namespace ::magicpig::simd16::avx2;  // NOLINT(build/namespaces): the kernel's vector ops
+constexpr int kProjectRows = 6;
+constexpr int kProjectChunks = 1;
 }  // namespace magicpig::attn_internal::avx2
 
 #define MAGICPIG_PROJECT_NS avx2

@@ -3,6 +3,8 @@
 
 namespace magicpig::attn_internal::avx512 {
 using namespace ::magicpig::simd16::avx512;  // NOLINT(build/namespaces): the kernel's vector ops
+constexpr int kProjectRows = 6;
+constexpr int kProjectChunks = 2;
 }  // namespace magicpig::attn_internal::avx512
 
 #define MAGICPIG_PROJECT_NS avx512

@@ -1,8 +1,8 @@
-// SimHash projections y = x W for a block of vectors: the GEMM inside SimHash::Codes, compiled
-// once per ISA (simhash_{scalar,avx2,avx512}.cc from simhash_kernel-inl.h). fp32 accumulation in
-// a fixed order (i = 0 ... d-1 per output), so every level gives the same signs except where a
-// projection is within rounding of 0 (reference spec §12.10: harmless, but sample sets are then
-// compared only at one precision).
+// SimHash projections of a block of vectors, reduced to their sign bits: the GEMM inside
+// SimHash::Codes, compiled once per ISA (simhash_{scalar,avx2,avx512}.cc from
+// simhash_kernel-inl.h). fp32 accumulation in a fixed order (i = 0 ... d-1 per output), so every
+// level gives the same signs except where a projection is within rounding of 0 (reference spec
+// §12.10: harmless, but sample sets are then compared only at one precision).
 //
 // Kernel units must not instantiate std templates; the caller provides all memory.
 #ifndef MAGICPIG_ATTN_NODE_CORE_KERNELS_SIMHASH_KERNEL_H_
@@ -20,7 +20,10 @@ struct ProjectArgs {
   int64_t d = 0;
   const float* w = nullptr;  // [d][cols], cols a multiple of kProjectColBlock
   int64_t cols = 0;
-  float* y = nullptr;  // [n][cols] out
+  // Out: vector v's sign bits start at bits + v * bits_stride (bits_stride >= cols / 16): word
+  // j / 16, bit j % 16 is 1 iff x_v . W[:, j] > 0 (strict). Words past cols / 16 are not written.
+  uint16_t* bits = nullptr;
+  int64_t bits_stride = 0;
 };
 
 void ProjectScalar(const ProjectArgs& args);

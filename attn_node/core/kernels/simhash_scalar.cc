@@ -3,6 +3,8 @@
 
 namespace magicpig::attn_internal::scalar {
 using namespace ::magicpig::simd16::scalar;  // NOLINT(build/namespaces): the kernel's vector ops
+constexpr int kProjectRows = 4;
+constexpr int kProjectChunks = 2;
 }  // namespace magicpig::attn_internal::scalar
 
 #define MAGICPIG_PROJECT_NS scalar
