@@ -174,28 +174,42 @@ absl::StatusOr<bool> SparseAttentionRouter::StartAttend(int64_t layer, const flo
   Layer& st = layers_[static_cast<size_t>(layer)];
   if (!st.offloaded) return false;
   const int64_t n_head = config_.n_head, hd = config_.head_dim;
-  pending_ = PendingStep{layer, q, pos, cache, scale, out, absl::OkStatus()};
-  // Sampled part first: it goes to the shards (for remote ones, the nodes work while this
-  // thread goes on); the static window below does not depend on it.
+  pending_ = PendingStep{layer, q, pos, cache, scale, out, absl::OkStatus(), false};
+  // Only the sampled part starts here: it goes to the shards (for remote ones, the nodes work
+  // while this thread goes on). The static window, which does not depend on it, waits for
+  // FlushStarted (or FinishAttend), after the micro-batch's queries have been sent, so that the
+  // nodes' round trip also overlaps that work.
   codes_.resize(static_cast<size_t>(n_head * hash_->l()));
   MAGICPIG_RETURN_IF_ERROR(hash_->Codes(q, n_head, hd, codes_.data()));
   parts_.assign(static_cast<size_t>(n_head), PartialAttention{});
   // A failure here is kept for FinishAttend, which recovers like any other.
   pending_.start = shards_->StartAttend(layer, q, codes_.data(), scale);
-  // Static window: sinks and [window_begin, pos].
-  const std::pair<int64_t, int64_t> ranges[2] = {{0, std::min(options_.n_sinks, pos + 1)},
-                                                 {st.window_begin, pos + 1}};
+  return true;
+}
+
+void SparseAttentionRouter::AttendStaticWindow() {
+  PendingStep& p = pending_;
+  if (p.window_done) return;
+  p.window_done = true;
+  const Layer& st = layers_[static_cast<size_t>(p.layer)];
+  const int64_t n_head = config_.n_head, hd = config_.head_dim;
+  // Sinks and [window_begin, pos].
+  const std::pair<int64_t, int64_t> ranges[2] = {{0, std::min(options_.n_sinks, p.pos + 1)},
+                                                 {st.window_begin, p.pos + 1}};
   static_o_.resize(static_cast<size_t>(n_head * hd));
   static_lse_.resize(static_cast<size_t>(n_head));
-  backend_->RangeAttention(q, n_head, scale, cache, ranges, static_o_.data(), static_lse_.data());
-  return true;
+  backend_->RangeAttention(p.q, n_head, p.scale, p.cache, ranges, static_o_.data(),
+                           static_lse_.data());
 }
 
 void SparseAttentionRouter::FlushStarted() {
   if (pending_.start.ok()) pending_.start = shards_->FlushStarted();
+  // After the send: the nodes attend while this thread does the window.
+  AttendStaticWindow();
 }
 
 absl::Status SparseAttentionRouter::FinishAttend() {
+  AttendStaticWindow();
   const PendingStep p = pending_;
   absl::Status status = p.start.ok() ? shards_->FinishAttend(parts_.data()) : p.start;
   if (!status.ok()) {

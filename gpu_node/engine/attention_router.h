@@ -96,9 +96,10 @@ class SparseAttentionRouter final : public LayerAttentionHook {
                              int64_t n_tokens) override;
   absl::StatusOr<bool> Attend(int64_t layer, const float* q, int64_t pos,
                               const backend::KvLayerView& cache, float scale, float* out) override;
-  // The sampled part goes to the shards (StartAttend on them) and the static window is computed
-  // here before returning; FinishAttend waits for the shards (recovering from a lost node as
-  // Attend does) and merges.
+  // StartAttend hashes the query and hands the sampled part to the shards (StartAttend on them);
+  // FlushStarted has them send it, then attends the static window (FinishAttend does, if
+  // FlushStarted was not called); FinishAttend waits for the shards (recovering from a lost node
+  // as Attend does) and merges. q, cache and out must stay valid until FinishAttend.
   absl::StatusOr<bool> StartAttend(int64_t layer, const float* q, int64_t pos,
                                    const backend::KvLayerView& cache, float scale,
                                    float* out) override;
@@ -157,9 +158,13 @@ class SparseAttentionRouter final : public LayerAttentionHook {
     backend::KvLayerView cache;
     float scale = 0;
     float* out = nullptr;
-    absl::Status start;  // what the shards' StartAttend returned
+    absl::Status start;        // what the shards' StartAttend returned
+    bool window_done = false;  // static_o_ / static_lse_ hold the static window's part
   };
   PendingStep pending_;
+  // Exact attention of the pending query over the static window into static_o_ / static_lse_,
+  // once per step.
+  void AttendStaticWindow();
   // Decode scratch.
   std::vector<float> static_o_, static_lse_, center_dot_;
   std::vector<uint16_t> codes_;

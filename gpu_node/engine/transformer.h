@@ -53,7 +53,8 @@ class LayerAttentionHook {
   }
   // Called on every hook whose StartAttend returned true, once all of a micro-batch's slots have
   // started: sends work that StartAttend only queued, so the sequences' queries can travel to an
-  // attention node as one message. A failure is kept for FinishAttend to report.
+  // attention node as one message, then may do local work that overlaps the nodes' (the router's
+  // static window). A failure is kept for FinishAttend to report.
   virtual void FlushStarted() {}
   virtual absl::Status FinishAttend() { return absl::OkStatus(); }
 };
