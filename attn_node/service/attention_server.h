@@ -13,10 +13,12 @@
 //   server->StartDraining();                                  // stop admitting
 //   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
 //
-// oneTBB: the executor's arena is fed by enqueued tasks only (no thread joins it), so it can use
-// at most oneTBB's worker count, which defaults to cores - 1. While alive, the server holds a
-// tbb::global_control raising max_allowed_parallelism to threads + 1 so that `threads` workers
-// exist (process-wide, like any global_control; the most demanding live one wins).
+// oneTBB: with threads >= 2 the executor's arena is fed by enqueued tasks only (no thread joins
+// it), so it can use at most oneTBB's worker count, which defaults to cores - 1. While alive, the
+// server holds a tbb::global_control raising max_allowed_parallelism to threads + 1 so that
+// `threads` workers exist (process-wide, like any global_control; the most demanding live one
+// wins). With threads = 1 the executor's own dispatcher thread is the arena's only thread
+// (task_executor.h), and the control asks for nothing that arena uses.
 //
 // Metrics and probes over HTTP: with metrics_listen set, an http::Server on that address answers
 //   GET /metrics   the registry in the Prometheus text format (the node's gauges refreshed from
