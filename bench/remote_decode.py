@@ -119,7 +119,8 @@ def main():
     ap.add_argument("--depths", default="1024,4096")
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--configs", default="0,1,2", help="attention nodes per run; 0 = embedded")
-    ap.add_argument("--ping-pong", default="on", help="on, off or both (remote runs)")
+    ap.add_argument("--ping-pong", default="on",
+                    help="remote runs: on, off, a comma list of those, or both (= off,on)")
     ap.add_argument("--coalesce", default="on",
                     help="on, off or both: one Attend message per node and micro-batch (remote)")
     ap.add_argument("--max-tokens", type=int, default=32)
@@ -140,7 +141,7 @@ def main():
             runs = []
             for n_nodes in [int(c) for c in a.configs.split(",")]:
                 modes = ["off"] if n_nodes == 0 else (
-                    ["off", "on"] if a.ping_pong == "both" else [a.ping_pong])
+                    ["off", "on"] if a.ping_pong == "both" else a.ping_pong.split(","))
                 coalesce = ["on"] if n_nodes == 0 else (
                     ["off", "on"] if a.coalesce == "both" else [a.coalesce])
                 runs += [(n_nodes, m, c) for m in modes for c in coalesce]

@@ -107,6 +107,33 @@ void RemoteAttentionShards::Reset() {
   std::fill(layer_size_.begin(), layer_size_.end(), 0);
 }
 
+std::vector<int64_t> ApportionBlocks(int64_t n_blocks, const std::vector<int64_t>& free) {
+  std::vector<int64_t> counts(free.size(), 0);
+  double total = 0;
+  for (int64_t f : free) total += static_cast<double>(f);
+  if (free.empty() || n_blocks <= 0 || total <= 0) return counts;
+  // Largest remainders: each node first gets the whole blocks of its share, then the blocks left
+  // go to the largest fractions (ties: more free memory, then the lower index). Rounding every
+  // share down and giving the rest to the last node would send every one-block region (a 4K
+  // prompt with 4K blocks) to that node whatever the others hold.
+  std::vector<double> fraction(free.size());
+  int64_t given = 0;
+  for (size_t i = 0; i < free.size(); ++i) {
+    const double share = static_cast<double>(n_blocks) * static_cast<double>(free[i]) / total;
+    counts[i] = static_cast<int64_t>(share);
+    fraction[i] = share - static_cast<double>(counts[i]);
+    given += counts[i];
+  }
+  std::vector<size_t> order(free.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (fraction[a] != fraction[b]) return fraction[a] > fraction[b];
+    return free[a] > free[b];
+  });
+  for (size_t k = 0; given < n_blocks; k = (k + 1) % order.size(), ++given) ++counts[order[k]];
+  return counts;
+}
+
 absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
   std::vector<int> candidates;
   for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -138,13 +165,11 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
     // Blocks of the region; runs of consecutive blocks per node in node order, sized in proportion
     // to free memory.
     const int64_t n_blocks = (n + block_ - 1) / block_;
+    const std::vector<int64_t> counts = ApportionBlocks(n_blocks, free);
     std::vector<Range> ranges;
     int64_t next_block = 0;
     for (size_t i = 0; i < live.size(); ++i) {
-      const int64_t count =
-          i + 1 == live.size()
-              ? n_blocks - next_block
-              : static_cast<int64_t>(static_cast<double>(n_blocks) * free[i] / total);
+      const int64_t count = counts[i];
       for (int64_t b = next_block; b < next_block + count; ++b) {
         Range r;
         r.id = absl::StrCat(sequence_id_, "/b", b);

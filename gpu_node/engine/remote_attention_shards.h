@@ -3,7 +3,8 @@
 //
 // Placement: at the first Append (the prompt region of the first sparse layer) the region is cut
 // into blocks of `block` tokens, and runs of consecutive blocks go to the nodes in proportion to
-// their free memory (NodeStatus); each block is a shard of its own on its node (a node-side
+// their free memory (NodeStatus; largest remainders, so a one-block region goes to the node with
+// the most free memory); each block is a shard of its own on its node (a node-side
 // sequence "<id>/b<k>", CreateSequence) reserving room for its tokens, and the last block also for
 // `reserve_tokens` more (the tokens that later leave the static window). Blocks are attended
 // separately and their partials merged in block order — exactly what LocalAttentionShards does —
@@ -58,6 +59,11 @@
 #include "magicpig/v1/attention.grpc.pb.h"
 
 namespace magicpig::engine {
+
+// Splits n_blocks over nodes in proportion to their free memory (bytes), by largest remainders
+// (ties: more free memory, then the lower index): counts[i] blocks for node i, summing to n_blocks
+// (all zero when no node has free memory).
+std::vector<int64_t> ApportionBlocks(int64_t n_blocks, const std::vector<int64_t>& free);
 
 class RemoteAttentionShards final : public AttentionShards {
  public:

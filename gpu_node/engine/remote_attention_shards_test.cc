@@ -176,5 +176,80 @@ TEST_F(RemoteShardsMetricsTest, NoRegistryCountsNothing) {
   EXPECT_TRUE(Attend(shards).ok());
 }
 
+// Largest remainders against a brute-force reference: of every way to give each node the floor or
+// the ceiling of its share with the right total, the one that rounds up the largest fractions
+// (ties: more free memory, then the lower index); plus hand-checked cases.
+TEST(ApportionBlocksTest, LargestRemaindersWithTies) {
+  EXPECT_EQ(ApportionBlocks(1, {100, 100}), (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(ApportionBlocks(1, {50, 100}), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(ApportionBlocks(2, {100, 100}), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(ApportionBlocks(4, {330, 70}), (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(ApportionBlocks(7, {1, 1, 1}), (std::vector<int64_t>{3, 2, 2}));
+  EXPECT_EQ(ApportionBlocks(5, {0, 10}), (std::vector<int64_t>{0, 5}));
+  EXPECT_EQ(ApportionBlocks(3, {0, 0}), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(ApportionBlocks(0, {5, 5}), (std::vector<int64_t>{0, 0}));
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int nodes = 1 + static_cast<int>(rng() % 4);
+    const int64_t n_blocks = static_cast<int64_t>(rng() % 9);
+    std::vector<int64_t> free(static_cast<size_t>(nodes));
+    for (int64_t& f : free) f = static_cast<int64_t>(rng() % 4) * 100;  // ties and zeros
+    int64_t total = 0;
+    for (int64_t f : free) total += f;
+    const std::vector<int64_t> got = ApportionBlocks(n_blocks, free);
+    if (total == 0) {
+      EXPECT_EQ(got, std::vector<int64_t>(static_cast<size_t>(nodes), 0));
+      continue;
+    }
+    // Brute force over floor/ceil choices; keep the best by (sum of rounded-up fractions, then
+    // free memory of the rounded-up nodes, then lower indices first).
+    std::vector<int64_t> best;
+    std::vector<double> best_key;
+    for (int mask = 0; mask < (1 << nodes); ++mask) {
+      std::vector<int64_t> c(static_cast<size_t>(nodes));
+      std::vector<std::pair<double, int64_t>> up;
+      int64_t sum = 0;
+      for (int i = 0; i < nodes; ++i) {
+        const double share = static_cast<double>(n_blocks) * free[i] / total;
+        const int64_t lo = static_cast<int64_t>(share);
+        const bool ceil = (mask >> i) & 1;
+        c[i] = lo + (ceil ? 1 : 0);
+        if (ceil) up.push_back({share - lo, free[i]});
+        sum += c[i];
+      }
+      if (sum != n_blocks) continue;
+      // Compare lexicographically: sorted rounded-up fractions (desc), then their free memory,
+      // then the mask read from node 0 (lower indices first).
+      std::sort(up.rbegin(), up.rend());
+      std::vector<double> key;
+      for (const auto& [f, m] : up) key.push_back(f);
+      for (const auto& [f, m] : up) key.push_back(static_cast<double>(m));
+      for (int i = 0; i < nodes; ++i) key.push_back((mask >> i) & 1);
+      if (best.empty() || key > best_key) {
+        best = c;
+        best_key = key;
+      }
+    }
+    ASSERT_FALSE(best.empty());
+    EXPECT_EQ(got, best) << "trial " << trial;
+  }
+}
+
+// One-block regions are spread by free memory: the first sequence goes to a node (both are empty:
+// the first), its reservation makes the other node the freer one, and the second goes there.
+TEST_F(RemoteShardsMetricsTest, OneBlockRegionsGoToTheFreerNode) {
+  AttentionNodeClient a(nodes_[0]->address()), b(nodes_[1]->address());
+  RemoteAttentionShards first({&a, &b}, "first", Shape(), 16, kTokens);
+  RemoteAttentionShards second({&a, &b}, "second", Shape(), 16, kTokens);
+  for (RemoteAttentionShards* s : {&first, &second}) {
+    ASSERT_TRUE(
+        s->Append(0, 0, kTokens, data_.keys.data(), data_.values.data(), data_.codes.data()).ok());
+    ASSERT_EQ(s->ranges().size(), 1u);
+    EXPECT_TRUE(Attend(*s).ok());
+  }
+  EXPECT_EQ(first.ranges()[0].node, 0);
+  EXPECT_EQ(second.ranges()[0].node, 1);
+}
+
 }  // namespace
 }  // namespace magicpig::engine

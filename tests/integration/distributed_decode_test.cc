@@ -261,9 +261,10 @@ TEST_F(DistributedDecodeTest, NodeHungMidGenerationTimesOutWithSameTokens) {
 
 // Admission: with 256-token blocks a block of this 1041-token prompt reserves about 64 MB on a
 // node (bucket offsets dominate; 16-bit table indices) and the last block about 77 MB (it also
-// reserves room for the generation). Nodes of 330 MiB and 120 MiB: placement by free memory gives
-// each two blocks, the small node refuses (RESOURCE_EXHAUSTED: about 141 MB > 126 MB), and the
-// sequence is placed again, all on the large node; the tokens are the embedded ones. Two nodes of
+// reserves room for the generation). Nodes of 330 MiB and 70 MiB: placement by free memory gives
+// the large node three blocks and the small one the last (3.3 : 0.7 blocks, largest remainders),
+// the small node refuses (RESOURCE_EXHAUSTED: about 77 MB > 73 MB), and the sequence is placed
+// again, all on the large node; the tokens are the embedded ones. Two nodes of
 // 120 MiB: both placements are refused and the request fails with a clear error, leaving nothing
 // reserved on either node; a smaller request then runs on the same nodes (nothing else was
 // disturbed).
@@ -281,7 +282,8 @@ TEST_F(DistributedDecodeTest, RefusedShardIsPlacedElsewhereOrFailsCleanly) {
   embedded.reset();
 
   StartNodes(1, {"--threads", "1", "--memory-budget", "330M"});
-  StartNodes(3, {"--threads", "1", "--memory-budget", "120M"});
+  StartNodes(1, {"--threads", "1", "--memory-budget", "70M"});
+  StartNodes(2, {"--threads", "1", "--memory-budget", "120M"});
   auto node_status = [&](int i) {
     engine::AttentionNodeClient client(addresses_[static_cast<size_t>(i)]);
     grpc::ClientContext ctx;
