@@ -227,6 +227,18 @@ std::vector<int> FailedNodes(const AttentionShards* shards) {
   const auto* remote = dynamic_cast<const RemoteAttentionShards*>(shards);
   return remote != nullptr ? remote->failed() : std::vector<int>{};
 }
+
+// The attention nodes that hold a sequence's blocks, as a bit set (node i: bit i % 64); 0 when
+// none does (embedded, or nothing offloaded yet).
+uint64_t NodeSet(const AttentionShards* shards) {
+  const auto* remote = dynamic_cast<const RemoteAttentionShards*>(shards);
+  uint64_t set = 0;
+  if (remote != nullptr) {
+    for (const RemoteAttentionShards::Range& r : remote->ranges())
+      set |= uint64_t{1} << (r.node % 64);
+  }
+  return set;
+}
 }  // namespace
 
 absl::Status Engine::RebuildSequence(Sequence& seq) {
@@ -429,6 +441,28 @@ absl::Status Engine::Step(absl::Span<Sequence* const> batch, StepTimings* timing
   if (items.empty()) return absl::OkStatus();
   std::vector<float> logits;
   const int micro_batches = ping_pong_ && !attention_nodes_.empty() && items.size() >= 2 ? 2 : 1;
+  if (micro_batches > 1) {
+    // Sequences held by the same nodes side by side, so that a micro-batch (a half of the batch)
+    // talks to as few nodes as it can: with one-block sequences spread over two nodes, each
+    // micro-batch then sends one Attend message per layer instead of two. Every sequence's
+    // arithmetic is its own, so the order changes no token.
+    std::vector<size_t> order(items.size());
+    std::vector<uint64_t> key(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      order[i] = i;
+      key[i] = NodeSet(going_on[i]->shards_.get());
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return key[a] < key[b]; });
+    std::vector<DecodeItem> sorted_items;
+    std::vector<Sequence*> sorted_seqs;
+    for (size_t i : order) {
+      sorted_items.push_back(items[i]);
+      sorted_seqs.push_back(going_on[i]);
+    }
+    items.swap(sorted_items);
+    going_on.swap(sorted_seqs);
+  }
   absl::Status status = transformer_->ForwardBatch(items, &logits, timings, micro_batches);
   while (!status.ok()) {
     // Sequences whose attention node failed are rebuilt and the step runs again: for the others

@@ -18,7 +18,7 @@ namespace {
 
 SimdLevel BatchInvariantLevel() { return std::min(ActiveSimdLevel(), SimdLevel::kAvx2); }
 
-EngineOptions ExactSparse() {
+EngineOptions ExactSparse(int64_t shard_block = 16) {
   EngineOptions o;
   o.attention.mode = AttentionMode::kTopK;  // at a budget above n: exact, split and merged
   o.attention.budget = 1 << 20;
@@ -26,7 +26,7 @@ EngineOptions ExactSparse() {
   o.attention.n_local = 4;
   o.attention.window_budget = 8;  // generated tokens overflow into the shards too
   o.attention.storage = KvStorage::kF32;
-  o.attention.shard_block = 16;
+  o.attention.shard_block = shard_block;
   return o;
 }
 
@@ -41,6 +41,9 @@ testing::SyntheticModelOptions Model() {
   return m;
 }
 
+// Blocks of 16 tokens spread every sequence over both nodes; blocks of 256 (the context) keep each
+// sequence on one node, the sequences alternate between the nodes, and the engine regroups them
+// by node before splitting the batch into micro-batches.
 TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
   const std::vector<std::string> texts = {
       "the harbour master kept a ledger of every ship that came and went in the long winter",
@@ -49,51 +52,57 @@ TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
       "lists of colours: red, green, blue, yellow, orange, purple, white, black, grey and brown",
       "the last one is a little shorter than the others but still long enough to offload",
   };
-  auto embedded = testing::MakeSyntheticEngine(Model(), ExactSparse(), BatchInvariantLevel());
-  ASSERT_TRUE(embedded.ok()) << embedded.status();
-  std::vector<GenerateRequest> requests;
-  std::vector<std::vector<int32_t>> alone;
-  for (const std::string& t : texts) {
-    GenerateRequest r;
-    r.prompt = (*embedded)->tokenizer().Encode(t, false);
-    r.max_tokens = 14;
-    r.ignore_eos = true;
-    auto g = (*embedded)->Generate(r, {});
-    ASSERT_TRUE(g.ok()) << g.status();
-    ASSERT_GT(g->stats.attention_keys_offloaded, 0);
-    requests.push_back(r);
-    alone.push_back(g->tokens);
-  }
+  for (int64_t block : {16, 256}) {
+    SCOPED_TRACE(::testing::Message() << "shard_block " << block);
+    auto embedded =
+        testing::MakeSyntheticEngine(Model(), ExactSparse(block), BatchInvariantLevel());
+    ASSERT_TRUE(embedded.ok()) << embedded.status();
+    std::vector<GenerateRequest> requests;
+    std::vector<std::vector<int32_t>> alone;
+    for (const std::string& t : texts) {
+      GenerateRequest r;
+      r.prompt = (*embedded)->tokenizer().Encode(t, false);
+      r.max_tokens = 14;
+      r.ignore_eos = true;
+      auto g = (*embedded)->Generate(r, {});
+      ASSERT_TRUE(g.ok()) << g.status();
+      ASSERT_GT(g->stats.attention_keys_offloaded, 0);
+      requests.push_back(r);
+      alone.push_back(g->tokens);
+    }
 
-  std::vector<std::unique_ptr<AttentionServer>> nodes;
-  EngineOptions remote_options = ExactSparse();
-  for (int i = 0; i < 2; ++i) {
-    nodes.push_back(magicpig::testing::StartServer(int64_t{256} << 20, 1));
-    ASSERT_NE(nodes.back(), nullptr);
-    remote_options.attention_nodes.push_back(nodes.back()->address());
-  }
-  for (bool ping_pong : {true, false}) {
-    remote_options.ping_pong = ping_pong;
-    auto remote = testing::MakeSyntheticEngine(Model(), remote_options, BatchInvariantLevel());
-    ASSERT_TRUE(remote.ok()) << remote.status();
-    std::vector<std::unique_ptr<Sequence>> batch;
-    for (const GenerateRequest& r : requests) {
-      auto seq = (*remote)->Start(r, {});
-      ASSERT_TRUE(seq.ok()) << seq.status();
-      batch.push_back(std::move(*seq));
+    std::vector<std::unique_ptr<AttentionServer>> nodes;
+    EngineOptions remote_options = ExactSparse(block);
+    for (int i = 0; i < 2; ++i) {
+      nodes.push_back(magicpig::testing::StartServer(int64_t{256} << 20, 1));
+      ASSERT_NE(nodes.back(), nullptr);
+      remote_options.attention_nodes.push_back(nodes.back()->address());
     }
-    std::vector<Sequence*> step;
-    for (auto& s : batch) step.push_back(s.get());
-    for (int i = 0; i < 20; ++i) ASSERT_TRUE((*remote)->Step(step).ok());
-    for (size_t i = 0; i < batch.size(); ++i) {
-      ASSERT_TRUE(batch[i]->finished());
-      EXPECT_EQ(batch[i]->result().tokens, alone[i])
-          << "sequence " << i << " ping_pong " << ping_pong;
-      EXPECT_GT(batch[i]->result().stats.attention_keys_offloaded, 0);
+    for (bool ping_pong : {true, false}) {
+      remote_options.ping_pong = ping_pong;
+      auto remote = testing::MakeSyntheticEngine(Model(), remote_options, BatchInvariantLevel());
+      ASSERT_TRUE(remote.ok()) << remote.status();
+      std::vector<std::unique_ptr<Sequence>> batch;
+      for (const GenerateRequest& r : requests) {
+        auto seq = (*remote)->Start(r, {});
+        ASSERT_TRUE(seq.ok()) << seq.status();
+        batch.push_back(std::move(*seq));
+      }
+      // Both nodes hold sequences (with one block each: 3 and 2 of the 5).
+      for (auto& node : nodes) EXPECT_GT(node->store().Stats().sequences, 0);
+      std::vector<Sequence*> step;
+      for (auto& s : batch) step.push_back(s.get());
+      for (int i = 0; i < 20; ++i) ASSERT_TRUE((*remote)->Step(step).ok());
+      for (size_t i = 0; i < batch.size(); ++i) {
+        ASSERT_TRUE(batch[i]->finished());
+        EXPECT_EQ(batch[i]->result().tokens, alone[i])
+            << "sequence " << i << " ping_pong " << ping_pong;
+        EXPECT_GT(batch[i]->result().stats.attention_keys_offloaded, 0);
+      }
     }
+    // Every sequence released its shards on the nodes.
+    for (auto& node : nodes) EXPECT_EQ(node->store().Stats().sequences, 0);
   }
-  // Every sequence released its shards on the nodes.
-  for (auto& node : nodes) EXPECT_EQ(node->store().Stats().sequences, 0);
 }
 
 // An attention node stops in the middle of batched, ping-pong decoding (a step fails while the
