@@ -12,7 +12,7 @@ included). A measurement; nothing is asserted. Results go to stdout as a table.
 
 usage: remote_decode.py GPU_NODE ATTN_NODE MODEL [--depths 1024,4096] [--batches 1,4]
                         [--max-tokens 32] [--threads 2] [--ping-pong on|off|both]
-                        [--coalesce on|off|both]
+                        [--coalesce on|off|both] [--placement pack|spread]
 """
 import argparse
 import http.client
@@ -44,11 +44,11 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_server(gpu, model, threads, nodes, batch, ping_pong, coalesce):
+def start_server(gpu, model, threads, nodes, batch, ping_pong, coalesce, placement):
     args = [gpu, "--model", model, "--listen", "127.0.0.1:0", "--threads", str(threads),
             "--max-batch", str(batch), "--ping-pong", ping_pong, "--coalesce-attend", coalesce]
     if nodes:
-        args += ["--attention-nodes", ",".join(nodes)]
+        args += ["--attention-nodes", ",".join(nodes), "--placement", placement]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     m = re.match(r"listening on .+:(\d+)", p.stdout.readline())
     assert m, "compute node did not start"
@@ -123,6 +123,7 @@ def main():
                     help="remote runs: on, off, a comma list of those, or both (= off,on)")
     ap.add_argument("--coalesce", default="on",
                     help="on, off or both: one Attend message per node and micro-batch (remote)")
+    ap.add_argument("--placement", default="pack", help="pack or spread (remote runs)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2, help="compute node threads, embedded runs")
     ap.add_argument("--remote-threads", type=int, default=0,
@@ -154,7 +155,7 @@ def main():
                         nodes.append(addr)
                     threads_here = a.remote_threads if n_nodes and a.remote_threads else a.threads
                     server, port = start_server(a.gpu, a.model, threads_here, nodes, batch,
-                                                ping_pong, coalesce)
+                                                ping_pong, coalesce, a.placement)
                     procs.append(server)
                     unit = tokenize(port, TEXT)
                     # prompt + max_tokens must fit the model's context (8192 for SmolLM2): a depth

@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   e->num_threads_ = options.num_threads;
   e->ping_pong_ = options.ping_pong;
   e->attend_timeout_ = options.attend_timeout;
+  e->placement_ = options.placement;
   e->attention_ = options.attention;
   if (e->attention_.mode != AttentionMode::kFull) {
     const model::ModelConfig& c = e->weights_->config();
@@ -136,6 +137,7 @@ std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(const SparseAttentionO
       shape, max_tokens + attention.window_budget, attention.shard_block, attend_timeout_,
       std::move(coalescers));
   shards->AvoidNodes(avoid);
+  shards->set_placement(placement_);
   return shards;
 }
 

@@ -60,6 +60,8 @@ struct EngineOptions {
   // With attention nodes: a node that does not answer one step's Attend within this counts as
   // failed (hung or stopped), and its sequences are placed again on the others.
   std::chrono::milliseconds attend_timeout{10000};
+  // With attention nodes: how a sequence's blocks are laid over them (remote_attention_shards.h).
+  Placement placement = Placement::kPack;
   // Where the per-attention-node RPC metrics go (magicpig_attn_rpc_*; remote_attention_shards.h);
   // borrowed, must outlive the engine. Null: none.
   prometheus::Registry* metrics_registry = nullptr;
@@ -250,6 +252,7 @@ class Engine {
   int num_threads_ = 0;
   bool ping_pong_ = true;
   std::chrono::milliseconds attend_timeout_{10000};
+  Placement placement_ = Placement::kPack;
   absl::Mutex mu_;
 };
 

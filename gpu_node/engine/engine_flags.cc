@@ -5,9 +5,9 @@
 namespace magicpig::engine {
 
 std::set<std::string> EngineValueFlags() {
-  return {"model",           "threads",          "ctx",    "attention",       "lsh-k",
-          "lsh-l",           "lsh-seed",         "budget", "attention-nodes", "ping-pong",
-          "coalesce-attend", "attend-timeout-ms"};
+  return {"model",           "threads",           "ctx",      "attention",       "lsh-k",
+          "lsh-l",           "lsh-seed",          "budget",   "attention-nodes", "ping-pong",
+          "coalesce-attend", "attend-timeout-ms", "placement"};
 }
 
 std::string EngineFlagsUsage() {
@@ -28,7 +28,13 @@ std::string EngineFlagsUsage() {
          "                         one message instead of one per sequence (default on)\n"
          "  --attend-timeout-ms N  an attention node that does not answer a step within N ms "
          "counts\n"
-         "                         as failed and its sequences are placed again (default 10000)\n";
+         "                         as failed and its sequences are placed again (default 10000)\n"
+         "  --placement pack|spread  with attention nodes, put a sequence's blocks all on the "
+         "node\n"
+         "                         with the most free memory when it admits them (pack, "
+         "default),\n"
+         "                         or over every node in proportion to its free memory "
+         "(spread)\n";
 }
 
 absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& a) {
@@ -78,6 +84,11 @@ absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& a) {
     return absl::InvalidArgumentError("--coalesce-attend must be on or off");
   }
   options.coalesce_attend = coalesce == "on";
+  const std::string placement = a.Get("placement", "pack");
+  if (placement != "pack" && placement != "spread") {
+    return absl::InvalidArgumentError("--placement must be pack or spread");
+  }
+  options.placement = placement == "pack" ? Placement::kPack : Placement::kSpread;
   options.num_threads = static_cast<int>(*threads);
   options.context_length = *ctx;
   return options;

@@ -41,9 +41,10 @@ testing::SyntheticModelOptions Model() {
   return m;
 }
 
-// Blocks of 16 tokens spread every sequence over both nodes; blocks of 256 (the context) keep each
-// sequence on one node, the sequences alternate between the nodes, and the engine regroups them
-// by node before splitting the batch into micro-batches.
+// Spread placement with blocks of 16 tokens lays every sequence over both nodes; blocks of 256
+// (the context), or packed placement, keep each sequence on one node: the sequences alternate
+// between the nodes, and the engine regroups them by node before splitting the batch into
+// micro-batches.
 TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
   const std::vector<std::string> texts = {
       "the harbour master kept a ledger of every ship that came and went in the long winter",
@@ -52,8 +53,11 @@ TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
       "lists of colours: red, green, blue, yellow, orange, purple, white, black, grey and brown",
       "the last one is a little shorter than the others but still long enough to offload",
   };
-  for (int64_t block : {16, 256}) {
-    SCOPED_TRACE(::testing::Message() << "shard_block " << block);
+  const std::pair<int64_t, Placement> layouts[] = {
+      {16, Placement::kSpread}, {256, Placement::kSpread}, {16, Placement::kPack}};
+  for (const auto& [block, placement] : layouts) {
+    SCOPED_TRACE(::testing::Message() << "shard_block " << block << " placement "
+                                      << (placement == Placement::kPack ? "pack" : "spread"));
     auto embedded =
         testing::MakeSyntheticEngine(Model(), ExactSparse(block), BatchInvariantLevel());
     ASSERT_TRUE(embedded.ok()) << embedded.status();
@@ -73,6 +77,7 @@ TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
 
     std::vector<std::unique_ptr<AttentionServer>> nodes;
     EngineOptions remote_options = ExactSparse(block);
+    remote_options.placement = placement;
     for (int i = 0; i < 2; ++i) {
       nodes.push_back(magicpig::testing::StartServer(int64_t{256} << 20, 1));
       ASSERT_NE(nodes.back(), nullptr);
@@ -119,6 +124,7 @@ TEST(PingPongTest, NodeLostDuringBatchedStepsRebuildsWithTheSameTokens) {
   };
   EngineOptions options = ExactSparse();
   options.attention.shard_block = 4;  // every node holds blocks of every sequence
+  options.placement = Placement::kSpread;
   auto embedded = testing::MakeSyntheticEngine(Model(), options, BatchInvariantLevel());
   ASSERT_TRUE(embedded.ok()) << embedded.status();
   std::vector<GenerateRequest> requests;

@@ -142,6 +142,7 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
     }
   }
   absl::Status last_refusal;
+  bool whole = placement_ == Placement::kPack;  // first try: every block on the freest node
   while (!candidates.empty()) {
     // Free memory per candidate; a node that does not answer is left out.
     std::vector<int> live;
@@ -165,7 +166,13 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
     // Blocks of the region; runs of consecutive blocks per node in node order, sized in proportion
     // to free memory.
     const int64_t n_blocks = (n + block_ - 1) / block_;
-    const std::vector<int64_t> counts = ApportionBlocks(n_blocks, free);
+    std::vector<int64_t> counts = ApportionBlocks(n_blocks, free);
+    if (whole) {
+      const size_t freest = static_cast<size_t>(std::max_element(free.begin(), free.end()) -
+                                                free.begin());  // the first of equals
+      counts.assign(live.size(), 0);
+      counts[freest] = n_blocks;
+    }
     std::vector<Range> ranges;
     int64_t next_block = 0;
     for (size_t i = 0; i < live.size(); ++i) {
@@ -215,6 +222,10 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
     }
     if (!absl::IsResourceExhausted(status)) return status;
     last_refusal = status;
+    if (whole) {
+      whole = false;  // it does not fit on one node: spread it over all of them
+      continue;
+    }
     candidates.erase(std::find(candidates.begin(), candidates.end(), ranges[created].node));
   }
   return absl::ResourceExhaustedError(absl::StrCat(

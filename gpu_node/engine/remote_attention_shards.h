@@ -4,14 +4,15 @@
 // Placement: at the first Append (the prompt region of the first sparse layer) the region is cut
 // into blocks of `block` tokens, and runs of consecutive blocks go to the nodes in proportion to
 // their free memory (NodeStatus; largest remainders, so a one-block region goes to the node with
-// the most free memory); each block is a shard of its own on its node (a node-side
-// sequence "<id>/b<k>", CreateSequence) reserving room for its tokens, and the last block also for
-// `reserve_tokens` more (the tokens that later leave the static window). Blocks are attended
-// separately and their partials merged in block order — exactly what LocalAttentionShards does —
-// so the result does not depend on the number of nodes. A node that answers
-// RESOURCE_EXHAUSTED is dropped from this sequence's placement and the region is split again over
-// the others; with no room anywhere the Append fails with RESOURCE_EXHAUSTED naming the size.
-// Every sparse layer uses the same ranges. Rows travel in AppendKV chunks of about 1 MiB.
+// the most free memory) — or, with Placement::kPack, all to the freest node if it admits them; each
+// block is a shard of its own on its node (a node-side sequence "<id>/b<k>", CreateSequence)
+// reserving room for its tokens, and the last block also for `reserve_tokens` more (the tokens that
+// later leave the static window). Blocks are attended separately and their partials merged in block
+// order — exactly what LocalAttentionShards does — so the result does not depend on the number of
+// nodes. A node that answers RESOURCE_EXHAUSTED is dropped from this sequence's placement and the
+// region is split again over the others; with no room anywhere the Append fails with
+// RESOURCE_EXHAUSTED naming the size. Every sparse layer uses the same ranges. Rows travel in
+// AppendKV chunks of about 1 MiB.
 //
 // Appends are asynchronous, so a layer's rows travel while the compute node works on the next
 // layer (layer-major prefill, DESIGN §4): Append serializes the rows into chunks (the caller's
@@ -60,6 +61,17 @@
 
 namespace magicpig::engine {
 
+// How a sequence's region is laid over the nodes (RemoteAttentionShards::Place).
+enum class Placement {
+  // Every block on the node with the most free memory, if it admits them all; else as kSpread.
+  // A micro-batch of sequences packed this way talks to fewer nodes (fewer Attend messages), and
+  // a batch of sequences still spreads over the nodes (each goes to the freest).
+  kPack,
+  // Runs of blocks over every node in proportion to its free memory: one sequence's attention is
+  // shared by all nodes (for a long context on few sequences).
+  kSpread,
+};
+
 // Splits n_blocks over nodes in proportion to their free memory (bytes), by largest remainders
 // (ties: more free memory, then the lower index): counts[i] blocks for node i, summing to n_blocks
 // (all zero when no node has free memory).
@@ -102,6 +114,8 @@ class RemoteAttentionShards final : public AttentionShards {
   void AvoidNodes(const std::vector<int>& nodes) {
     for (int n : nodes) failed_.push_back(n);
   }
+  // Before the first Append: how the region is placed (default kSpread).
+  void set_placement(Placement placement) { placement_ = placement; }
 
   // Node address and [begin, end) token range of each shard (the router's shard map).
   struct Range {
@@ -157,7 +171,8 @@ class RemoteAttentionShards final : public AttentionShards {
   int64_t reserve_tokens_;
   int64_t block_;
   std::vector<Range> ranges_;
-  std::vector<int> failed_;          // node indices that failed for this sequence
+  std::vector<int> failed_;  // node indices that failed for this sequence
+  Placement placement_ = Placement::kSpread;
   std::vector<int64_t> layer_size_;  // tokens per layer (indexed by layer id)
   uint64_t step_ = 0;
   int64_t pending_heads_ = 0;  // of the step StartAttend sent (0: none pending)

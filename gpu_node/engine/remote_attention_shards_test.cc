@@ -251,5 +251,56 @@ TEST_F(RemoteShardsMetricsTest, OneBlockRegionsGoToTheFreerNode) {
   EXPECT_EQ(second.ranges()[0].node, 1);
 }
 
+// Placement::kPack: a sequence of several blocks goes whole to the freest node (so two such
+// sequences take one node each); where no node admits all of it, it is spread over both instead.
+TEST_F(RemoteShardsMetricsTest, PackedSequencesTakeOneNodeEachAndSpreadWhenTooBig) {
+  AttentionNodeClient a(nodes_[0]->address()), b(nodes_[1]->address());
+  RemoteAttentionShards first({&a, &b}, "first", Shape(), 16, kBlock);
+  RemoteAttentionShards second({&a, &b}, "second", Shape(), 16, kBlock);
+  for (RemoteAttentionShards* s : {&first, &second}) {
+    s->set_placement(Placement::kPack);
+    ASSERT_TRUE(
+        s->Append(0, 0, kTokens, data_.keys.data(), data_.values.data(), data_.codes.data()).ok());
+    ASSERT_EQ(s->ranges().size(), static_cast<size_t>(kTokens / kBlock));
+    EXPECT_TRUE(Attend(*s).ok());
+  }
+  for (const auto& r : first.ranges()) EXPECT_EQ(r.node, 0);
+  for (const auto& r : second.ranges()) EXPECT_EQ(r.node, 1);
+  // What one whole sequence reserves on a node.
+  grpc::ClientContext ctx;
+  v1::NodeStatusRequest req;
+  v1::NodeStatusResponse st;
+  ASSERT_TRUE(a.stub().NodeStatus(&ctx, req, &st).ok());
+  const int64_t whole = st.memory_used_bytes();
+  ASSERT_GT(whole, 0);
+
+  // Two nodes with room for 80% of it each: the whole sequence is refused, the split fits.
+  std::vector<std::unique_ptr<AttentionServer>> small;
+  for (int i = 0; i < 2; ++i) {
+    small.push_back(magicpig::testing::StartServer(whole * 4 / 5, 1));
+    ASSERT_NE(small.back(), nullptr);
+  }
+  AttentionNodeClient c(small[0]->address()), d(small[1]->address());
+  RemoteAttentionShards packed({&c, &d}, "packed", Shape(), 16, kBlock);
+  packed.set_placement(Placement::kPack);
+  ASSERT_TRUE(
+      packed.Append(0, 0, kTokens, data_.keys.data(), data_.values.data(), data_.codes.data())
+          .ok());
+  std::vector<int> on(2, 0);
+  for (const auto& r : packed.ranges()) ++on[static_cast<size_t>(r.node)];
+  EXPECT_GT(on[0], 0);
+  EXPECT_GT(on[1], 0);
+  // Same partials as the packed sequence on the large nodes (blocks merge in order wherever they
+  // are).
+  std::vector<PartialAttention> got(kHeads), want(kHeads);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kD));
+  ASSERT_TRUE(packed.Attend(0, q_.data(), q_codes_.data(), scale, got.data()).ok());
+  ASSERT_TRUE(first.Attend(0, q_.data(), q_codes_.data(), scale, want.data()).ok());
+  for (int h = 0; h < kHeads; ++h) {
+    EXPECT_EQ(got[h].lse, want[h].lse) << h;
+    EXPECT_EQ(got[h].o, want[h].o) << h;
+  }
+}
+
 }  // namespace
 }  // namespace magicpig::engine

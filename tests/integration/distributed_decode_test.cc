@@ -68,6 +68,9 @@ std::unique_ptr<engine::Engine> LoadEngine(
   options.num_threads = 2;
   options.attention_nodes = nodes;
   options.attention.shard_block = 256;
+  // Every sequence over every node: the tests below are about blocks on several nodes (merging,
+  // losing one); packed placement is covered by engine_ping_pong_test.
+  options.placement = engine::Placement::kSpread;
   if (exact_topk) {
     options.attention.mode = engine::AttentionMode::kTopK;
     options.attention.budget = 1 << 20;
