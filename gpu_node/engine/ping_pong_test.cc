@@ -41,6 +41,45 @@ testing::SyntheticModelOptions Model() {
   return m;
 }
 
+// Each text generated alone (14 tokens, EOS ignored) on `engine`: the requests and their tokens,
+// which the batched remote runs must reproduce.
+void GenerateAlone(Engine& engine, const std::vector<std::string>& texts,
+                   std::vector<GenerateRequest>* requests,
+                   std::vector<std::vector<int32_t>>* alone) {
+  for (const std::string& t : texts) {
+    GenerateRequest r;
+    r.prompt = engine.tokenizer().Encode(t, false);
+    r.max_tokens = 14;
+    r.ignore_eos = true;
+    auto g = engine.Generate(r, {});
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_GT(g->stats.attention_keys_offloaded, 0);
+    requests->push_back(r);
+    alone->push_back(g->tokens);
+  }
+}
+
+// n in-process attention nodes (256 MiB, one thread each), added to options' node list.
+std::vector<std::unique_ptr<AttentionServer>> StartNodes(int n, EngineOptions* options) {
+  std::vector<std::unique_ptr<AttentionServer>> nodes;
+  for (int i = 0; i < n; ++i) {
+    nodes.push_back(magicpig::testing::StartServer(int64_t{256} << 20, 1));
+    if (nodes.back() == nullptr) return {};
+    options->attention_nodes.push_back(nodes.back()->address());
+  }
+  return nodes;
+}
+
+// Starts every request on `engine` (prefill) for batched stepping.
+void StartAll(Engine& engine, const std::vector<GenerateRequest>& requests,
+              std::vector<std::unique_ptr<Sequence>>* batch) {
+  for (const GenerateRequest& r : requests) {
+    auto seq = engine.Start(r, {});
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    batch->push_back(std::move(*seq));
+  }
+}
+
 // Spread placement with blocks of 16 tokens lays every sequence over both nodes; blocks of 256
 // (the context), or packed placement, keep each sequence on one node: the sequences alternate
 // between the nodes, and the engine regroups them by node before splitting the batch into
@@ -63,36 +102,18 @@ TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
     ASSERT_TRUE(embedded.ok()) << embedded.status();
     std::vector<GenerateRequest> requests;
     std::vector<std::vector<int32_t>> alone;
-    for (const std::string& t : texts) {
-      GenerateRequest r;
-      r.prompt = (*embedded)->tokenizer().Encode(t, false);
-      r.max_tokens = 14;
-      r.ignore_eos = true;
-      auto g = (*embedded)->Generate(r, {});
-      ASSERT_TRUE(g.ok()) << g.status();
-      ASSERT_GT(g->stats.attention_keys_offloaded, 0);
-      requests.push_back(r);
-      alone.push_back(g->tokens);
-    }
+    ASSERT_NO_FATAL_FAILURE(GenerateAlone(**embedded, texts, &requests, &alone));
 
-    std::vector<std::unique_ptr<AttentionServer>> nodes;
     EngineOptions remote_options = ExactSparse(block);
     remote_options.placement = placement;
-    for (int i = 0; i < 2; ++i) {
-      nodes.push_back(magicpig::testing::StartServer(int64_t{256} << 20, 1));
-      ASSERT_NE(nodes.back(), nullptr);
-      remote_options.attention_nodes.push_back(nodes.back()->address());
-    }
+    std::vector<std::unique_ptr<AttentionServer>> nodes = StartNodes(2, &remote_options);
+    ASSERT_EQ(nodes.size(), 2u);
     for (bool ping_pong : {true, false}) {
       remote_options.ping_pong = ping_pong;
       auto remote = testing::MakeSyntheticEngine(Model(), remote_options, BatchInvariantLevel());
       ASSERT_TRUE(remote.ok()) << remote.status();
       std::vector<std::unique_ptr<Sequence>> batch;
-      for (const GenerateRequest& r : requests) {
-        auto seq = (*remote)->Start(r, {});
-        ASSERT_TRUE(seq.ok()) << seq.status();
-        batch.push_back(std::move(*seq));
-      }
+      ASSERT_NO_FATAL_FAILURE(StartAll(**remote, requests, &batch));
       // Both nodes hold sequences (with one block each: 3 and 2 of the 5).
       for (auto& node : nodes) EXPECT_GT(node->store().Stats().sequences, 0);
       std::vector<Sequence*> step;
@@ -129,32 +150,15 @@ TEST(PingPongTest, NodeLostDuringBatchedStepsRebuildsWithTheSameTokens) {
   ASSERT_TRUE(embedded.ok()) << embedded.status();
   std::vector<GenerateRequest> requests;
   std::vector<std::vector<int32_t>> alone;
-  for (const std::string& t : texts) {
-    GenerateRequest r;
-    r.prompt = (*embedded)->tokenizer().Encode(t, false);
-    r.max_tokens = 14;
-    r.ignore_eos = true;
-    auto g = (*embedded)->Generate(r, {});
-    ASSERT_TRUE(g.ok()) << g.status();
-    requests.push_back(r);
-    alone.push_back(g->tokens);
-  }
+  ASSERT_NO_FATAL_FAILURE(GenerateAlone(**embedded, texts, &requests, &alone));
 
-  std::vector<std::unique_ptr<AttentionServer>> nodes;
-  for (int i = 0; i < 3; ++i) {
-    nodes.push_back(magicpig::testing::StartServer(int64_t{256} << 20, 1));
-    ASSERT_NE(nodes.back(), nullptr);
-    options.attention_nodes.push_back(nodes.back()->address());
-  }
+  std::vector<std::unique_ptr<AttentionServer>> nodes = StartNodes(3, &options);
+  ASSERT_EQ(nodes.size(), 3u);
   options.ping_pong = true;
   auto remote = testing::MakeSyntheticEngine(Model(), options, BatchInvariantLevel());
   ASSERT_TRUE(remote.ok()) << remote.status();
   std::vector<std::unique_ptr<Sequence>> batch;
-  for (const GenerateRequest& r : requests) {
-    auto seq = (*remote)->Start(r, {});
-    ASSERT_TRUE(seq.ok()) << seq.status();
-    batch.push_back(std::move(*seq));
-  }
+  ASSERT_NO_FATAL_FAILURE(StartAll(**remote, requests, &batch));
   std::vector<Sequence*> step;
   for (auto& s : batch) step.push_back(s.get());
   for (int i = 0; i < 5; ++i) ASSERT_TRUE((*remote)->Step(step).ok());
