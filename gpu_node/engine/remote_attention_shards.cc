@@ -166,12 +166,10 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
     // Blocks of the region; runs of consecutive blocks per node in node order, sized in proportion
     // to free memory.
     const int64_t n_blocks = (n + block_ - 1) / block_;
-    std::vector<int64_t> counts = ApportionBlocks(n_blocks, free);
+    // Whole: the node that one block would go to (the freest, by the same tie rule) takes all.
+    std::vector<int64_t> counts = ApportionBlocks(whole ? 1 : n_blocks, free);
     if (whole) {
-      const size_t freest = static_cast<size_t>(std::max_element(free.begin(), free.end()) -
-                                                free.begin());  // the first of equals
-      counts.assign(live.size(), 0);
-      counts[freest] = n_blocks;
+      for (int64_t& c : counts) c *= n_blocks;
     }
     std::vector<Range> ranges;
     int64_t next_block = 0;
