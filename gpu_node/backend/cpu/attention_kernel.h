@@ -34,9 +34,12 @@ struct AttentionTile {
 // Kernel units must not instantiate std templates (their COMDAT copies, compiled with AVX flags,
 // could be picked by the linker for baseline code), so the caller provides all scratch memory.
 // head_dim must be a multiple of 16 and at most 256 (CpuBackend checks).
+// Enough for both layouts: narrow [row][d] q and acc, m, l, scores; wide (rows padded to 16)
+// [d][row] q and acc, m, l, corr, scores, and the converted key and value tiles.
 inline int64_t AttentionScratchFloats(int64_t rows, int64_t head_dim) {
   constexpr int64_t kKeyTile = 32;
-  return rows * head_dim * 2 + rows * 2 + rows * kKeyTile;
+  const int64_t padded = (rows + 15) / 16 * 16;
+  return padded * head_dim * 2 + padded * 3 + padded * kKeyTile + 2 * kKeyTile * head_dim;
 }
 
 void AttentionTileScalar(const AttentionTile& tile);
