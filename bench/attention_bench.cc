@@ -1,7 +1,7 @@
 // Exact causal attention on the CPU backend at SmolLM2 shapes (9 query heads, 3 kv heads, d = 64):
 // one decode step (1 query token) and a prefill chunk (256 query tokens, the wide-tile path) at
-// several depths, per
-// SIMD level. Reports KV bytes read per second beside a read-only memory-bandwidth probe.
+// several depths, per SIMD level. Reports KV bytes read per second beside a read-only
+// memory-bandwidth probe.
 #include <benchmark/benchmark.h>
 
 #include <random>

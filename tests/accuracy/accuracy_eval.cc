@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "attn_node/core/estimators.h"
+#include "attn_node/core/inclusion_probability.h"
 #include "attn_node/core/partial_attention.h"
 #include "common/status_macros.h"
 
@@ -22,6 +24,35 @@ double RelL2(const std::vector<float>& est, const std::vector<float>& ref) {
     den += static_cast<double>(ref[t]) * ref[t];
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// One independent draw of MagicPIG's sample: key i is taken with probability u[i] and weighted
+// with logit[i] - ln(u[i] + 1e-4), as MagicPigEstimator weighs the keys the tables return.
+PartialAttention IndependentDraw(const KvShard& shard, const std::vector<double>& logit,
+                                 const std::vector<double>& u, std::mt19937_64* rng) {
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<int64_t> taken;
+  std::vector<double> w;
+  for (size_t i = 0; i < u.size(); ++i) {
+    if (uniform(*rng) < u[i]) {
+      taken.push_back(static_cast<int64_t>(i));
+      w.push_back(logit[i] - std::log(u[i] + 1e-4));
+    }
+  }
+  PartialAttention out = EmptyPartial(shard.dim());
+  out.n_touched = static_cast<int64_t>(taken.size());
+  if (taken.empty()) return out;
+  const double mx = *std::max_element(w.begin(), w.end());
+  std::vector<double> acc(static_cast<size_t>(shard.dim()), 0.0);
+  double z = 0;
+  for (size_t j = 0; j < taken.size(); ++j) {
+    const double e = std::exp(w[j] - mx);
+    z += e;
+    shard.AccumulateValue(taken[j], e, acc.data());
+  }
+  for (size_t t = 0; t < acc.size(); ++t) out.o[t] = static_cast<float>(acc[t] / z);
+  out.lse = static_cast<float>(mx + std::log(z));
+  return out;
 }
 
 PartialAttention Merge2(const PartialAttention& a, const PartialAttention& b) {
@@ -42,13 +73,15 @@ ErrorSummary Summarize(const std::vector<QueryErrors>& errors) {
     s.off_magicpig += e.off_magicpig;
     s.off_oracle += e.off_oracle;
     s.off_topk += e.off_topk;
+    s.independent += e.independent;
+    s.off_independent += e.off_independent;
     s.topk_mass += e.topk_mass;
     s.off_mass += e.off_mass;
     s.sampled_frac += static_cast<double>(e.sampled) / static_cast<double>(e.n_off);
   }
   const double k = 1.0 / static_cast<double>(errors.size());
-  for (double* f : {&s.magicpig, &s.oracle, &s.topk, &s.off_magicpig, &s.off_oracle, &s.off_topk,
-                    &s.topk_mass, &s.off_mass, &s.sampled_frac}) {
+  for (double* f : {&s.magicpig, &s.oracle, &s.topk, &s.independent, &s.off_magicpig, &s.off_oracle,
+                    &s.off_topk, &s.off_independent, &s.topk_mass, &s.off_mass, &s.sampled_frac}) {
     *f *= k;
   }
   return s;
@@ -57,9 +90,11 @@ ErrorSummary Summarize(const std::vector<QueryErrors>& errors) {
 std::string FormatSummary(const ErrorSummary& s) {
   return absl::StrFormat(
       "|S|/n %.4f  merged mp %.4f or %.4f tk %.4f (mp/or %.2f)  offloaded mp %.4f or %.4f tk "
-      "%.4f (mp/or %.2f)  top-|S| mass %.3f  offloaded mass %.3f  [%d queries]",
+      "%.4f (mp/or %.2f)  top-|S| mass %.3f  offloaded mass %.3f  independent u-draws merged "
+      "%.4f (ind/or %.2f) offloaded %.4f  [%d queries]",
       s.sampled_frac, s.magicpig, s.oracle, s.topk, s.magicpig / s.oracle, s.off_magicpig,
-      s.off_oracle, s.off_topk, s.off_magicpig / s.off_oracle, s.topk_mass, s.off_mass, s.queries);
+      s.off_oracle, s.off_topk, s.off_magicpig / s.off_oracle, s.topk_mass, s.off_mass,
+      s.independent, s.independent / s.oracle, s.off_independent, s.queries);
 }
 
 absl::StatusOr<HeadEvaluator> HeadEvaluator::Create(std::vector<float> keys,
@@ -142,6 +177,27 @@ absl::StatusOr<QueryErrors> HeadEvaluator::Evaluate(const float* q, int64_t visi
   e.off_oracle = RelL2(oracle.o, full_off.o);
   e.off_topk = RelL2(topk.o, full_off.o);
   e.off_mass = std::exp(static_cast<double>(full_off.lse) - Merge2(full_off, stat).lse);
+
+  // MagicPIG's weights on independent draws with the exact u (see the header).
+  {
+    double q_norm = 0;
+    for (int64_t t = 0; t < d_; ++t) q_norm += static_cast<double>(q[t]) * q[t];
+    q_norm = std::sqrt(q_norm);
+    std::vector<double> logit(static_cast<size_t>(e.n_off)), u(logit.size());
+    for (int64_t i = 0; i < e.n_off; ++i) {
+      const double dot = offloaded_.KeyDot(i, q);
+      const double denom = q_norm * offloaded_.KeyNorm(i);
+      logit[i] = scale * dot;
+      u[i] = InclusionProbability(denom > 0 ? std::clamp(dot / denom, -1.0, 1.0) : 0.0, hash_->k(),
+                                  hash_->l());
+    }
+    std::mt19937_64 rng(oracle_seed ^ 0x9e3779b97f4a7c15ull);
+    for (int draw = 0; draw < kIndependentDraws; ++draw) {
+      const PartialAttention ind = IndependentDraw(offloaded_, logit, u, &rng);
+      e.independent += RelL2(Merge2(ind, stat).o, ref.o) / kIndependentDraws;
+      e.off_independent += RelL2(ind.o, full_off.o) / kIndependentDraws;
+    }
+  }
 
   // Mass held by the top-|S| offloaded keys.
   std::vector<double> logits(static_cast<size_t>(e.n_off));

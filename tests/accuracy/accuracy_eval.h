@@ -12,6 +12,11 @@
 //   - oracle    = OracleEstimator(B draws, seed) over the offloaded shard.
 //   - topk      = TopKEstimator(B) over the offloaded shard.
 //   - static    = exact attention over the visible static keys (FullEstimator).
+//   - independent = MagicPIG's estimator without the hash tables: each offloaded key is drawn on
+//                 its own with its exact inclusion probability u(cos; K, L) (kIndependentDraws
+//                 draws, errors averaged) and weighted as magicpig weighs it (logit - ln(u +
+//                 1e-4)). It separates what the estimator itself costs (its weights 1/u) from what
+//                 the tables' correlated draws add.
 //   - reference = exact attention over all visible keys, computed from the *uncentred* keys in an
 //                 independent shard (so a centering inconsistency would show up as error).
 // Each estimator's part is LSE-merged with the static part, as the system does (spec §8), and
@@ -42,9 +47,9 @@ struct QueryErrors {
   int64_t sampled = 0;  // |S|, the budget given to oracle and top-k
   int64_t oracle_distinct = 0;
   // Merged with the static part, against exact attention over every visible key.
-  double magicpig = 0, oracle = 0, topk = 0;
+  double magicpig = 0, oracle = 0, topk = 0, independent = 0;
   // The offloaded part alone, against exact attention over the offloaded region.
-  double off_magicpig = 0, off_oracle = 0, off_topk = 0;
+  double off_magicpig = 0, off_oracle = 0, off_topk = 0, off_independent = 0;
   // Share of the offloaded region's attention mass held by its top-|S| keys (what top-k keeps).
   double topk_mass = 0;
   // Share of the whole attention mass (static + offloaded) that falls on the offloaded region.
@@ -53,6 +58,8 @@ struct QueryErrors {
 
 class HeadEvaluator {
  public:
+  static constexpr int kIndependentDraws = 4;
+
   // keys, values: [n][d] row-major, one kv head in position order; d = hash.dim().
   // INVALID_ARGUMENT unless n > n_sink + n_local (a non-empty offloaded region).
   static absl::StatusOr<HeadEvaluator> Create(std::vector<float> keys, std::vector<float> values,
@@ -96,8 +103,8 @@ class HeadEvaluator {
 // of QueryErrors; sampled_frac is the mean of sampled / n_off.
 struct ErrorSummary {
   int64_t queries = 0;
-  double magicpig = 0, oracle = 0, topk = 0;
-  double off_magicpig = 0, off_oracle = 0, off_topk = 0;
+  double magicpig = 0, oracle = 0, topk = 0, independent = 0;
+  double off_magicpig = 0, off_oracle = 0, off_topk = 0, off_independent = 0;
   double topk_mass = 0, off_mass = 0, sampled_frac = 0;
 };
 ErrorSummary Summarize(const std::vector<QueryErrors>& errors);
