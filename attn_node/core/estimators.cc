@@ -230,7 +230,7 @@ absl::StatusOr<PartialAttention> MagicPigEstimator::Attend(const KvShard& shard,
       double cos = denom > 0.0 ? s / denom : 0.0;
       cos = std::clamp(cos, -1.0, 1.0);
       const double u = InclusionProbability(cos, k_, l_);
-      logit -= std::log(u + 1e-4);
+      logit -= LogInclusionWeight(u);
     }
     scratch->logits[j] = logit;
   }

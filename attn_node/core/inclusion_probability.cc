@@ -38,7 +38,8 @@ std::vector<float> LogInclusionTable(int k, int l, int size) {
   std::vector<float> t(static_cast<size_t>(size));
   for (int i = 0; i < size; ++i) {
     const double c = -1.0 + 2.0 * i / (size - 1);
-    t[static_cast<size_t>(i)] = static_cast<float>(std::log(InclusionProbability(c, k, l) + 1e-4));
+    t[static_cast<size_t>(i)] =
+        static_cast<float>(LogInclusionWeight(InclusionProbability(c, k, l)));
   }
   return t;
 }

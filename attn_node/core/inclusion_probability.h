@@ -16,6 +16,7 @@
 #ifndef MAGICPIG_ATTN_NODE_CORE_INCLUSION_PROBABILITY_H_
 #define MAGICPIG_ATTN_NODE_CORE_INCLUSION_PROBABILITY_H_
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -23,6 +24,10 @@ namespace magicpig {
 
 // u(cos; K, L) in [0, 1].
 double InclusionProbability(double cos, int k, int l);
+
+// ln(u + 1e-4): what MagicPIG subtracts from a sampled key's logit (spec §6, paper Eq. 10's
+// importance weight 1/u, kept finite for u -> 0 by the 1e-4).
+inline double LogInclusionWeight(double u) { return std::log(u + 1e-4); }
 
 // u[i] = InclusionProbability(cos[i], k, l) for i < n.
 void InclusionProbabilities(const float* cos, int64_t n, int k, int l, float* u);

@@ -27,7 +27,7 @@ double RelL2(const std::vector<float>& est, const std::vector<float>& ref) {
 }
 
 // One independent draw of MagicPIG's sample: key i is taken with probability u[i] and weighted
-// with logit[i] - ln(u[i] + 1e-4), as MagicPigEstimator weighs the keys the tables return.
+// with logit[i] - LogInclusionWeight(u[i]), as MagicPigEstimator weighs the keys the tables return.
 PartialAttention IndependentDraw(const KvShard& shard, const std::vector<double>& logit,
                                  const std::vector<double>& u, std::mt19937_64* rng) {
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
@@ -36,7 +36,7 @@ PartialAttention IndependentDraw(const KvShard& shard, const std::vector<double>
   for (size_t i = 0; i < u.size(); ++i) {
     if (uniform(*rng) < u[i]) {
       taken.push_back(static_cast<int64_t>(i));
-      w.push_back(logit[i] - std::log(u[i] + 1e-4));
+      w.push_back(logit[i] - LogInclusionWeight(u[i]));
     }
   }
   PartialAttention out = EmptyPartial(shard.dim());
@@ -178,30 +178,29 @@ absl::StatusOr<QueryErrors> HeadEvaluator::Evaluate(const float* q, int64_t visi
   e.off_topk = RelL2(topk.o, full_off.o);
   e.off_mass = std::exp(static_cast<double>(full_off.lse) - Merge2(full_off, stat).lse);
 
-  // MagicPIG's weights on independent draws with the exact u (see the header).
-  {
-    double q_norm = 0;
-    for (int64_t t = 0; t < d_; ++t) q_norm += static_cast<double>(q[t]) * q[t];
-    q_norm = std::sqrt(q_norm);
-    std::vector<double> logit(static_cast<size_t>(e.n_off)), u(logit.size());
-    for (int64_t i = 0; i < e.n_off; ++i) {
-      const double dot = offloaded_.KeyDot(i, q);
-      const double denom = q_norm * offloaded_.KeyNorm(i);
-      logit[i] = scale * dot;
-      u[i] = InclusionProbability(denom > 0 ? std::clamp(dot / denom, -1.0, 1.0) : 0.0, hash_->k(),
-                                  hash_->l());
-    }
-    std::mt19937_64 rng(oracle_seed ^ 0x9e3779b97f4a7c15ull);
-    for (int draw = 0; draw < kIndependentDraws; ++draw) {
-      const PartialAttention ind = IndependentDraw(offloaded_, logit, u, &rng);
-      e.independent += RelL2(Merge2(ind, stat).o, ref.o) / kIndependentDraws;
-      e.off_independent += RelL2(ind.o, full_off.o) / kIndependentDraws;
-    }
+  // Exact logits and inclusion probabilities of the offloaded keys, for the independent draws
+  // and the top-|S| mass below.
+  double q_norm = 0;
+  for (int64_t t = 0; t < d_; ++t) q_norm += static_cast<double>(q[t]) * q[t];
+  q_norm = std::sqrt(q_norm);
+  std::vector<double> logits(static_cast<size_t>(e.n_off)), u(logits.size());
+  for (int64_t i = 0; i < e.n_off; ++i) {
+    const double dot = offloaded_.KeyDot(i, q);
+    const double denom = q_norm * offloaded_.KeyNorm(i);
+    logits[i] = scale * dot;
+    u[i] = InclusionProbability(denom > 0 ? std::clamp(dot / denom, -1.0, 1.0) : 0.0, hash_->k(),
+                                hash_->l());
   }
 
-  // Mass held by the top-|S| offloaded keys.
-  std::vector<double> logits(static_cast<size_t>(e.n_off));
-  for (int64_t i = 0; i < e.n_off; ++i) logits[i] = scale * offloaded_.KeyDot(i, q);
+  // MagicPIG's weights on independent draws with the exact u (see the header).
+  std::mt19937_64 rng(oracle_seed ^ 0x9e3779b97f4a7c15ull);
+  for (int draw = 0; draw < kIndependentDraws; ++draw) {
+    const PartialAttention ind = IndependentDraw(offloaded_, logits, u, &rng);
+    e.independent += RelL2(Merge2(ind, stat).o, ref.o) / kIndependentDraws;
+    e.off_independent += RelL2(ind.o, full_off.o) / kIndependentDraws;
+  }
+
+  // Mass held by the top-|S| offloaded keys (the logits sorted in place: last use).
   std::sort(logits.begin(), logits.end(), std::greater<>());
   const double mx = logits.empty() ? 0.0 : logits[0];
   double top = 0, all_mass = 0;

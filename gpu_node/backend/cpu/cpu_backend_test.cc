@@ -94,20 +94,21 @@ TEST_P(AttentionTest, MatchesFloat64AtEverySimdLevel) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionTest,
-    ::testing::Values(AttentionCase{9, 3, 64, 0, 1},      // first token
-                      AttentionCase{9, 3, 64, 0, 70},     // prefill: several query and key tiles
-                      AttentionCase{9, 3, 64, 200, 1},    // decode at depth
-                      AttentionCase{9, 3, 64, 1500, 1},   // decode split into key segments
-                      AttentionCase{4, 2, 128, 1300, 5},  // a few tokens, key segments
-                      AttentionCase{4, 4, 128, 31, 33},   // MHA, chunk straddling a key tile
-                      AttentionCase{8, 1, 16, 5, 17},     // MQA, smallest head_dim
-                      AttentionCase{2, 2, 256, 64, 3},    // largest head_dim
-                      // Wide tiles (16+ query rows): padded row vectors, blocks of 1-3 vectors.
-                      AttentionCase{9, 3, 64, 1500, 16},   // one query tile, key segments
-                      AttentionCase{32, 8, 128, 100, 40},  // Llama-style group of 4
-                      AttentionCase{6, 2, 48, 37, 21},     // head_dim 48, tiles off the diagonal
-                      AttentionCase{2, 2, 64, 0, 130},     // MHA, 16 rows per tile
-                      AttentionCase{16, 1, 32, 3, 33}));   // MQA, 256 rows per tile
+    ::testing::Values(
+        AttentionCase{9, 3, 64, 0, 1},      // first token
+        AttentionCase{9, 3, 64, 0, 70},     // prefill: several query and key tiles
+        AttentionCase{9, 3, 64, 200, 1},    // decode at depth
+        AttentionCase{9, 3, 64, 1500, 1},   // decode split into key segments
+        AttentionCase{4, 2, 128, 1300, 5},  // a few tokens, key segments
+        AttentionCase{4, 4, 128, 31, 33},   // MHA, chunk straddling a key tile
+        AttentionCase{8, 1, 16, 5, 17},     // MQA, smallest head_dim
+        AttentionCase{2, 2, 256, 64, 3},    // largest head_dim
+        // Wide tiles (16+ query rows): padded row vectors, rows before the diagonal skipped.
+        AttentionCase{9, 3, 64, 1500, 16},   // one query tile, key segments
+        AttentionCase{32, 8, 128, 100, 40},  // Llama-style group of 4
+        AttentionCase{6, 2, 48, 37, 21},     // head_dim 48, tiles off the diagonal
+        AttentionCase{2, 2, 64, 0, 130},     // MHA, 16 rows per tile
+        AttentionCase{16, 1, 32, 3, 33}));   // MQA, 256 rows per tile
 
 // RangeAttention over disjoint ranges vs float64 softmax over exactly those keys (and its lse).
 TEST(CpuBackendTest, RangeAttentionMatchesFloat64OverTheRanges) {
