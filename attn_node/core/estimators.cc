@@ -119,6 +119,44 @@ void RunGroupKernel(GroupKernel kernel, const KvShard& shard, const float* q, in
   }
 }
 
+using GroupScoresFn = void (*)(const attn_internal::GroupAttentionArgs&, float*);
+
+GroupScoresFn SelectGroupScores(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512:
+      return attn_internal::GroupScoresAvx512;
+    case SimdLevel::kAvx2:
+      return attn_internal::GroupScoresAvx2;
+    default:
+      return attn_internal::GroupScoresScalar;
+  }
+}
+
+// scratch->scores[h][i] = scale * q_h . k_i for heads [0, g) (g <= kMaxGroup) and every key of
+// the shard, on the SIMD kernel.
+void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, float scale,
+                 Estimator::Scratch* scratch) {
+  const int64_t d = shard.dim();
+  const int64_t n = shard.size();
+  scratch->kernel.resize(static_cast<size_t>(g * d));
+  scratch->scores.resize(static_cast<size_t>(g * n));
+  attn_internal::GroupAttentionArgs a;
+  a.keys = shard.key_rows();
+  a.values = nullptr;
+  a.bf16 = shard.storage() == KvStorage::kBf16;
+  a.d = d;
+  a.row_begin = 0;
+  a.n_rows = n;
+  a.g = g;
+  a.q = q;
+  a.scale = scale;
+  a.scratch = scratch->kernel.data();
+  SelectGroupScores(level)(a, scratch->scores.data());
+}
+
+// Whether the SIMD kernels take this shard's rows (else the estimators fall back to Attend).
+bool KernelTakes(const KvShard& shard) { return shard.dim() % 16 == 0 && shard.dim() <= 256; }
+
 }  // namespace
 
 absl::Status Estimator::AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes,
@@ -242,14 +280,37 @@ absl::StatusOr<PartialAttention> TopKEstimator::Attend(const KvShard& shard, con
                                                        Scratch* scratch) const {
   MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, "TopKEstimator"));
   const int64_t n = shard.size();
-  const int64_t keep = std::clamp<int64_t>(budget_, 0, n);
-  // Rank all keys by score (descending, ties by lower index), keep the first `keep`.
   scratch->logits.resize(static_cast<size_t>(n));
-  scratch->sample.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    scratch->sample[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     scratch->logits[static_cast<size_t>(i)] = static_cast<double>(scale) * shard.KeyDot(i, q);
   }
+  return FromLogits(shard, scratch);
+}
+
+absl::Status TopKEstimator::AttendGroup(const KvShard& shard, const float* q,
+                                        const uint16_t* q_codes, int g, float scale,
+                                        Scratch* scratch, PartialAttention* out) const {
+  if (!KernelTakes(shard)) return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
+  MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, "TopKEstimator"));
+  const int64_t n = shard.size();
+  for (int h0 = 0; h0 < g; h0 += attn_internal::kMaxGroup) {
+    const int gc = std::min(g - h0, attn_internal::kMaxGroup);
+    GroupLogits(simd_level(), shard, q + h0 * shard.dim(), gc, scale, scratch);
+    for (int h = 0; h < gc; ++h) {
+      const float* x = scratch->scores.data() + static_cast<size_t>(h) * n;
+      scratch->logits.assign(x, x + n);
+      out[h0 + h] = FromLogits(shard, scratch);
+    }
+  }
+  return absl::OkStatus();
+}
+
+PartialAttention TopKEstimator::FromLogits(const KvShard& shard, Scratch* scratch) const {
+  const int64_t n = shard.size();
+  const int64_t keep = std::clamp<int64_t>(budget_, 0, n);
+  // Rank all keys by logit (descending, ties by lower index), keep the first `keep`.
+  scratch->sample.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) scratch->sample[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   const std::vector<double>& score = scratch->logits;
   auto better = [&score](int32_t a, int32_t b) {
     const double sa = score[static_cast<size_t>(a)];
@@ -276,17 +337,43 @@ absl::StatusOr<PartialAttention> OracleEstimator::Attend(const KvShard& shard, c
                                                          Scratch* scratch) const {
   MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, "OracleEstimator"));
   const int64_t n = shard.size();
-  const int64_t d = shard.dim();
-  if (n == 0 || budget_ <= 0) return EmptyPartial(d);
-  // Exact logits, max and log-sum-exp over all n keys.
-  std::vector<double>& cdf = scratch->logits;
-  cdf.resize(static_cast<size_t>(n));
-  double mx = -std::numeric_limits<double>::infinity();
+  if (n == 0 || budget_ <= 0) return EmptyPartial(shard.dim());
+  scratch->logits.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const double x = static_cast<double>(scale) * shard.KeyDot(i, q);
-    cdf[static_cast<size_t>(i)] = x;
-    mx = std::max(mx, x);
+    scratch->logits[static_cast<size_t>(i)] = static_cast<double>(scale) * shard.KeyDot(i, q);
   }
+  return FromLogits(shard, scratch);
+}
+
+absl::Status OracleEstimator::AttendGroup(const KvShard& shard, const float* q,
+                                          const uint16_t* q_codes, int g, float scale,
+                                          Scratch* scratch, PartialAttention* out) const {
+  if (!KernelTakes(shard)) return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
+  MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, "OracleEstimator"));
+  const int64_t n = shard.size();
+  if (n == 0 || budget_ <= 0) {
+    for (int h = 0; h < g; ++h) out[h] = EmptyPartial(shard.dim());
+    return absl::OkStatus();
+  }
+  for (int h0 = 0; h0 < g; h0 += attn_internal::kMaxGroup) {
+    const int gc = std::min(g - h0, attn_internal::kMaxGroup);
+    GroupLogits(simd_level(), shard, q + h0 * shard.dim(), gc, scale, scratch);
+    for (int h = 0; h < gc; ++h) {
+      const float* x = scratch->scores.data() + static_cast<size_t>(h) * n;
+      scratch->logits.assign(x, x + n);
+      out[h0 + h] = FromLogits(shard, scratch);
+    }
+  }
+  return absl::OkStatus();
+}
+
+PartialAttention OracleEstimator::FromLogits(const KvShard& shard, Scratch* scratch) const {
+  const int64_t n = shard.size();
+  const int64_t d = shard.dim();
+  // Max and log-sum-exp of the exact logits over all n keys.
+  std::vector<double>& cdf = scratch->logits;
+  double mx = -std::numeric_limits<double>::infinity();
+  for (double x : cdf) mx = std::max(mx, x);
   // Unnormalised CDF of p_i ∝ exp(x_i - mx); keys whose weight underflows to 0 are never drawn.
   double z = 0.0;
   for (int64_t i = 0; i < n; ++i) {

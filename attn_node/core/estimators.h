@@ -45,7 +45,13 @@
 //   LogInclusionTable); for magicpig the group's sample sets are retrieved together
 //   (KvShard::RetrieveGroup) and their union gathered once in key order, each head attending only
 //   to its own subset (spec §10.2 "GQA"). The others fall
-//   back to Attend per head. The SIMD level is fixed at construction (default ActiveSimdLevel()).
+//   back to Attend per head. TopKEstimator and OracleEstimator take their logits for every key
+//   from the same kernel's score pass (kernels/group_attention_kernel.h GroupScores*, fp32), then
+//   select or draw exactly as Attend does from those logits (Attend's float64 dot products
+//   differ from them by float rounding only, so a near-tie at the top-k boundary or a draw within
+//   rounding of a CDF step may go the other way). With a head dim the kernels do not take (not a
+//   multiple of 16, or > 256) these two fall back to Attend per head. The SIMD level is fixed at
+//   construction (default ActiveSimdLevel()).
 //
 // Thread-safety: estimators are immutable after construction and Attend is const: one estimator
 // may serve many threads concurrently provided each thread passes its own EstimatorScratch.
@@ -76,6 +82,7 @@ struct EstimatorScratch {
   std::vector<float> kernel;        // group kernel scratch
   std::vector<float> o;             // [g][d]
   std::vector<float> lse;           // [g]
+  std::vector<float> scores;        // [g][n] logits (top-k, oracle)
 };
 
 class Estimator {
@@ -155,6 +162,8 @@ class TopKEstimator final : public Estimator {
   explicit TopKEstimator(int64_t budget, SimdLevel simd_level = ActiveSimdLevel())
       : Estimator(simd_level), budget_(budget) {}
 
+  absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
+                           float scale, Scratch* scratch, PartialAttention* out) const override;
   absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
                                           const uint16_t* q_codes, float scale,
                                           Scratch* scratch) const override;
@@ -162,6 +171,9 @@ class TopKEstimator final : public Estimator {
   int64_t budget() const { return budget_; }
 
  private:
+  // The selection and softmax from the n logits in scratch->logits (both entry points).
+  PartialAttention FromLogits(const KvShard& shard, Scratch* scratch) const;
+
   int64_t budget_;
 };
 
@@ -171,6 +183,8 @@ class OracleEstimator final : public Estimator {
   OracleEstimator(int64_t budget, uint64_t seed, SimdLevel simd_level = ActiveSimdLevel())
       : Estimator(simd_level), budget_(budget), seed_(seed) {}
 
+  absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
+                           float scale, Scratch* scratch, PartialAttention* out) const override;
   absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
                                           const uint16_t* q_codes, float scale,
                                           Scratch* scratch) const override;
@@ -179,6 +193,9 @@ class OracleEstimator final : public Estimator {
   uint64_t seed() const { return seed_; }
 
  private:
+  // The draws and the value mean from the n logits in scratch->logits (n >= 1, budget >= 1).
+  PartialAttention FromLogits(const KvShard& shard, Scratch* scratch) const;
+
   int64_t budget_;
   uint64_t seed_;
 };

@@ -1,6 +1,7 @@
 // Tests for the fast path (Estimator::AttendGroup on the SIMD group kernel) at every SIMD level
 // this CPU supports, against the scalar float64 reference (Estimator::Attend): full attention, the
-// MagicPIG estimator (exact sample sets, interpolated correction), the union-of-samples gather for
+// MagicPIG estimator (exact sample sets, interpolated correction), top-k and oracle sampling on
+// the kernel's logits, the union-of-samples gather for
 // GQA groups (including groups larger than one kernel call), bf16 and fp32 storage, empty and
 // ragged row counts; and the append segment (KvShard::Append / LshTables::Append) against shards
 // and tables built in one go.
@@ -56,15 +57,20 @@ struct Case {
 class GroupAttentionTest : public ::testing::TestWithParam<SimdLevel> {};
 
 // Keys in a loose cone (so some keys collide often) plus noise, queries near the cone.
-TEST_P(GroupAttentionTest, FullAndMagicPigMatchTheReference) {
+TEST_P(GroupAttentionTest, EveryEstimatorMatchesTheReference) {
   const SimdLevel level = GetParam();
   const std::vector<Case> cases = {
-      {0, 64, 3, KvStorage::kBf16},   {1, 64, 1, KvStorage::kF32},
-      {63, 128, 4, KvStorage::kBf16}, {64, 128, 4, KvStorage::kF32},
-      {65, 48, 2, KvStorage::kBf16},  {700, 64, 3, KvStorage::kBf16},
-      {700, 128, 4, KvStorage::kF32}, {300, 32, 35, KvStorage::kBf16},
+      {0, 64, 3, KvStorage::kBf16},
+      {1, 64, 1, KvStorage::kF32},
+      {63, 128, 4, KvStorage::kBf16},
+      {64, 128, 4, KvStorage::kF32},
+      {65, 48, 2, KvStorage::kBf16},
+      {700, 64, 3, KvStorage::kBf16},
+      {700, 128, 4, KvStorage::kF32},
+      {300, 32, 35, KvStorage::kBf16},
       // Groups of 4 heads score two rows at a time: odd tiles, 8 heads, d = 48 (3 chunks).
-      {129, 64, 8, KvStorage::kBf16}, {701, 128, 4, KvStorage::kBf16},
+      {129, 64, 8, KvStorage::kBf16},
+      {701, 128, 4, KvStorage::kBf16},
       {77, 48, 4, KvStorage::kF32},
   };
   std::mt19937 rng(11);
@@ -134,6 +140,46 @@ TEST_P(GroupAttentionTest, FullAndMagicPigMatchTheReference) {
       }
       // The scratch is left clean: every group collision counter is 0 again.
       for (uint32_t m : fast_scratch.lsh.group_counter) ASSERT_EQ(m, 0u) << what;
+      // Top-k from the kernel's fp32 logits: the same keys as the float64 reference (no near-ties
+      // in this data), so the same output to float rounding; a budget above n keeps every key.
+      for (const int64_t budget : {c.n / 8 + 1, c.n + 3}) {
+        const TopKEstimator topk(budget, level);
+        ASSERT_TRUE(
+            topk.AttendGroup(*shard, q.data(), nullptr, c.g, scale, &fast_scratch, got.data())
+                .ok());
+        for (int h = 0; h < c.g; ++h) {
+          auto want = topk.Attend(*shard, q.data() + h * c.d, nullptr, scale, &ref_scratch);
+          ASSERT_TRUE(want.ok());
+          ExpectNear(got[h], *want, 2e-5, 2e-5 * (1 + std::abs(want->lse)),
+                     absl::StrCat(what, " topk(", budget, ") head ", h));
+        }
+      }
+      // Oracle sampling: the same seeded draws from the kernel's logits. A draw may flip to the
+      // neighbouring key when its target lies within float rounding of a CDF step, so allow two
+      // flipped draws per head (each moves o by at most 2 max|v| / B); lse is exact over all keys.
+      double max_v = 0.0;
+      for (float v : values) max_v = std::max(max_v, static_cast<double>(std::abs(v)));
+      const int64_t budget = c.n / 4 + 1;
+      const OracleEstimator oracle(budget, 99, level);
+      ASSERT_TRUE(
+          oracle.AttendGroup(*shard, q.data(), nullptr, c.g, scale, &fast_scratch, got.data())
+              .ok());
+      int64_t distinct_differ = 0;
+      for (int h = 0; h < c.g; ++h) {
+        auto want = oracle.Attend(*shard, q.data() + h * c.d, nullptr, scale, &ref_scratch);
+        ASSERT_TRUE(want.ok());
+        const std::string head = absl::StrCat(what, " oracle head ", h);
+        ASSERT_EQ(got[h].empty(), want->empty()) << head;
+        if (want->empty()) continue;
+        EXPECT_NEAR(got[h].lse, want->lse, 2e-5 * (1 + std::abs(want->lse))) << head;
+        EXPECT_LE(std::abs(got[h].n_touched - want->n_touched), 2) << head;
+        distinct_differ += got[h].n_touched != want->n_touched;
+        const double tol = 4.0 * max_v / static_cast<double>(budget) + 1e-4;
+        for (size_t t = 0; t < want->o.size(); ++t) {
+          ASSERT_NEAR(got[h].o[t], want->o[t], tol) << head << " t=" << t;
+        }
+      }
+      EXPECT_LE(distinct_differ, (c.g + 3) / 4) << what << ": draws should rarely flip";
     }
   }
 }

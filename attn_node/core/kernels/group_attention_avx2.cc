@@ -10,4 +10,5 @@ using namespace ::magicpig::simd16::avx2;  // NOLINT(build/namespaces): the kern
 
 namespace magicpig::attn_internal {
 void GroupAttentionAvx2(const GroupAttentionArgs& args) { avx2::Run(args); }
+void GroupScoresAvx2(const GroupAttentionArgs& args, float* x) { avx2::Scores(args, x); }
 }  // namespace magicpig::attn_internal

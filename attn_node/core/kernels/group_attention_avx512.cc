@@ -10,4 +10,5 @@ using namespace ::magicpig::simd16::avx512;  // NOLINT(build/namespaces): the ke
 
 namespace magicpig::attn_internal {
 void GroupAttentionAvx512(const GroupAttentionArgs& args) { avx512::Run(args); }
+void GroupScoresAvx512(const GroupAttentionArgs& args, float* x) { avx512::Scores(args, x); }
 }  // namespace magicpig::attn_internal

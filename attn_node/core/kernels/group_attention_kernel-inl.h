@@ -159,11 +159,14 @@ inline void DenseValuesHeads(int heads, const void* values, int64_t r0, int64_t 
 }
 
 // Pass A for a contiguous range that every head attends to with exact logits (FullEstimator):
-// x[h][j] = scale * q_h . k_r. Not inlined: inside the tile loop the register allocator spilled
+// x[h * x_stride + j] = scale * q_h . k_r. The tile's value rows are prefetched for pass C unless
+// a.values is null (scores only). Not inlined: inside the tile loop the register allocator spilled
 // the dot-product loop's constants (about 5% of a step on AVX2).
 template <int64_t kChunks, bool kBf16>
 __attribute__((noinline)) void ScoreDenseTile(const GroupAttentionArgs& a, int64_t t0, int64_t nt,
-                                              int64_t chunks, const float* qp, float* x) {
+                                              int64_t chunks, const float* qp, int64_t x_stride,
+                                              float* x) {
+  const bool values = a.values != nullptr;
   const int64_t d = a.d;
   const int g = a.g;
   int64_t j = 0;
@@ -173,8 +176,10 @@ __attribute__((noinline)) void ScoreDenseTile(const GroupAttentionArgs& a, int64
       const int64_t r = a.row_begin + t0 + j;
       // Pass C reads the tile's value rows one 16-element chunk at a time across rows, a stride
       // the hardware prefetchers follow poorly: fetch each row while its key is being used.
-      PrefetchRow<kChunks, kBf16>(a.values, r, d);
-      PrefetchRow<kChunks, kBf16>(a.values, r + 1, d);
+      if (values) {
+        PrefetchRow<kChunks, kBf16>(a.values, r, d);
+        PrefetchRow<kChunks, kBf16>(a.values, r + 1, d);
+      }
       // The rows kKeyPrefetchRows ahead (the next tile's, near the end of this one).
       if (const int64_t ahead = r + kKeyPrefetchRows; ahead + 1 < a.row_begin + a.n_rows) {
         PrefetchRow<kChunks, kBf16>(a.keys, ahead, d);
@@ -184,20 +189,20 @@ __attribute__((noinline)) void ScoreDenseTile(const GroupAttentionArgs& a, int64
         float s[8];
         DotTwoRowsFourHeads<kChunks, kBf16>(a.keys, r, d, chunks, qp + h0 * d, s);
         for (int i = 0; i < 4; ++i) {
-          x[(h0 + i) * kGroupTile + j] = a.scale * s[i];
-          x[(h0 + i) * kGroupTile + j + 1] = a.scale * s[4 + i];
+          x[(h0 + i) * x_stride + j] = a.scale * s[i];
+          x[(h0 + i) * x_stride + j + 1] = a.scale * s[4 + i];
         }
       }
     }
   }
   for (; j < nt; ++j) {
     const int64_t r = a.row_begin + t0 + j;
-    PrefetchRow<kChunks, kBf16>(a.values, r, d);
+    if (values) PrefetchRow<kChunks, kBf16>(a.values, r, d);
     for (int h0 = 0; h0 < g; h0 += 4) {
       const int hb = static_cast<int>(MinI(4, g - h0));
       float s[4];
       DotRowHeads<kChunks, kBf16>(hb, a.keys, r, d, chunks, qp + h0 * d, s);
-      for (int i = 0; i < hb; ++i) x[(h0 + i) * kGroupTile + j] = a.scale * s[i];
+      for (int i = 0; i < hb; ++i) x[(h0 + i) * x_stride + j] = a.scale * s[i];
     }
   }
 }
@@ -217,7 +222,7 @@ void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m
   for (int64_t t0 = 0; t0 < a.n_rows; t0 += kT) {
     const int64_t nt = MinI(kT, a.n_rows - t0);
     // A. Logits: each key row once, against every head of the group.
-    ScoreDenseTile<kChunks, kBf16>(a, t0, nt, chunks, qp, x);
+    ScoreDenseTile<kChunks, kBf16>(a, t0, nt, chunks, qp, kT, x);
     // B. Online softmax per head; weights overwrite the logits.
     for (int h = 0; h < g; ++h) {
       float* xh = x + h * kT;
@@ -331,6 +336,26 @@ __attribute__((noinline)) void RunStreamed(const GroupAttentionArgs& a, const fl
   }
 }
 
+// qp[h][i] = q_h's element at kernel position i.
+template <bool kBf16>
+inline void PermuteQueries(const GroupAttentionArgs& a, float* qp) {
+  for (int h = 0; h < a.g; ++h) {
+    for (int64_t i = 0; i < a.d; ++i) qp[h * a.d + i] = a.q[h * a.d + SourceIndex<kBf16>(i)];
+  }
+}
+
+// Logits only (GroupScores*): pass A over the contiguous range in tiles, written at stride n_rows.
+template <int64_t kChunks, bool kBf16>
+void ScoresImpl(const GroupAttentionArgs& a, float* x) {
+  float* qp = a.scratch;  // [g][d] queries in kernel order
+  PermuteQueries<kBf16>(a, qp);
+  const int64_t chunks = kChunks > 0 ? kChunks : a.d / kLanes;
+  for (int64_t t0 = 0; t0 < a.n_rows; t0 += kGroupTile) {
+    ScoreDenseTile<kChunks, kBf16>(a, t0, MinI(kGroupTile, a.n_rows - t0), chunks, qp, a.n_rows,
+                                   x + t0);
+  }
+}
+
 template <int64_t kChunks, bool kBf16>
 void RunImpl(const GroupAttentionArgs& a) {
   const int64_t d = a.d;
@@ -340,8 +365,8 @@ void RunImpl(const GroupAttentionArgs& a) {
   float* acc = qp + g * d;  // [g][d] kernel order
   float* m = acc + g * d;   // [g] running max
   float* l = m + g;         // [g] running sum
+  PermuteQueries<kBf16>(a, qp);
   for (int h = 0; h < g; ++h) {
-    for (int64_t i = 0; i < d; ++i) qp[h * d + i] = a.q[h * d + SourceIndex<kBf16>(i)];
     m[h] = neg_inf;
     l[h] = 0.0f;
   }
@@ -373,6 +398,23 @@ void RunTyped(const GroupAttentionArgs& a) {
 inline void Run(const GroupAttentionArgs& a) {
   if (a.bf16) return RunTyped<true>(a);
   return RunTyped<false>(a);
+}
+
+template <bool kBf16>
+void ScoresTyped(const GroupAttentionArgs& a, float* x) {
+  switch (a.d / kLanes) {
+    case 4:
+      return ScoresImpl<4, kBf16>(a, x);
+    case 8:
+      return ScoresImpl<8, kBf16>(a, x);
+    default:
+      return ScoresImpl<0, kBf16>(a, x);
+  }
+}
+
+inline void Scores(const GroupAttentionArgs& a, float* x) {
+  if (a.bf16) return ScoresTyped<true>(a, x);
+  return ScoresTyped<false>(a, x);
 }
 
 }  // namespace MAGICPIG_GROUP_NS

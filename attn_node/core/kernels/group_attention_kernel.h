@@ -63,6 +63,14 @@ void GroupAttentionScalar(const GroupAttentionArgs& args);
 void GroupAttentionAvx2(const GroupAttentionArgs& args);
 void GroupAttentionAvx512(const GroupAttentionArgs& args);
 
+// Logits only, for estimators that must see every score before choosing keys (top-k, oracle
+// sampling): x[h * n_rows + j] = scale * q_h . k_(row_begin + j) for the contiguous range of
+// args (rows, masks, the correction, values, o and lse are not used; scratch needs g * d floats).
+// Same dot products as the attention kernel's tiles.
+void GroupScoresScalar(const GroupAttentionArgs& args, float* x);
+void GroupScoresAvx2(const GroupAttentionArgs& args, float* x);
+void GroupScoresAvx512(const GroupAttentionArgs& args, float* x);
+
 }  // namespace magicpig::attn_internal
 
 #endif  // MAGICPIG_ATTN_NODE_CORE_KERNELS_GROUP_ATTENTION_KERNEL_H_

@@ -10,4 +10,5 @@ using namespace ::magicpig::simd16::scalar;  // NOLINT(build/namespaces): the ke
 
 namespace magicpig::attn_internal {
 void GroupAttentionScalar(const GroupAttentionArgs& args) { scalar::Run(args); }
+void GroupScoresScalar(const GroupAttentionArgs& args, float* x) { scalar::Scores(args, x); }
 }  // namespace magicpig::attn_internal
