@@ -124,6 +124,26 @@ absl::StatusOr<std::unique_ptr<Branch>> ForkDecoder::Fork(
   return b;
 }
 
+absl::Status ForkDecoder::FeedBatch(absl::Span<Branch* const> branches,
+                                    absl::Span<const int32_t> tokens) {
+  if (branches.size() != tokens.size()) {
+    return absl::InvalidArgumentError("FeedBatch: one token per branch");
+  }
+  if (branches.empty()) return absl::OkStatus();
+  std::vector<engine::DecodeItem> items;
+  items.reserve(branches.size());
+  for (size_t i = 0; i < branches.size(); ++i) {
+    items.push_back({tokens[i], branches[i]->kv_.get(), branches[i]->router_.get()});
+  }
+  std::vector<float> logits;
+  MAGICPIG_RETURN_IF_ERROR(transformer_->ForwardBatch(items, &logits));
+  const size_t vocab = logits.size() / branches.size();
+  for (size_t i = 0; i < branches.size(); ++i) {
+    branches[i]->logits_.assign(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+  }
+  return absl::OkStatus();
+}
+
 engine::SparseAttentionOptions OneBlock() {
   engine::SparseAttentionOptions a;
   a.shard_block = int64_t{1} << 20;

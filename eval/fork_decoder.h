@@ -90,6 +90,11 @@ class ForkDecoder {
   absl::StatusOr<std::unique_ptr<Branch>> Fork(const Prefix& prefix,
                                                const engine::SparseAttentionOptions& attention,
                                                int64_t extra);
+  // branches[i]->Feed(tokens[i]) for every i in one batched decode step (the engine's
+  // Transformer::ForwardBatch: the weights are read once for all branches; each branch keeps its
+  // own cache and attention). Each branch's logits are the ones its own Feed would give (the
+  // batch's rows do not mix; EngineTest.BatchedStepsGiveEachSequenceItsOwnTokens).
+  absl::Status FeedBatch(absl::Span<Branch* const> branches, absl::Span<const int32_t> tokens);
 
  private:
   absl::StatusOr<std::unique_ptr<engine::KvCache>> Copy(const Prefix& prefix, int64_t capacity);
