@@ -29,6 +29,11 @@
 //                              shard's build, for reference).
 //   Full/n/threads             FullEstimator over all n keys of the 8 kv heads, GB/s and the
 //                              fraction of the probe.
+//   TopK/n, Oracle/n           the baselines (budget n / 50 per head, one thread) through
+//                              AttendGroup (the kernel's logits), with the same estimator's
+//                              per-head float64 Attend (reference_ms; the path they had before)
+//                              and FullEstimator (full_ms) in the same loop: speedup =
+//                              reference / AttendGroup, of_full = AttendGroup / full.
 //
 // Every timed attention step and table build starts from a cold cache: a 256 MiB buffer is read
 // first (not timed), because the L3 (105 MiB here) would otherwise hold a 16K or 32K layer, and the
@@ -696,6 +701,70 @@ void BM_Full(benchmark::State& state, int64_t n, int threads) {
   }
 }
 
+// The baselines' former path, for a same-run comparison: every call goes to the wrapped
+// estimator's scalar float64 Attend, one head at a time (Estimator::AttendGroup's default).
+class PerHeadReference final : public Estimator {
+ public:
+  explicit PerHeadReference(const Estimator& inner)
+      : Estimator(SimdLevel::kScalar), inner_(inner) {}
+  absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
+                                          const uint16_t* q_codes, float scale,
+                                          Scratch* scratch) const override {
+    return inner_.Attend(shard, q, q_codes, scale, scratch);
+  }
+
+ private:
+  const Estimator& inner_;
+};
+
+// One step of top-k or oracle sampling (budget: 2% of n per head, the paper's Table 9 density at
+// (10, 150)) through AttendGroup (SIMD logits) against the same estimator's per-head float64
+// Attend and FullEstimator, all three in the same loop, one thread.
+void BM_Baseline(benchmark::State& state, bool topk, int64_t n) {
+  const DataSet* ds = GetAnyDataSet(n);
+  if (ds == nullptr) {
+    state.SkipWithError("data set build failed");
+    return;
+  }
+  AttentionRunner runner(1);
+  const int64_t budget = n / 50;
+  const TopKEstimator topk_est(budget);
+  const OracleEstimator oracle_est(budget, 1234);
+  const Estimator& est = topk ? static_cast<const Estimator&>(topk_est) : oracle_est;
+  const PerHeadReference reference(est);
+  const FullEstimator full;
+  std::vector<PartialAttention> out(kQHeads);
+  int64_t iter = 0;
+  Lap group, ref, fl;
+  for (auto _ : state) {
+    const float* q = ds->q.data() + (iter++ % kSteps) * kQHeads * kDim;
+    const std::vector<GroupWork> work = MakeWork(*ds, q, nullptr, out.data());
+    bool ok = true;
+    FlushCaches();
+    Stamp t0 = Now();
+    ok &= runner.Run(est, work, kScale).ok();
+    state.SetIterationTime(group.Add(t0, Now()));
+    FlushCaches();
+    t0 = Now();
+    ok &= runner.Run(reference, work, kScale).ok();
+    ref.Add(t0, Now());
+    FlushCaches();
+    t0 = Now();
+    ok &= runner.Run(full, work, kScale).ok();
+    fl.Add(t0, Now());
+    if (!ok) {
+      state.SkipWithError("step failed");
+      return;
+    }
+  }
+  if (iter == 0) return;
+  state.counters["budget"] = static_cast<double>(budget);
+  state.counters["reference_ms"] = ref.MeanWall() * 1e3;
+  state.counters["full_ms"] = fl.MeanWall() * 1e3;
+  state.counters["speedup"] = ref.MeanWall() / group.MeanWall();
+  state.counters["of_full"] = group.MeanWall() / fl.MeanWall();
+}
+
 // codes [n][L] of a shard's keys, read back from its tables (each key sits in one bucket per
 // table), so the build benchmark needs no second hashing pass.
 std::vector<uint16_t> CodesFromTables(const LshTables& t) {
@@ -884,6 +953,15 @@ void RegisterAll() {
     for (int t : {1, 2}) {
       RegisterBenchmark(("Full/n:" + std::to_string(n) + "/threads:" + std::to_string(t)).c_str(),
                         BM_Full, n, t)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseManualTime();
+    }
+  }
+  for (const bool topk : {true, false}) {
+    for (const int64_t n : {int64_t{4096}, int64_t{16384}}) {
+      RegisterBenchmark(
+          ((topk ? "TopK/n:" : "Oracle/n:") + std::to_string(n) + "/threads:1").c_str(),
+          BM_Baseline, topk, n)
           ->Unit(benchmark::kMicrosecond)
           ->UseManualTime();
     }
