@@ -41,6 +41,11 @@ class EvalModelTest : public ::testing::Test {
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
   }
+  // The generator's token-count callback over the renderer (it must outlive the counter).
+  static TokenCounter Counter(const PromptRenderer& r) {
+    return
+        [&r](const std::string& in, int64_t q, const std::string& p) { return r.Count(in, q, p); };
+  }
   std::string dir_;
 };
 
@@ -48,9 +53,7 @@ TEST_F(EvalModelTest, PromptsFitWithTheModelsTokenizer) {
   auto engine = Load();
   ASSERT_NE(engine, nullptr);
   PromptRenderer r(engine.get());
-  const TokenCounter count = [&](const std::string& in, int64_t q, const std::string& p) {
-    return r.Count(in, q, p);
-  };
+  const TokenCounter count = Counter(r);
   for (const std::string& task :
        {std::string("niah_single_2"), std::string("cwe"), std::string("qa_2")}) {
     absl::StatusOr<Sample> s = GenerateSample(task, 1024, 0, 11, count);
@@ -71,9 +74,7 @@ TEST_F(EvalModelTest, ForkMatchesEngineGenerate) {
   auto engine = Load();
   ASSERT_NE(engine, nullptr);
   PromptRenderer r(engine.get());
-  const TokenCounter count = [&](const std::string& in, int64_t q, const std::string& p) {
-    return r.Count(in, q, p);
-  };
+  const TokenCounter count = Counter(r);
   absl::StatusOr<Sample> s = GenerateSample("niah_single_2", 1024, 0, 5, count);
   ASSERT_TRUE(s.ok());
   absl::StatusOr<RenderedPrompt> p = r.Render(*s);
@@ -121,9 +122,7 @@ TEST_F(EvalModelTest, FeedBatchGivesEachBranchItsOwnLogits) {
   auto engine = Load();
   ASSERT_NE(engine, nullptr);
   PromptRenderer r(engine.get());
-  const TokenCounter count = [&](const std::string& in, int64_t q, const std::string& p) {
-    return r.Count(in, q, p);
-  };
+  const TokenCounter count = Counter(r);
   ForkDecoder dec(engine.get(), 2);
   std::vector<Prefix> prefixes;
   for (const char* task : {"niah_single_2", "vt"}) {

@@ -157,6 +157,26 @@ void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, f
 // Whether the SIMD kernels take this shard's rows (else the estimators fall back to Attend).
 bool KernelTakes(const KvShard& shard) { return shard.dim() % 16 == 0 && shard.dim() <= 256; }
 
+// AttendGroup of an estimator that must see every key's logit (top-k, oracle sampling): the
+// kernel's logits of each head copied into scratch->logits, then out[h] = from_logits().
+template <typename FromLogitsFn>
+absl::Status AttendGroupFromLogits(SimdLevel level, const KvShard& shard, const float* q, int g,
+                                   float scale, Estimator::Scratch* scratch, PartialAttention* out,
+                                   const char* who, FromLogitsFn from_logits) {
+  MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, who));
+  const int64_t n = shard.size();
+  for (int h0 = 0; h0 < g; h0 += attn_internal::kMaxGroup) {
+    const int gc = std::min(g - h0, attn_internal::kMaxGroup);
+    GroupLogits(level, shard, q + h0 * shard.dim(), gc, scale, scratch);
+    for (int h = 0; h < gc; ++h) {
+      const float* x = scratch->scores.data() + static_cast<size_t>(h) * n;
+      scratch->logits.assign(x, x + n);
+      out[h0 + h] = from_logits();
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Estimator::AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes,
@@ -291,18 +311,8 @@ absl::Status TopKEstimator::AttendGroup(const KvShard& shard, const float* q,
                                         const uint16_t* q_codes, int g, float scale,
                                         Scratch* scratch, PartialAttention* out) const {
   if (!KernelTakes(shard)) return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
-  MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, "TopKEstimator"));
-  const int64_t n = shard.size();
-  for (int h0 = 0; h0 < g; h0 += attn_internal::kMaxGroup) {
-    const int gc = std::min(g - h0, attn_internal::kMaxGroup);
-    GroupLogits(simd_level(), shard, q + h0 * shard.dim(), gc, scale, scratch);
-    for (int h = 0; h < gc; ++h) {
-      const float* x = scratch->scores.data() + static_cast<size_t>(h) * n;
-      scratch->logits.assign(x, x + n);
-      out[h0 + h] = FromLogits(shard, scratch);
-    }
-  }
-  return absl::OkStatus();
+  return AttendGroupFromLogits(simd_level(), shard, q, g, scale, scratch, out, "TopKEstimator",
+                               [&] { return FromLogits(shard, scratch); });
 }
 
 PartialAttention TopKEstimator::FromLogits(const KvShard& shard, Scratch* scratch) const {
@@ -349,22 +359,11 @@ absl::Status OracleEstimator::AttendGroup(const KvShard& shard, const float* q,
                                           const uint16_t* q_codes, int g, float scale,
                                           Scratch* scratch, PartialAttention* out) const {
   if (!KernelTakes(shard)) return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
-  MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, "OracleEstimator"));
-  const int64_t n = shard.size();
-  if (n == 0 || budget_ <= 0) {
-    for (int h = 0; h < g; ++h) out[h] = EmptyPartial(shard.dim());
-    return absl::OkStatus();
-  }
-  for (int h0 = 0; h0 < g; h0 += attn_internal::kMaxGroup) {
-    const int gc = std::min(g - h0, attn_internal::kMaxGroup);
-    GroupLogits(simd_level(), shard, q + h0 * shard.dim(), gc, scale, scratch);
-    for (int h = 0; h < gc; ++h) {
-      const float* x = scratch->scores.data() + static_cast<size_t>(h) * n;
-      scratch->logits.assign(x, x + n);
-      out[h0 + h] = FromLogits(shard, scratch);
-    }
-  }
-  return absl::OkStatus();
+  return AttendGroupFromLogits(
+      simd_level(), shard, q, g, scale, scratch, out, "OracleEstimator", [&] {
+        return shard.size() == 0 || budget_ <= 0 ? EmptyPartial(shard.dim())
+                                                 : FromLogits(shard, scratch);
+      });
 }
 
 PartialAttention OracleEstimator::FromLogits(const KvShard& shard, Scratch* scratch) const {
