@@ -48,17 +48,25 @@ PartialAttention SoftmaxOver(const KvShard& shard, Estimator::Scratch* scratch) 
   return out;
 }
 
+// The entry point of a kernel compiled once per ISA, for a SIMD level.
+template <typename Fn>
+Fn ForLevel(SimdLevel level, Fn scalar, Fn avx2, Fn avx512) {
+  switch (level) {
+    case SimdLevel::kAvx512:
+      return avx512;
+    case SimdLevel::kAvx2:
+      return avx2;
+    default:
+      return scalar;
+  }
+}
+
 using GroupKernel = void (*)(const attn_internal::GroupAttentionArgs&);
 
 GroupKernel SelectGroupKernel(SimdLevel level) {
-  switch (level) {
-    case SimdLevel::kAvx512:
-      return attn_internal::GroupAttentionAvx512;
-    case SimdLevel::kAvx2:
-      return attn_internal::GroupAttentionAvx2;
-    default:
-      return attn_internal::GroupAttentionScalar;
-  }
+  return ForLevel<GroupKernel>(level, attn_internal::GroupAttentionScalar,
+                               attn_internal::GroupAttentionAvx2,
+                               attn_internal::GroupAttentionAvx512);
 }
 
 absl::Status CheckGroup(const KvShard& shard, const float* q, int g,
@@ -122,14 +130,8 @@ void RunGroupKernel(GroupKernel kernel, const KvShard& shard, const float* q, in
 using GroupScoresFn = void (*)(const attn_internal::GroupAttentionArgs&, float*);
 
 GroupScoresFn SelectGroupScores(SimdLevel level) {
-  switch (level) {
-    case SimdLevel::kAvx512:
-      return attn_internal::GroupScoresAvx512;
-    case SimdLevel::kAvx2:
-      return attn_internal::GroupScoresAvx2;
-    default:
-      return attn_internal::GroupScoresScalar;
-  }
+  return ForLevel<GroupScoresFn>(level, attn_internal::GroupScoresScalar,
+                                 attn_internal::GroupScoresAvx2, attn_internal::GroupScoresAvx512);
 }
 
 // scratch->scores[h][i] = scale * q_h . k_i for heads [0, g) (g <= kMaxGroup) and every key of
@@ -152,6 +154,16 @@ void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, f
   a.scale = scale;
   a.scratch = scratch->kernel.data();
   SelectGroupScores(level)(a, scratch->scores.data());
+}
+
+// scratch->logits[i] = scale * q . k_i in float64 for every key (the reference Attend paths).
+void ReferenceLogits(const KvShard& shard, const float* q, float scale,
+                     Estimator::Scratch* scratch) {
+  const int64_t n = shard.size();
+  scratch->logits.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    scratch->logits[static_cast<size_t>(i)] = static_cast<double>(scale) * shard.KeyDot(i, q);
+  }
 }
 
 // Whether the SIMD kernels take this shard's rows (else the estimators fall back to Attend).
@@ -299,11 +311,7 @@ absl::StatusOr<PartialAttention> TopKEstimator::Attend(const KvShard& shard, con
                                                        const uint16_t* /*q_codes*/, float scale,
                                                        Scratch* scratch) const {
   MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, "TopKEstimator"));
-  const int64_t n = shard.size();
-  scratch->logits.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    scratch->logits[static_cast<size_t>(i)] = static_cast<double>(scale) * shard.KeyDot(i, q);
-  }
+  ReferenceLogits(shard, q, scale, scratch);
   return FromLogits(shard, scratch);
 }
 
@@ -346,12 +354,8 @@ absl::StatusOr<PartialAttention> OracleEstimator::Attend(const KvShard& shard, c
                                                          const uint16_t* /*q_codes*/, float scale,
                                                          Scratch* scratch) const {
   MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, "OracleEstimator"));
-  const int64_t n = shard.size();
-  if (n == 0 || budget_ <= 0) return EmptyPartial(shard.dim());
-  scratch->logits.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    scratch->logits[static_cast<size_t>(i)] = static_cast<double>(scale) * shard.KeyDot(i, q);
-  }
+  if (shard.size() == 0 || budget_ <= 0) return EmptyPartial(shard.dim());
+  ReferenceLogits(shard, q, scale, scratch);
   return FromLogits(shard, scratch);
 }
 
