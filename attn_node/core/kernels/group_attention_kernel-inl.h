@@ -15,6 +15,8 @@
 // - Anything else, in practice a MagicPIG group's sampled union (a row list, head masks, the
 //   correction; usually one head per row): streamed one row at a time with a running softmax per
 //   head (RunStreamed), so the gather's prefetches flow steadily.
+// - Logits only (Scores, for top-k and oracle sampling): pass A of the tiles over the whole
+//   range, written to the caller's [g][n] buffer, without the value prefetches.
 // Rows are read 16 elements at a time in the ISA's LoadBf16Shuffled lane order (one load and two
 // bit operations on AVX2 instead of a widening shuffle); the queries are permuted into that order
 // once per call and the accumulators permuted back at the end, so the dot products and value sums
