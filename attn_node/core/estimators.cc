@@ -362,12 +362,12 @@ absl::StatusOr<PartialAttention> OracleEstimator::Attend(const KvShard& shard, c
 absl::Status OracleEstimator::AttendGroup(const KvShard& shard, const float* q,
                                           const uint16_t* q_codes, int g, float scale,
                                           Scratch* scratch, PartialAttention* out) const {
-  if (!KernelTakes(shard)) return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
-  return AttendGroupFromLogits(
-      simd_level(), shard, q, g, scale, scratch, out, "OracleEstimator", [&] {
-        return shard.size() == 0 || budget_ <= 0 ? EmptyPartial(shard.dim())
-                                                 : FromLogits(shard, scratch);
-      });
+  // Nothing to draw: Attend per head returns the empty part without computing any logit.
+  if (!KernelTakes(shard) || shard.size() == 0 || budget_ <= 0) {
+    return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
+  }
+  return AttendGroupFromLogits(simd_level(), shard, q, g, scale, scratch, out, "OracleEstimator",
+                               [&] { return FromLogits(shard, scratch); });
 }
 
 PartialAttention OracleEstimator::FromLogits(const KvShard& shard, Scratch* scratch) const {
