@@ -15,6 +15,7 @@ StreamWatchdog::~StreamWatchdog() {
 
 void StreamWatchdog::Arm(std::chrono::steady_clock::time_point deadline,
                          std::vector<grpc::ClientContext*> contexts) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     armed_ = true;
@@ -22,8 +23,10 @@ void StreamWatchdog::Arm(std::chrono::steady_clock::time_point deadline,
     deadline_ = deadline;
     contexts_ = std::move(contexts);
     if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+    // A thread asleep until an earlier (or the same) deadline re-checks then and finds this one.
+    wake = !timed_sleep_ || deadline < sleeping_until_;
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 bool StreamWatchdog::Disarm() {
@@ -40,8 +43,12 @@ void StreamWatchdog::Run() {
       cv_.wait(lock);
       continue;
     }
-    if (cv_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ &&
-        std::chrono::steady_clock::now() >= deadline_) {
+    timed_sleep_ = true;
+    sleeping_until_ = deadline_;
+    cv_.wait_until(lock, sleeping_until_);
+    timed_sleep_ = false;
+    // Disarmed, re-armed with a later deadline, or woken early: loop and look again.
+    if (armed_ && std::chrono::steady_clock::now() >= deadline_) {
       // TryCancel is thread-safe; the blocked Read returns false and the caller reports it.
       for (grpc::ClientContext* c : contexts_) c->TryCancel();
       fired_ = true;

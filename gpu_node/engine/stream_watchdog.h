@@ -3,6 +3,11 @@
 // contexts (ClientContext::TryCancel), so the Read returns false and the caller reports the
 // node as not answering instead of waiting forever on a hung or stopped peer.
 //
+// Cost: an Arm wakes the watchdog's thread only when it sleeps with nothing armed (or until a
+// later deadline than the new one); otherwise the thread finds the new deadline when its timed
+// sleep ends. A stream read every fraction of a millisecond (an Attend per layer) then costs no
+// thread wake-up per read, only one per timeout period.
+//
 // Thread-safety: Arm and Disarm from one caller thread at a time; the watchdog's own thread
 // (started at the first Arm) touches only the armed contexts, through the thread-safe TryCancel.
 #ifndef MAGICPIG_GPU_NODE_ENGINE_STREAM_WATCHDOG_H_
@@ -37,6 +42,9 @@ class StreamWatchdog {
   std::condition_variable cv_;
   bool armed_ = false, fired_ = false, stop_ = false;
   std::chrono::steady_clock::time_point deadline_;
+  // The thread's current sleep: until `sleeping_until_` when `timed_sleep_`, else until notified.
+  bool timed_sleep_ = false;
+  std::chrono::steady_clock::time_point sleeping_until_;
   std::vector<grpc::ClientContext*> contexts_;
   std::thread thread_;  // started at the first Arm
 };
