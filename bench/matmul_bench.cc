@@ -102,7 +102,7 @@ void RegisterAll() {
   for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
     for (const Shape& shape : kShapes) {
       if (shape.rows == 49152 && type != GgmlType::kQ8_0) continue;  // the tied head is Q8_0
-      for (int64_t n_tokens : {1, 64}) {
+      for (int64_t n_tokens : {1, 2, 4, 8, 16, 32, 64, 256}) {
         for (SimdLevel level : SupportedSimdLevels()) {
           for (int threads : {1, 2}) {
             const std::string name = std::string(GgmlTypeName(type)) + "/" + shape.name +

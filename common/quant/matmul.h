@@ -11,6 +11,10 @@
 // activations to 8 bits per 32-value block internally (as llama.cpp does), so results differ from
 // the float64 product by that rounding; float types (F32, F16, BF16) are computed in float32.
 //
+// Batch invariance: every token's y is bit-identical whatever n_tokens it is computed with (at
+// every SIMD level), so a sequence's decoded tokens do not depend on which other sequences share
+// its batch, nor on how a prefill is cut into chunks.
+//
 // Parallelism: splits rows over oneTBB tasks; run it inside a tbb::task_arena to bound threads.
 // Thread-safety: reentrant; scratch buffers are per call.
 #ifndef MAGICPIG_COMMON_QUANT_MATMUL_H_

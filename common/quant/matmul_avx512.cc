@@ -5,8 +5,10 @@
 // (VNNI; otherwise vpmaddubsw + vpmaddwd, the same exact int32 sums) give per-block int32 lanes
 // that need one convert + one FMA per 4 blocks. A 2-row x 4-token register tile reuses every
 // unpacked weight register 4 times and every activation load twice; fp16 block scales are
-// converted once per row. Single-token decode of Q4_1 and Q8_0 uses a 4-row kernel instead
-// (DecodeQuad). Float types: FMA with masked tails.
+// converted once per row (Q4_0, Q5_0, Q5_1). Q4_1 and Q8_0, the types of the served model, use a
+// 4-row kernel instead (QuadDot), 1.1-2.3x faster at every token count measured (1-256; the
+// commit that made it serve every call has the numbers), whose per-token arithmetic does not
+// depend on the batch. Float types: FMA with masked tails.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -190,20 +192,22 @@ void IntegerTile(const MatMulArgs& a, int64_t r, const RowConsts* rc, int64_t t0
   }
 }
 
-// Decode (n_tokens == 1) for Q4_1 and Q8_0: there is no second token to amortise per-row work
-// over, so the per-row scale table of PrepareRow (a gather, permutes and stores) and the per-row
-// horizontal reduction would cost as much as the dot products. Instead 4 rows are processed
+// Q4_1 and Q8_0 by quads of rows. Through IntegerTile the per-row scale table of PrepareRow (a
+// gather, permutes and stores) and the per-(row, token) horizontal reductions cost as much as the
+// dot products at few tokens (a batch of 2 cost 2.5-3x one token). Instead 4 rows are processed
 // together and their per-block int32 sums are transposed into one vector (lane 4j + i = row i,
 // block j of the group), so that the fp16 scales of all 16 (row, block) pairs of a group are
 // converted by one vcvtph2ps and applied by one FMA, and one reduction at the end yields 4 outputs.
 // A group's bytes are read with two plain loads and rearranged into the activation layout with
 // one two-table permute per register; the scales come from the same registers (word permute).
-struct DecodeConsts {
+// The unpacked group serves up to kMaxTokens tokens, each with the single-token arithmetic, which
+// makes every token's result independent of the batch it is computed in (matmul.h).
+struct QuadConsts {
   __m512i idx_lo, idx_hi, idx_h;
 };
 
 template <GgmlType T>
-DecodeConsts MakeDecodeConsts() {
+QuadConsts MakeQuadConsts() {
   alignas(64) int32_t lo[16], hi[16];
   alignas(64) int16_t h[32];
   for (int j = 0; j < 4; ++j) {
@@ -228,7 +232,7 @@ DecodeConsts MakeDecodeConsts() {
       h[16 + 4 * j + i] = static_cast<int16_t>(T == GgmlType::kQ4_1 ? hw + 1 : 0);
     }
   }
-  return DecodeConsts{_mm512_load_si512(lo), _mm512_load_si512(hi), _mm512_load_si512(h)};
+  return QuadConsts{_mm512_load_si512(lo), _mm512_load_si512(hi), _mm512_load_si512(h)};
 }
 
 // Bytes [0, n) of p as a 512-bit register, zero beyond n (never touches memory past p + n).
@@ -247,112 +251,162 @@ __m512i TransposeAdd4(const __m512i* d) {
   return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
 }
 
-// y of rows row[0..3] (the same row may repeat) for the single token.
-template <GgmlType T, bool kVnni>
-void DecodeQuad(const MatMulArgs& a, const DecodeConsts& k, const uint8_t* const* row, float* out) {
+// y of rows row[0..3] (the same row may repeat) for the NT tokens t0.. (out[t][i]). A group's
+// weights are unpacked once and used for every token; each token's arithmetic is exactly the
+// single-token one, so a batch gets bit-identical results to one token at a time.
+template <GgmlType T, bool kVnni, int NT>
+void QuadDot(const MatMulArgs& a, const QuadConsts& k, const uint8_t* const* row, int64_t t0,
+             float (*out)[4]) {
   constexpr int64_t kGroupBytes = 4 * Block<T>::kBytes;
   const int64_t nb = a.cols / kActBlock;
   const int64_t ng = Avx512Groups(a.cols);
+  const int64_t q_stride = Avx512QStride(a.cols), d_stride = Avx512DStride(a.cols),
+                s_stride = Avx512SStride(a.cols);
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  __m512 acc = _mm512_setzero_ps();
+  const __m512i c80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
     // Bytes of this group present in the row (the last group may be partial).
     const int64_t n = std::min<int64_t>(kGroupBytes, (nb - 4 * g) * Block<T>::kBytes);
     const bool full = n == kGroupBytes;
-    const __m512i xl = _mm512_loadu_si512(a.xq + 128 * g);
-    const __m512i xh = _mm512_loadu_si512(a.xq + 128 * g + 64);
-    __m512i corr = _mm512_setzero_si512();
-    if constexpr (T == GgmlType::kQ8_0 && kVnni) {
-      // vpdpbusd needs one unsigned operand: the weights are offset by 128 (w ^ 0x80) and the
-      // activation sums 128 * sum(x) taken back out, exactly.
-      const __m512i c80 = _mm512_set1_epi8(static_cast<char>(0x80));
-      corr =
-          _mm512_sub_epi32(corr, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr, c80, xl), c80, xh));
-    }
-    __m512i dot[4];
+    // The 4 rows' weights in the activation layout: unsigned (Q4_1), offset by 128 (Q8_0 with
+    // VNNI: vpdpbusd needs one unsigned operand) or absolute values with the signs in masks (Q8_0
+    // without VNNI, the signs to be moved onto the activations: vpmaddubsw's first operand is
+    // unsigned).
+    __m512i lo[4], hi[4];
+    __mmask64 neg_lo[4] = {}, neg_hi[4] = {};
     __m512i h = _mm512_setzero_si512();
     for (int i = 0; i < 4; ++i) {
       const uint8_t* base = row[i] + g * kGroupBytes;
-      __m512i lo, hi;
       if constexpr (T == GgmlType::kQ4_1) {
-        const __m512i t0 = full ? _mm512_loadu_si512(base) : LoadBytes(base, n);
-        const __m512i t1 =
+        const __m512i t0b = full ? _mm512_loadu_si512(base) : LoadBytes(base, n);
+        const __m512i t1b =
             full ? _mm512_zextsi128_si512(Load128(base + 64)) : LoadBytes(base + 64, n - 64);
-        const __m512i q = _mm512_permutex2var_epi32(t0, k.idx_lo, t1);
-        lo = _mm512_and_si512(q, nibble);
-        hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
-        h = _mm512_mask_permutexvar_epi16(h, 0x11111111u << i, k.idx_h, t0);
-        dot[i] = DotU8S8<kVnni>(DotU8S8<kVnni>(corr, lo, xl), hi, xh);
+        const __m512i q = _mm512_permutex2var_epi32(t0b, k.idx_lo, t1b);
+        lo[i] = _mm512_and_si512(q, nibble);
+        hi[i] = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
+        h = _mm512_mask_permutexvar_epi16(h, 0x11111111u << i, k.idx_h, t0b);
       } else {
-        const __m512i t0 = full ? _mm512_loadu_si512(base) : LoadBytes(base, n);
-        const __m512i t1 = full ? _mm512_loadu_si512(base + 64) : LoadBytes(base + 64, n - 64);
-        const __m512i t2 = full ? _mm512_loadu_si512(base + 8) : LoadBytes(base + 8, n - 8);
-        const __m512i t3 = full ? _mm512_loadu_si512(base + 72) : LoadBytes(base + 72, n - 72);
-        lo = _mm512_permutex2var_epi16(t0, k.idx_lo, t1);
-        hi = _mm512_permutex2var_epi16(t2, k.idx_hi, t3);
-        h = _mm512_mask_mov_epi16(h, 0x1111u << i, _mm512_permutex2var_epi16(t0, k.idx_h, t1));
+        const __m512i t0b = full ? _mm512_loadu_si512(base) : LoadBytes(base, n);
+        const __m512i t1b = full ? _mm512_loadu_si512(base + 64) : LoadBytes(base + 64, n - 64);
+        const __m512i t2b = full ? _mm512_loadu_si512(base + 8) : LoadBytes(base + 8, n - 8);
+        const __m512i t3b = full ? _mm512_loadu_si512(base + 72) : LoadBytes(base + 72, n - 72);
+        const __m512i l = _mm512_permutex2var_epi16(t0b, k.idx_lo, t1b);
+        const __m512i hv = _mm512_permutex2var_epi16(t2b, k.idx_hi, t3b);
+        h = _mm512_mask_mov_epi16(h, 0x1111u << i, _mm512_permutex2var_epi16(t0b, k.idx_h, t1b));
         if constexpr (kVnni) {
-          const __m512i c80 = _mm512_set1_epi8(static_cast<char>(0x80));
-          dot[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr, _mm512_xor_si512(lo, c80), xl),
-                                       _mm512_xor_si512(hi, c80), xh);
+          lo[i] = _mm512_xor_si512(l, c80);
+          hi[i] = _mm512_xor_si512(hv, c80);
         } else {
-          // The signs move onto the activations (vpmaddubsw's first operand is unsigned).
-          const __mmask64 nl = _mm512_movepi8_mask(lo), nh = _mm512_movepi8_mask(hi);
-          const __m512i z = _mm512_setzero_si512();
-          dot[i] = DotU8S8<false>(
-              DotU8S8<false>(z, _mm512_abs_epi8(lo), _mm512_mask_sub_epi8(xl, nl, z, xl)),
-              _mm512_abs_epi8(hi), _mm512_mask_sub_epi8(xh, nh, z, xh));
+          neg_lo[i] = _mm512_movepi8_mask(l);
+          neg_hi[i] = _mm512_movepi8_mask(hv);
+          lo[i] = _mm512_abs_epi8(l);
+          hi[i] = _mm512_abs_epi8(hv);
         }
       }
     }
-    // Lane 4j + i: exact int32 sum of row i, block 4g + j; the activation scale of block 4g + j
-    // is already in lanes 4j..4j+3 of the d layout.
-    const __m512 sum = _mm512_cvtepi32_ps(TransposeAdd4(dot));
-    const __m512 dx = _mm512_loadu_ps(a.xd + 16 * g);
     const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-    acc = _mm512_fmadd_ps(sum, _mm512_mul_ps(dw, dx), acc);
-    if constexpr (T == GgmlType::kQ4_1) {
-      // Offset term m_w * d_x * sum(q_x) = m_w * s, with s of block 4g + j in lanes 4j..4j+3.
-      const __m512i idx_s =
-          _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-                           _mm512_set1_epi32(static_cast<int>(4 * (g % 4))));
-      const __m512 s = _mm512_permutexvar_ps(idx_s, _mm512_loadu_ps(a.xs + 16 * (g / 4)));
-      acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), s, acc);
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* xp = a.xq + (t0 + t) * q_stride + 128 * g;
+      const __m512i xl = _mm512_loadu_si512(xp);
+      const __m512i xh = _mm512_loadu_si512(xp + 64);
+      __m512i corr = _mm512_setzero_si512();
+      if constexpr (T == GgmlType::kQ8_0 && kVnni) {
+        // The weights' offset of 128 taken back out exactly: 128 * sum(x) per lane.
+        corr = _mm512_sub_epi32(corr,
+                                _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr, c80, xl), c80, xh));
+      }
+      __m512i dot[4];
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (T == GgmlType::kQ8_0 && !kVnni) {
+          const __m512i z = _mm512_setzero_si512();
+          dot[i] =
+              DotU8S8<false>(DotU8S8<false>(z, lo[i], _mm512_mask_sub_epi8(xl, neg_lo[i], z, xl)),
+                             hi[i], _mm512_mask_sub_epi8(xh, neg_hi[i], z, xh));
+        } else {
+          dot[i] = DotU8S8<kVnni>(DotU8S8<kVnni>(corr, lo[i], xl), hi[i], xh);
+        }
+      }
+      // Lane 4j + i: exact int32 sum of row i, block 4g + j; the activation scale of block 4g + j
+      // is already in lanes 4j..4j+3 of the d layout.
+      const __m512 sum = _mm512_cvtepi32_ps(TransposeAdd4(dot));
+      const __m512 dx = _mm512_loadu_ps(a.xd + (t0 + t) * d_stride + 16 * g);
+      acc[t] = _mm512_fmadd_ps(sum, _mm512_mul_ps(dw, dx), acc[t]);
+      if constexpr (T == GgmlType::kQ4_1) {
+        // Offset term m_w * d_x * sum(q_x) = m_w * s, with s of block 4g + j in lanes 4j..4j+3.
+        const __m512i idx_s =
+            _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                             _mm512_set1_epi32(static_cast<int>(4 * (g % 4))));
+        const __m512 s = _mm512_permutexvar_ps(
+            idx_s, _mm512_loadu_ps(a.xs + (t0 + t) * s_stride + 16 * (g / 4)));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), s, acc[t]);
+      }
     }
   }
-  __m128 r = _mm_add_ps(_mm512_castps512_ps128(acc), _mm512_extractf32x4_ps(acc, 1));
-  r = _mm_add_ps(r, _mm_add_ps(_mm512_extractf32x4_ps(acc, 2), _mm512_extractf32x4_ps(acc, 3)));
-  _mm_storeu_ps(out, r);
+  for (int t = 0; t < NT; ++t) {
+    __m128 r = _mm_add_ps(_mm512_castps512_ps128(acc[t]), _mm512_extractf32x4_ps(acc[t], 1));
+    r = _mm_add_ps(
+        r, _mm_add_ps(_mm512_extractf32x4_ps(acc[t], 2), _mm512_extractf32x4_ps(acc[t], 3)));
+    _mm_storeu_ps(out[t], r);
+  }
 }
 
-constexpr int64_t kDecodePrefetchQuads = 1;
+// y of the quad of rows from r (those below r1) for the tokens [t0, t0 + NT).
+template <GgmlType T, bool kVnni, int NT>
+void QuadTokens(const MatMulArgs& a, const QuadConsts& k, const uint8_t* const* row, int64_t r,
+                int64_t r1, int64_t t0) {
+  float out[NT][4];
+  QuadDot<T, kVnni, NT>(a, k, row, t0, out);
+  for (int t = 0; t < NT; ++t) {
+    for (int i = 0; i < 4 && r + i < r1; ++i) a.y[(t0 + t) * a.ldy + r + i] = out[t][i];
+  }
+}
+
+constexpr int64_t kQuadPrefetch = 1;  // quads of rows fetched ahead
+// Tokens per cache block: their quantised activations (~1-3 KiB each) stay in L1/L2 while every
+// row of the task passes over them.
+constexpr int64_t kTokenBlock = 64;
 
 template <GgmlType T, bool kVnni>
-void DecodeRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
-  const DecodeConsts k = MakeDecodeConsts<T>();
-  for (int64_t r = r0; r < r1; r += 4) {
-    // A partial last quad repeats its last row (the extra results are dropped).
-    const uint8_t* row[4];
-    for (int i = 0; i < 4; ++i) row[i] = a.w + std::min(r + i, r1 - 1) * a.row_bytes;
-    // The 4 rows are read interleaved, which the hardware prefetcher follows poorly once the
-    // matrix is far out of cache (the LM head): fetch a later quad ahead explicitly.
-    const int64_t ahead = r + kDecodePrefetchQuads * 4;
-    if (ahead < r1) {
-      const uint8_t* p = a.w + ahead * a.row_bytes;
-      const int64_t bytes = std::min<int64_t>(4, r1 - ahead) * a.row_bytes;
-      for (int64_t o = 0; o < bytes; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+void QuadRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
+  const QuadConsts k = MakeQuadConsts<T>();
+  for (int64_t tb = 0; tb < a.n_tokens; tb += kTokenBlock) {
+    const int64_t te = std::min(a.n_tokens, tb + kTokenBlock);
+    for (int64_t r = r0; r < r1; r += 4) {
+      // A partial last quad repeats its last row (the extra results are dropped).
+      const uint8_t* row[4];
+      for (int i = 0; i < 4; ++i) row[i] = a.w + std::min(r + i, r1 - 1) * a.row_bytes;
+      // The 4 rows are read interleaved, which the hardware prefetcher follows poorly once the
+      // matrix is far out of cache (the LM head): fetch a later quad ahead explicitly.
+      const int64_t ahead = r + kQuadPrefetch * 4;
+      if (ahead < r1) {
+        const uint8_t* p = a.w + ahead * a.row_bytes;
+        const int64_t bytes = std::min<int64_t>(4, r1 - ahead) * a.row_bytes;
+        for (int64_t o = 0; o < bytes; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+      }
+      int64_t t = tb;
+      for (; t + kMaxTokens <= te; t += kMaxTokens)
+        QuadTokens<T, kVnni, kMaxTokens>(a, k, row, r, r1, t);
+      switch (te - t) {
+        case 3:
+          QuadTokens<T, kVnni, 3>(a, k, row, r, r1, t);
+          break;
+        case 2:
+          QuadTokens<T, kVnni, 2>(a, k, row, r, r1, t);
+          break;
+        case 1:
+          QuadTokens<T, kVnni, 1>(a, k, row, r, r1, t);
+          break;
+        default:
+          break;
+      }
     }
-    float out[4];
-    DecodeQuad<T, kVnni>(a, k, row, out);
-    for (int i = 0; i < 4 && r + i < r1; ++i) a.y[r + i] = out[i];
   }
 }
 
 constexpr int kTileRows = 2;
-// Tokens per cache block in prefill: their quantised activations (~1-3 KiB each) stay in L1/L2
-// while every row of the task passes over them.
-constexpr int64_t kTokenBlock = 64;
 
 template <GgmlType T, bool kVnni, int R>
 void IntegerTileTokens(const MatMulArgs& a, int64_t r, const RowConsts* rc, int64_t t0,
@@ -372,14 +426,11 @@ void IntegerTileTokens(const MatMulArgs& a, int64_t r, const RowConsts* rc, int6
 }
 
 template <GgmlType T, bool kVnni>
-void IntegerRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
-  if constexpr (T == GgmlType::kQ4_1 || T == GgmlType::kQ8_0) {
-    if (a.n_tokens == 1) return DecodeRows<T, kVnni>(a, r0, r1);
-  }
+void TileRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
   const int64_t c_len = Avx512SStride(a.cols), dw_len = 4 * c_len;
   const int64_t per_row = dw_len + c_len;
-  // Decode-sized calls prepare each row tile just before use (the constants stay in L1); prefill
-  // prepares all rows of the task once and walks token blocks in the outer loop.
+  // Calls of few tokens prepare each row tile just before use (the constants stay in L1); larger
+  // ones prepare all rows of the task once and walk token blocks in the outer loop.
   const bool all_rows = a.n_tokens > kTokenBlock;
   const int64_t buf_rows = all_rows ? r1 - r0 : kTileRows;
   std::vector<float> buf(static_cast<size_t>(buf_rows * per_row));
@@ -412,6 +463,14 @@ void IntegerRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
   }
 }
 
+template <GgmlType T, bool kVnni>
+void IntegerRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
+  if constexpr (T == GgmlType::kQ4_1 || T == GgmlType::kQ8_0) {
+    QuadRows<T, kVnni>(a, r0, r1);
+  } else {
+    TileRows<T, kVnni>(a, r0, r1);
+  }
+}
 }  // namespace
 
 void QuantizeActivationRowAvx512(const float* x, int64_t cols, int8_t* q, float* d, float* s) {

@@ -150,7 +150,7 @@ class MatMulTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MatMulTest, MatchesFloat64ProductAtEveryLevel) {
   const Case c = GetParam();
-  for (int64_t n_tokens : {1, 3, 7, 64}) {
+  for (int64_t n_tokens : {1, 3, 7, 64, 70}) {  // 70: past one 64-token cache block
     const Problem p = MakeProblem(c, n_tokens, static_cast<uint32_t>(c.rows * 31 + n_tokens));
     std::vector<std::vector<float>> per_level;
     for (SimdLevel level : SupportedSimdLevels()) {
@@ -195,6 +195,28 @@ TEST_P(MatMulTest, MatchesFloat64ProductAtEveryLevel) {
           const int64_t i = t * (c.rows + 1) + r;
           ASSERT_NEAR(per_level[l][i], per_level[0][i], Tolerance(p, c.type, t, r).float_sum)
               << GgmlTypeName(c.type) << " level " << l << " t " << t << " r " << r;
+        }
+      }
+    }
+  }
+}
+
+// matmul.h's batch invariance: a token's y is the same bits whether it is computed alone or with
+// others (a decode batch, a prefill chunk), at every level.
+TEST_P(MatMulTest, EachTokenOfABatchEqualsTheTokenAlone) {
+  const Case c = GetParam();
+  for (int64_t n_tokens : {2, 5, 70}) {
+    const Problem p = MakeProblem(c, n_tokens, static_cast<uint32_t>(c.rows * 17 + n_tokens));
+    const int64_t ldy = c.rows + 1;
+    for (SimdLevel level : SupportedSimdLevels()) {
+      const std::vector<float> batch = RunMatMul(p, n_tokens, level);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        std::vector<float> alone(static_cast<size_t>(ldy), -7.0f);
+        ASSERT_TRUE(MatMul(p.m, p.x.data() + t * p.ldx, p.ldx, 1, alone.data(), ldy, level).ok());
+        for (int64_t r = 0; r < c.rows; ++r) {
+          ASSERT_EQ(batch[t * ldy + r], alone[r])
+              << GgmlTypeName(c.type) << " level " << SimdLevelName(level) << " tokens " << n_tokens
+              << " t " << t << " r " << r;
         }
       }
     }
