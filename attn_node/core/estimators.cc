@@ -307,25 +307,29 @@ absl::StatusOr<PartialAttention> MagicPigEstimator::Attend(const KvShard& shard,
   return SoftmaxOver(shard, scratch);
 }
 
-absl::StatusOr<PartialAttention> TopKEstimator::Attend(const KvShard& shard, const float* q,
-                                                       const uint16_t* /*q_codes*/, float scale,
-                                                       Scratch* scratch) const {
-  MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, "TopKEstimator"));
+absl::StatusOr<PartialAttention> ExactLogitsEstimator::Attend(const KvShard& shard, const float* q,
+                                                              const uint16_t* /*q_codes*/,
+                                                              float scale, Scratch* scratch) const {
+  MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, name_));
+  if (AnswerIsEmpty(shard)) return EmptyPartial(shard.dim());
   ReferenceLogits(shard, q, scale, scratch);
   return FromLogits(shard, scratch);
 }
 
-absl::Status TopKEstimator::AttendGroup(const KvShard& shard, const float* q,
-                                        const uint16_t* q_codes, int g, float scale,
-                                        Scratch* scratch, PartialAttention* out) const {
-  if (!KernelTakes(shard)) return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
-  return AttendGroupFromLogits(simd_level(), shard, q, g, scale, scratch, out, "TopKEstimator",
+absl::Status ExactLogitsEstimator::AttendGroup(const KvShard& shard, const float* q,
+                                               const uint16_t* q_codes, int g, float scale,
+                                               Scratch* scratch, PartialAttention* out) const {
+  // An empty answer goes per head too: Attend returns it before computing any logit.
+  if (!KernelTakes(shard) || AnswerIsEmpty(shard)) {
+    return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
+  }
+  return AttendGroupFromLogits(simd_level(), shard, q, g, scale, scratch, out, name_,
                                [&] { return FromLogits(shard, scratch); });
 }
 
 PartialAttention TopKEstimator::FromLogits(const KvShard& shard, Scratch* scratch) const {
   const int64_t n = shard.size();
-  const int64_t keep = std::clamp<int64_t>(budget_, 0, n);
+  const int64_t keep = std::clamp<int64_t>(budget(), 0, n);
   // Rank all keys by logit (descending, ties by lower index), keep the first `keep`.
   scratch->sample.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) scratch->sample[static_cast<size_t>(i)] = static_cast<int32_t>(i);
@@ -350,26 +354,6 @@ PartialAttention TopKEstimator::FromLogits(const KvShard& shard, Scratch* scratc
   return SoftmaxOver(shard, scratch);
 }
 
-absl::StatusOr<PartialAttention> OracleEstimator::Attend(const KvShard& shard, const float* q,
-                                                         const uint16_t* /*q_codes*/, float scale,
-                                                         Scratch* scratch) const {
-  MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, "OracleEstimator"));
-  if (shard.size() == 0 || budget_ <= 0) return EmptyPartial(shard.dim());
-  ReferenceLogits(shard, q, scale, scratch);
-  return FromLogits(shard, scratch);
-}
-
-absl::Status OracleEstimator::AttendGroup(const KvShard& shard, const float* q,
-                                          const uint16_t* q_codes, int g, float scale,
-                                          Scratch* scratch, PartialAttention* out) const {
-  // Nothing to draw: Attend per head returns the empty part without computing any logit.
-  if (!KernelTakes(shard) || shard.size() == 0 || budget_ <= 0) {
-    return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
-  }
-  return AttendGroupFromLogits(simd_level(), shard, q, g, scale, scratch, out, "OracleEstimator",
-                               [&] { return FromLogits(shard, scratch); });
-}
-
 PartialAttention OracleEstimator::FromLogits(const KvShard& shard, Scratch* scratch) const {
   const int64_t n = shard.size();
   const int64_t d = shard.dim();
@@ -384,8 +368,8 @@ PartialAttention OracleEstimator::FromLogits(const KvShard& shard, Scratch* scra
     cdf[static_cast<size_t>(i)] = z;
   }
   std::mt19937_64 rng(seed_);
-  scratch->sample.resize(static_cast<size_t>(budget_));
-  for (int64_t j = 0; j < budget_; ++j) {
+  scratch->sample.resize(static_cast<size_t>(budget()));
+  for (int64_t j = 0; j < budget(); ++j) {
     const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
     const double target = u * z;
     auto it = std::upper_bound(cdf.begin(), cdf.end(), target);
@@ -395,7 +379,7 @@ PartialAttention OracleEstimator::FromLogits(const KvShard& shard, Scratch* scra
   }
   std::sort(scratch->sample.begin(), scratch->sample.end());
   scratch->acc.assign(static_cast<size_t>(d), 0.0);
-  const double inv_b = 1.0 / static_cast<double>(budget_);
+  const double inv_b = 1.0 / static_cast<double>(budget());
   int64_t distinct = 0;
   for (size_t j = 0; j < scratch->sample.size();) {
     size_t e = j;

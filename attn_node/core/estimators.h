@@ -156,47 +156,64 @@ class MagicPigEstimator final : public Estimator {
   std::vector<float> lnu_table_;  // LogInclusionTable(k, l)
 };
 
-class TopKEstimator final : public Estimator {
+// The estimators that must see every key's exact logit: they select (top-k) or draw (oracle
+// sampling) from the logits of all n keys. Attend computes the logits in float64 (the reference);
+// AttendGroup takes each head's logits from the SIMD group kernel (falling back to Attend per head
+// where the kernel does not take the shard). What is done with the logits is the subclass's.
+class ExactLogitsEstimator : public Estimator {
+ public:
+  absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
+                           float scale, Scratch* scratch, PartialAttention* out) const final;
+  absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
+                                          const uint16_t* q_codes, float scale,
+                                          Scratch* scratch) const final;
+
+  int64_t budget() const { return budget_; }
+
+ protected:
+  // name: the class, for error messages.
+  ExactLogitsEstimator(int64_t budget, SimdLevel simd_level, const char* name)
+      : Estimator(simd_level), budget_(budget), name_(name) {}
+
+  // True when the answer is the empty part whatever the logits (then none is computed).
+  virtual bool AnswerIsEmpty(const KvShard& shard) const = 0;
+  // The part from the n logits in scratch->logits (called only when !AnswerIsEmpty).
+  virtual PartialAttention FromLogits(const KvShard& shard, Scratch* scratch) const = 0;
+
+ private:
+  int64_t budget_;
+  const char* name_;
+};
+
+class TopKEstimator final : public ExactLogitsEstimator {
  public:
   // budget >= 0 (a negative budget is treated as 0: the empty part).
   explicit TopKEstimator(int64_t budget, SimdLevel simd_level = ActiveSimdLevel())
-      : Estimator(simd_level), budget_(budget) {}
-
-  absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
-                           float scale, Scratch* scratch, PartialAttention* out) const override;
-  absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
-                                          const uint16_t* q_codes, float scale,
-                                          Scratch* scratch) const override;
-
-  int64_t budget() const { return budget_; }
+      : ExactLogitsEstimator(budget, simd_level, "TopKEstimator") {}
 
  private:
-  // The selection and softmax from the n logits in scratch->logits (both entry points).
-  PartialAttention FromLogits(const KvShard& shard, Scratch* scratch) const;
-
-  int64_t budget_;
+  // Never: the selection of the empty shard or of budget 0 is the empty part anyway.
+  bool AnswerIsEmpty(const KvShard& /*shard*/) const override { return false; }
+  // The `budget` highest logits (ties: lower index), softmax over them.
+  PartialAttention FromLogits(const KvShard& shard, Scratch* scratch) const override;
 };
 
-class OracleEstimator final : public Estimator {
+class OracleEstimator final : public ExactLogitsEstimator {
  public:
   // budget >= 0 (a negative budget is treated as 0: the empty part).
   OracleEstimator(int64_t budget, uint64_t seed, SimdLevel simd_level = ActiveSimdLevel())
-      : Estimator(simd_level), budget_(budget), seed_(seed) {}
+      : ExactLogitsEstimator(budget, simd_level, "OracleEstimator"), seed_(seed) {}
 
-  absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
-                           float scale, Scratch* scratch, PartialAttention* out) const override;
-  absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
-                                          const uint16_t* q_codes, float scale,
-                                          Scratch* scratch) const override;
-
-  int64_t budget() const { return budget_; }
   uint64_t seed() const { return seed_; }
 
  private:
-  // The draws and the value mean from the n logits in scratch->logits (n >= 1, budget >= 1).
-  PartialAttention FromLogits(const KvShard& shard, Scratch* scratch) const;
+  // Nothing to draw: an empty shard or budget <= 0.
+  bool AnswerIsEmpty(const KvShard& shard) const override {
+    return shard.size() == 0 || budget() <= 0;
+  }
+  // The draws and the value mean from the n logits (n >= 1, budget >= 1).
+  PartialAttention FromLogits(const KvShard& shard, Scratch* scratch) const override;
 
-  int64_t budget_;
   uint64_t seed_;
 };
 
