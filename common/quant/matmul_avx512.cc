@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "common/quant/dequantize.h"
@@ -22,6 +23,26 @@ namespace magicpig::quant_internal {
 namespace {
 
 constexpr int kMaxTokens = 4;  // tokens per pass over a weight row
+
+// Calls fn(t, std::integral_constant<int, NT>()) for the tokens [t0, t1) in chunks [t, t + NT):
+// kMaxTokens at a time, then one chunk of the 1-3 left, so that the kernels are instantiated for
+// a compile-time token count.
+template <typename Fn>
+void ForTokenChunks(int64_t t0, int64_t t1, Fn fn) {
+  static_assert(kMaxTokens == 4, "the tail below covers 1-3 tokens");
+  int64_t t = t0;
+  for (; t + kMaxTokens <= t1; t += kMaxTokens) fn(t, std::integral_constant<int, kMaxTokens>());
+  switch (t1 - t) {
+    case 3:
+      return fn(t, std::integral_constant<int, 3>());
+    case 2:
+      return fn(t, std::integral_constant<int, 2>());
+    case 1:
+      return fn(t, std::integral_constant<int, 1>());
+    default:
+      return;
+  }
+}
 
 uint32_t LoadU32(const uint8_t* p) {
   uint32_t v;
@@ -307,6 +328,16 @@ void QuadDot(const MatMulArgs& a, const QuadConsts& k, const uint8_t* const* row
       }
     }
     const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    // Q4_1's offset term m_w * d_x * sum(q_x) = m_w * s: the weights' m of the 16 (row, block)
+    // pairs, and where block 4g + j's s sits in the token's s layout (lanes 4j..4j+3 after the
+    // permute). The same for every token.
+    __m512 mw = _mm512_setzero_ps();
+    __m512i idx_s = _mm512_setzero_si512();
+    if constexpr (T == GgmlType::kQ4_1) {
+      mw = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+      idx_s = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                               _mm512_set1_epi32(static_cast<int>(4 * (g % 4))));
+    }
     for (int t = 0; t < NT; ++t) {
       const int8_t* xp = a.xq + (t0 + t) * q_stride + 128 * g;
       const __m512i xl = _mm512_loadu_si512(xp);
@@ -334,13 +365,9 @@ void QuadDot(const MatMulArgs& a, const QuadConsts& k, const uint8_t* const* row
       const __m512 dx = _mm512_loadu_ps(a.xd + (t0 + t) * d_stride + 16 * g);
       acc[t] = _mm512_fmadd_ps(sum, _mm512_mul_ps(dw, dx), acc[t]);
       if constexpr (T == GgmlType::kQ4_1) {
-        // Offset term m_w * d_x * sum(q_x) = m_w * s, with s of block 4g + j in lanes 4j..4j+3.
-        const __m512i idx_s =
-            _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-                             _mm512_set1_epi32(static_cast<int>(4 * (g % 4))));
         const __m512 s = _mm512_permutexvar_ps(
             idx_s, _mm512_loadu_ps(a.xs + (t0 + t) * s_stride + 16 * (g / 4)));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), s, acc[t]);
+        acc[t] = _mm512_fmadd_ps(mw, s, acc[t]);
       }
     }
   }
@@ -386,22 +413,9 @@ void QuadRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
         for (int64_t o = 0; o < bytes; o += 64)
           _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
       }
-      int64_t t = tb;
-      for (; t + kMaxTokens <= te; t += kMaxTokens)
-        QuadTokens<T, kVnni, kMaxTokens>(a, k, row, r, r1, t);
-      switch (te - t) {
-        case 3:
-          QuadTokens<T, kVnni, 3>(a, k, row, r, r1, t);
-          break;
-        case 2:
-          QuadTokens<T, kVnni, 2>(a, k, row, r, r1, t);
-          break;
-        case 1:
-          QuadTokens<T, kVnni, 1>(a, k, row, r, r1, t);
-          break;
-        default:
-          break;
-      }
+      ForTokenChunks(tb, te, [&](int64_t t, auto nt) {
+        QuadTokens<T, kVnni, decltype(nt)::value>(a, k, row, r, r1, t);
+      });
     }
   }
 }
@@ -411,18 +425,9 @@ constexpr int kTileRows = 2;
 template <GgmlType T, bool kVnni, int R>
 void IntegerTileTokens(const MatMulArgs& a, int64_t r, const RowConsts* rc, int64_t t0,
                        int64_t t1) {
-  int64_t t = t0;
-  for (; t + kMaxTokens <= t1; t += kMaxTokens) IntegerTile<T, kVnni, R, kMaxTokens>(a, r, rc, t);
-  switch (t1 - t) {
-    case 3:
-      return IntegerTile<T, kVnni, R, 3>(a, r, rc, t);
-    case 2:
-      return IntegerTile<T, kVnni, R, 2>(a, r, rc, t);
-    case 1:
-      return IntegerTile<T, kVnni, R, 1>(a, r, rc, t);
-    default:
-      return;
-  }
+  ForTokenChunks(t0, t1, [&](int64_t t, auto nt) {
+    IntegerTile<T, kVnni, R, decltype(nt)::value>(a, r, rc, t);
+  });
 }
 
 template <GgmlType T, bool kVnni>
@@ -471,6 +476,7 @@ void IntegerRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
     TileRows<T, kVnni>(a, r0, r1);
   }
 }
+
 }  // namespace
 
 void QuantizeActivationRowAvx512(const float* x, int64_t cols, int8_t* q, float* d, float* s) {
