@@ -10,15 +10,20 @@ time per decode step of the compute node and of the attention nodes (from /proc)
 moment every request has its first token and 0.3 s more (so the prefill's AppendKV uploads are not
 included). A measurement; nothing is asserted. Results go to stdout as a table.
 
+With --rounds N every configuration runs N times, interleaved (embedded, 1 node, 2 nodes, then
+again), and a last table gives each remote configuration's rate over the embedded rate of the
+same round and the median of those ratios: on a small shared machine single runs scatter widely.
+
 usage: remote_decode.py GPU_NODE ATTN_NODE MODEL [--depths 1024,4096] [--batches 1,4]
                         [--max-tokens 32] [--threads 2] [--ping-pong on|off|both]
-                        [--coalesce on|off|both] [--placement pack|spread]
+                        [--coalesce on|off|both] [--placement pack|spread] [--rounds 1]
 """
 import argparse
 import http.client
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -131,12 +136,16 @@ def main():
     ap.add_argument("--node-threads", type=int, default=1, help="threads per attention node")
     ap.add_argument("--sparse-layers", type=int, default=28, help="SmolLM2-135M: 30 - {0, 15}")
     ap.add_argument("--context", type=int, default=8192, help="the model's context length")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat every configuration this many times, interleaved, and end with "
+                         "the median ratio of each remote configuration to embedded")
     a = ap.parse_args()
     print("| depth | nodes | ping-pong | coalesce | batch | TTFT s | decode tok/s per seq | "
           "aggregate tok/s | dense / attention / sampling ms per step | RPC KiB up / down per "
           "sparse layer step | Attend messages per step | Attend RTT ms | CPU ms per step: "
           "compute / nodes |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    summaries = []
     for depth in [int(d) for d in a.depths.split(",")]:
         for batch in [int(b) for b in a.batches.split(",")]:
             runs = []
@@ -146,83 +155,115 @@ def main():
                 coalesce = ["on"] if n_nodes == 0 else (
                     ["off", "on"] if a.coalesce == "both" else [a.coalesce])
                 runs += [(n_nodes, m, c) for m in modes for c in coalesce]
-            for n_nodes, ping_pong, coalesce in runs:
-                procs, nodes = [], []
-                try:
-                    for _ in range(n_nodes):
-                        p, addr = start_node(a.attn, a.node_threads)
-                        procs.append(p)
-                        nodes.append(addr)
-                    threads_here = a.remote_threads if n_nodes and a.remote_threads else a.threads
-                    server, port = start_server(a.gpu, a.model, threads_here, nodes, batch,
-                                                ping_pong, coalesce, a.placement)
-                    procs.append(server)
-                    unit = tokenize(port, TEXT)
-                    # prompt + max_tokens must fit the model's context (8192 for SmolLM2): a depth
-                    # at the context length is taken as the longest prompt that fits.
-                    length = min(depth, a.context - a.max_tokens) - 8
-                    base = (unit * (length // len(unit) + 1))[:length]
-                    prompts = [base + tokenize(port, " Entry %d:" % i) for i in range(batch)]
-                    results = []
-                    first_token = threading.Semaphore(0)
-                    threads = [threading.Thread(target=one_request,
-                                                args=(port, p, a.max_tokens, results, first_token))
-                               for p in prompts]
-                    for t in threads:
-                        t.start()
-                    # The decode-phase counters start once every request has its first token
-                    # (all prefills and their AppendKV uploads are done then).
-                    for _ in threads:
-                        first_token.acquire()
-                    # Appends are asynchronous: the last layer's rows may still be on their way
-                    # when the first token is out. A short pause lets them land (the step and
-                    # token counters are read in the same window, so rates stay consistent).
-                    time.sleep(0.3)
-                    before = metrics(port)
-                    cpu_before = [cpu_seconds(p.pid) for p in procs]
-                    for t in threads:
-                        t.join()
-                    after = metrics(port)
-                    cpu = [cpu_seconds(p.pid) - c for p, c in zip(procs, cpu_before)]
-                    if len(results) != len(prompts):
-                        print("| %d | %s | %s | %s | %d | %d of %d requests failed |" % (
-                            depth, n_nodes or "embedded", "-" if not n_nodes else ping_pong,
-                            "-" if not n_nodes else coalesce, batch,
-                            len(prompts) - len(results), len(prompts)), flush=True)
-                        continue
-                    d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-                    steps = max(1.0, d.get("magicpig_batch_size_count", 0))
-                    phase = [1000 * d.get('magicpig_decode_phase_seconds_total{phase="%s"}' % p, 0)
-                             / steps for p in ("dense", "attention", "sampling")]
-                    rtt_n = total(d, "magicpig_attn_rpc_latency_seconds_count")
-                    rtt = 1000 * total(d, "magicpig_attn_rpc_latency_seconds_sum") / rtt_n \
-                        if rtt_n else 0
-                    # Decode steps (tokens after each request's first, which prefill gives) times
-                    # the sparse layers: the per-layer exchanges with the attention side.
-                    decode_tokens = d.get("magicpig_generation_tokens_total", 0)
-                    sparse_steps = decode_tokens * a.sparse_layers if n_nodes else 0
-                    up = sum(v for k, v in d.items() if k.startswith(
-                        "magicpig_attn_rpc_bytes_total") and 'direction="up"' in k)
-                    down = sum(v for k, v in d.items() if k.startswith(
-                        "magicpig_attn_rpc_bytes_total") and 'direction="down"' in k)
-                    per = lambda b: b / 1024 / sparse_steps if sparse_steps else 0  # noqa: E731
-                    ttft = sum(r[0] for r in results) / len(results)
-                    rate = sum(r[1] for r in results) / len(results)
-                    agg = rate * len(results)
-                    # procs: the nodes first, the compute node last.
-                    cpu_ms = lambda s: 1000 * s / steps  # noqa: E731
-                    print("| %d | %s | %s | %s | %d | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | "
-                          "%.1f / %.1f | %.1f | %.2f | %.1f / %.1f |" % (
-                              depth, n_nodes or "embedded", "-" if not n_nodes else ping_pong,
-                              "-" if not n_nodes else coalesce, batch, ttft, rate, agg, *phase,
-                              per(up), per(down), rtt_n / steps, rtt, cpu_ms(cpu[-1]),
-                              cpu_ms(sum(cpu[:-1]))), flush=True)
-                finally:
-                    for p in procs:
-                        p.terminate()
-                    for p in procs:
-                        p.wait(60)
+            rates = {}  # (n_nodes, ping_pong, coalesce) -> aggregate tok/s per round
+            for _ in range(a.rounds):
+                for run in runs:
+                    rates.setdefault(run, []).append(one_run(a, depth, batch, *run))
+            summaries += ratio_rows(depth, batch, rates)
+    if a.rounds > 1 and summaries:
+        print("\n| depth | batch | nodes | ping-pong | coalesce | embedded tok/s per round | "
+              "remote tok/s per round | of embedded, per round | median |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(summaries))
     return 0
+
+
+def ratio_rows(depth, batch, rates):
+    """Per remote configuration: its aggregate rate over the embedded rate of the same round (a
+    round's runs follow each other, so they share the machine's state of that moment)."""
+    embedded = rates.get((0, "off", "on"))
+    if not embedded:
+        return []
+    rows = []
+    for (n_nodes, ping_pong, coalesce), agg in rates.items():
+        if n_nodes == 0:
+            continue
+        ratios = [r / e if e else 0.0 for r, e in zip(agg, embedded)]
+        rows.append("| %d | %d | %d | %s | %s | %s | %s | %s | **%.1f%%** |" % (
+            depth, batch, n_nodes, ping_pong, coalesce,
+            " / ".join("%.1f" % e for e in embedded), " / ".join("%.1f" % r for r in agg),
+            " / ".join("%.1f%%" % (100 * x) for x in ratios), 100 * statistics.median(ratios)))
+    return rows
+
+
+def one_run(a, depth, batch, n_nodes, ping_pong, coalesce):
+    """One configuration: prints its table row and returns its aggregate tok/s (0 on failure)."""
+    procs, nodes = [], []
+    try:
+        for _ in range(n_nodes):
+            p, addr = start_node(a.attn, a.node_threads)
+            procs.append(p)
+            nodes.append(addr)
+        threads_here = a.remote_threads if n_nodes and a.remote_threads else a.threads
+        server, port = start_server(a.gpu, a.model, threads_here, nodes, batch,
+                                    ping_pong, coalesce, a.placement)
+        procs.append(server)
+        unit = tokenize(port, TEXT)
+        # prompt + max_tokens must fit the model's context (8192 for SmolLM2): a depth
+        # at the context length is taken as the longest prompt that fits.
+        length = min(depth, a.context - a.max_tokens) - 8
+        base = (unit * (length // len(unit) + 1))[:length]
+        prompts = [base + tokenize(port, " Entry %d:" % i) for i in range(batch)]
+        results = []
+        first_token = threading.Semaphore(0)
+        threads = [threading.Thread(target=one_request,
+                                    args=(port, p, a.max_tokens, results, first_token))
+                   for p in prompts]
+        for t in threads:
+            t.start()
+        # The decode-phase counters start once every request has its first token
+        # (all prefills and their AppendKV uploads are done then).
+        for _ in threads:
+            first_token.acquire()
+        # Appends are asynchronous: the last layer's rows may still be on their way
+        # when the first token is out. A short pause lets them land (the step and
+        # token counters are read in the same window, so rates stay consistent).
+        time.sleep(0.3)
+        before = metrics(port)
+        cpu_before = [cpu_seconds(p.pid) for p in procs]
+        for t in threads:
+            t.join()
+        after = metrics(port)
+        cpu = [cpu_seconds(p.pid) - c for p, c in zip(procs, cpu_before)]
+        if len(results) != len(prompts):
+            print("| %d | %s | %s | %s | %d | %d of %d requests failed |" % (
+                depth, n_nodes or "embedded", "-" if not n_nodes else ping_pong,
+                "-" if not n_nodes else coalesce, batch,
+                len(prompts) - len(results), len(prompts)), flush=True)
+            return 0.0
+        d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        steps = max(1.0, d.get("magicpig_batch_size_count", 0))
+        phase = [1000 * d.get('magicpig_decode_phase_seconds_total{phase="%s"}' % p, 0)
+                 / steps for p in ("dense", "attention", "sampling")]
+        rtt_n = total(d, "magicpig_attn_rpc_latency_seconds_count")
+        rtt = 1000 * total(d, "magicpig_attn_rpc_latency_seconds_sum") / rtt_n \
+            if rtt_n else 0
+        # Decode steps (tokens after each request's first, which prefill gives) times
+        # the sparse layers: the per-layer exchanges with the attention side.
+        decode_tokens = d.get("magicpig_generation_tokens_total", 0)
+        sparse_steps = decode_tokens * a.sparse_layers if n_nodes else 0
+        up = sum(v for k, v in d.items() if k.startswith(
+            "magicpig_attn_rpc_bytes_total") and 'direction="up"' in k)
+        down = sum(v for k, v in d.items() if k.startswith(
+            "magicpig_attn_rpc_bytes_total") and 'direction="down"' in k)
+        per = lambda b: b / 1024 / sparse_steps if sparse_steps else 0  # noqa: E731
+        ttft = sum(r[0] for r in results) / len(results)
+        rate = sum(r[1] for r in results) / len(results)
+        agg = rate * len(results)
+        # procs: the nodes first, the compute node last.
+        cpu_ms = lambda s: 1000 * s / steps  # noqa: E731
+        print("| %d | %s | %s | %s | %d | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | "
+              "%.1f / %.1f | %.1f | %.2f | %.1f / %.1f |" % (
+                  depth, n_nodes or "embedded", "-" if not n_nodes else ping_pong,
+                  "-" if not n_nodes else coalesce, batch, ttft, rate, agg, *phase,
+                  per(up), per(down), rtt_n / steps, rtt, cpu_ms(cpu[-1]),
+                  cpu_ms(sum(cpu[:-1]))), flush=True)
+        return agg
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(60)
 
 
 if __name__ == "__main__":
