@@ -10,7 +10,8 @@
 //
 // Two layouts of the query rows (RunTile picks by row count):
 // - narrow (decode: one token's GQA group, a few rows): rows stay [row][d]; each score is a dot
-//   product of a query row with a converted key row, reduced across lanes;
+//   product of a query row with a converted key row, reduced across lanes; the value pass keeps
+//   blocks of up to 4 rows x 4 vectors of accumulators in registers over a key tile;
 // - wide (prefill: 16 or more rows): rows are transposed to [d][row], so a score block is
 //   broadcast(key element) x 16 rows per FMA with no reduction across lanes, the online softmax
 //   works on 16 rows per vector, and the value pass keeps [d][row] accumulators in registers.
@@ -26,6 +27,65 @@ constexpr int64_t kKeyTile = 32;
 constexpr int64_t kMaxChunks = 16;  // head_dim <= 256
 
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// The narrow kernel's value pass for kRows rows x kChunks vectors of their accumulators (acc: row
+// stride hd): acc[r] += p[r][j] * v_j over the nk keys of a tile, in key order, with the
+// accumulators in registers. A zero probability (a key hidden from that row) is skipped, as a
+// value row need not be finite for keys a row does not see.
+template <int kRows, int kChunks>
+void NarrowValueBlockImpl(float* acc, int64_t hd, const float* p, const uint16_t* v,
+                          int64_t kv_stride, int64_t nk) {
+  V a[kRows][kChunks];
+  for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < kChunks; ++c) a[r][c] = LoadF32(acc + r * hd + c * kLanes);
+  }
+  V row[kChunks];
+  for (int64_t j = 0; j < nk; ++j) {
+    for (int c = 0; c < kChunks; ++c) row[c] = LoadF16(v + j * kv_stride + c * kLanes);
+    for (int r = 0; r < kRows; ++r) {
+      const float pj = p[r * kKeyTile + j];
+      if (pj == 0.0f) continue;
+      const V pv = Set1(pj);
+      for (int c = 0; c < kChunks; ++c) a[r][c] = Fma(pv, row[c], a[r][c]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < kChunks; ++c) Store(acc + r * hd + c * kLanes, a[r][c]);
+  }
+}
+
+constexpr int64_t kValueRows = 4;
+constexpr int64_t kValueChunks = 4;
+
+template <int kRows>
+void NarrowValueBlockRows(int cols, float* acc, int64_t hd, const float* p, const uint16_t* v,
+                          int64_t kv_stride, int64_t nk) {
+  switch (cols) {
+    case 1:
+      return NarrowValueBlockImpl<kRows, 1>(acc, hd, p, v, kv_stride, nk);
+    case 2:
+      return NarrowValueBlockImpl<kRows, 2>(acc, hd, p, v, kv_stride, nk);
+    case 3:
+      return NarrowValueBlockImpl<kRows, 3>(acc, hd, p, v, kv_stride, nk);
+    default:
+      return NarrowValueBlockImpl<kRows, 4>(acc, hd, p, v, kv_stride, nk);
+  }
+}
+
+// rows in [1, kValueRows], cols in [1, kValueChunks].
+inline void NarrowValueBlock(int rows, int cols, float* acc, int64_t hd, const float* p,
+                             const uint16_t* v, int64_t kv_stride, int64_t nk) {
+  switch (rows) {
+    case 1:
+      return NarrowValueBlockRows<1>(cols, acc, hd, p, v, kv_stride, nk);
+    case 2:
+      return NarrowValueBlockRows<2>(cols, acc, hd, p, v, kv_stride, nk);
+    case 3:
+      return NarrowValueBlockRows<3>(cols, acc, hd, p, v, kv_stride, nk);
+    default:
+      return NarrowValueBlockRows<4>(cols, acc, hd, p, v, kv_stride, nk);
+  }
+}
 
 // kChunks = head_dim / 16 when known at compile time (the loops over a row then unroll and the
 // converted key/value row stays in registers), or 0 for any multiple of 16 read at run time.
@@ -115,18 +175,15 @@ void RunNarrowTileImpl(const AttentionTile& a) {
         }
       }
     }
-    // Values: one converted value row into every query row's accumulator.
-    for (int64_t j = 0; j < nk; ++j) {
-      const uint16_t* vj = a.v + (k0 + j) * kv_stride + a.kv_head * hd;
-      for (int64_t c = 0; c < chunks; ++c) row[c] = LoadF16(vj + c * kLanes);
-      for (int64_t r = first_row; r < n_rows; ++r) {
-        const float p = s[r * kKeyTile + j];
-        if (p == 0.0f) continue;
-        const V pv = Set1(p);
-        float* ar = acc + r * hd;
-        for (int64_t c = 0; c < chunks; ++c) {
-          Store(ar + c * kLanes, Fma(pv, row[c], LoadF32(ar + c * kLanes)));
-        }
+    // Values: blocks of up to 4 rows x 4 vectors of accumulators, held in registers over the
+    // tile's keys (loaded and stored once per tile, not once per (row, key)).
+    const uint16_t* v0 = a.v + k0 * kv_stride + a.kv_head * hd;
+    for (int64_t r0 = first_row; r0 < n_rows; r0 += kValueRows) {
+      const int rows = static_cast<int>(Min(kValueRows, n_rows - r0));
+      for (int64_t c0 = 0; c0 < chunks; c0 += kValueChunks) {
+        const int cols = static_cast<int>(Min(kValueChunks, chunks - c0));
+        NarrowValueBlock(rows, cols, acc + r0 * hd + c0 * kLanes, hd, s + r0 * kKeyTile,
+                         v0 + c0 * kLanes, kv_stride, nk);
       }
     }
   }
@@ -145,119 +202,6 @@ void RunNarrowTileImpl(const AttentionTile& a) {
       }
     }
   }
-}
-
-// ---- Decode tiles ---------------------------------------------------------------------------
-
-// One token's GQA group (kRows = group query rows, head_dim = 16 * kChunks): the narrow layout's
-// arithmetic operation for operation, so the results are the same bits, with the output
-// accumulators (kRows * kChunks vectors) held in registers over the whole key range instead of
-// being loaded and stored for every (row, key) of the value pass. This is the decode step of every
-// exact layer and of the compute node's static window, where the narrow kernel spent a third of
-// its time on those loads and stores. Every key of the range is visible to the single query
-// position, so no causal limit applies inside the loop.
-template <int kChunks, int kRows>
-void RunDecodeTileImpl(const AttentionTile& a) {
-  constexpr int64_t hd = kChunks * kLanes;
-  const int64_t q_stride = a.n_head * hd;
-  const int64_t kv_stride = a.n_head_kv * hd;
-  const float neg_inf = -__builtin_inff();
-
-  // Scratch: the scaled queries [row][d] and the scores [row][tile].
-  float* q = a.scratch;
-  float* s = q + kRows * hd;
-  for (int r = 0; r < kRows; ++r) {
-    const float* src = a.q + a.t0 * q_stride + (a.kv_head * kRows + r) * hd;
-    for (int64_t d = 0; d < hd; ++d) q[r * hd + d] = src[d] * a.scale;
-  }
-  V acc[kRows][kChunks];
-  float m[kRows], l[kRows];
-  for (int r = 0; r < kRows; ++r) {
-    for (int c = 0; c < kChunks; ++c) acc[r][c] = Zero();
-    m[r] = neg_inf;
-    l[r] = 0.0f;
-  }
-  const int64_t pos = a.first_pos + a.t0;
-  const int64_t key_end = a.key_end > 0 ? Min(a.key_end, pos + 1) : pos + 1;
-  V row[kChunks];
-  for (int64_t k0 = a.key_begin; k0 < key_end; k0 += kKeyTile) {
-    const int64_t nk = Min(kKeyTile, key_end - k0);
-    for (int64_t j = 0; j < nk; ++j) {
-      const uint16_t* kj = a.k + (k0 + j) * kv_stride + a.kv_head * hd;
-      for (int c = 0; c < kChunks; ++c) row[c] = LoadF16(kj + c * kLanes);
-      for (int r = 0; r < kRows; ++r) {
-        V sum = Zero();
-        for (int c = 0; c < kChunks; ++c) sum = Fma(LoadF32(q + r * hd + c * kLanes), row[c], sum);
-        s[r * kKeyTile + j] = ReduceAdd(sum);
-      }
-    }
-    for (int r = 0; r < kRows; ++r) {
-      float* sr = s + r * kKeyTile;
-      float new_m, correction, sum = 0.0f;
-      if (nk == kKeyTile) {
-        const V s0 = LoadF32(sr), s1 = LoadF32(sr + kLanes);
-        new_m = MaxF(m[r], ReduceMax(Max(s0, s1)));
-        correction = FastExp(m[r] - new_m);
-        const V mv = Set1(new_m);
-        const V p0 = ExpV(Sub(s0, mv)), p1 = ExpV(Sub(s1, mv));
-        Store(sr, p0);
-        Store(sr + kLanes, p1);
-        sum = ReduceAdd(Fma(p0, Set1(1.0f), p1));
-      } else {
-        float tile_max = neg_inf;
-        for (int64_t j = 0; j < nk; ++j) tile_max = MaxF(tile_max, sr[j]);
-        new_m = MaxF(m[r], tile_max);
-        correction = FastExp(m[r] - new_m);
-        for (int64_t j = 0; j < nk; ++j) {
-          sr[j] = FastExp(sr[j] - new_m);
-          sum += sr[j];
-        }
-      }
-      l[r] = l[r] * correction + sum;
-      m[r] = new_m;
-      if (correction != 1.0f) {
-        const V cv = Set1(correction);
-        for (int c = 0; c < kChunks; ++c) acc[r][c] = Fma(acc[r][c], cv, Zero());
-      }
-    }
-    // FastExp never returns 0 (its argument is clamped at -87), so unlike the narrow kernel there
-    // is no zero probability to skip.
-    for (int64_t j = 0; j < nk; ++j) {
-      const uint16_t* vj = a.v + (k0 + j) * kv_stride + a.kv_head * hd;
-      for (int c = 0; c < kChunks; ++c) row[c] = LoadF16(vj + c * kLanes);
-      for (int r = 0; r < kRows; ++r) {
-        const V pv = Set1(s[r * kKeyTile + j]);
-        for (int c = 0; c < kChunks; ++c) acc[r][c] = Fma(pv, row[c], acc[r][c]);
-      }
-    }
-  }
-  for (int r = 0; r < kRows; ++r) {
-    const int64_t h = a.kv_head * kRows + r;
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    float* dst = a.out + a.t0 * q_stride + h * hd;
-    const V iv = Set1(inv);
-    for (int c = 0; c < kChunks; ++c) Store(dst + c * kLanes, Mul(acc[r][c], iv));
-    if (a.lse != nullptr) {
-      a.lse[a.t0 * a.n_head + h] = l[r] > 0.0f ? m[r] + __builtin_logf(l[r]) : neg_inf;
-    }
-  }
-}
-
-// The decode kernel for the (head_dim, group) shapes whose accumulators fit in registers
-// (kChunks * group <= 16); false for any other shape, which the narrow kernel takes.
-inline bool RunDecodeTile(const AttentionTile& a) {
-  if (a.t1 - a.t0 != 1) return false;
-  const int64_t group = a.n_head / a.n_head_kv;
-  if (a.head_dim == 4 * kLanes) {
-    if (group == 1) return RunDecodeTileImpl<4, 1>(a), true;
-    if (group == 2) return RunDecodeTileImpl<4, 2>(a), true;
-    if (group == 3) return RunDecodeTileImpl<4, 3>(a), true;
-    if (group == 4) return RunDecodeTileImpl<4, 4>(a), true;
-  } else if (a.head_dim == 8 * kLanes) {
-    if (group == 1) return RunDecodeTileImpl<8, 1>(a), true;
-    if (group == 2) return RunDecodeTileImpl<8, 2>(a), true;
-  }
-  return false;
 }
 
 // ---- Wide tiles ----------------------------------------------------------------------------
@@ -423,7 +367,6 @@ void RunWideTile(const AttentionTile& a) {
 
 void RunTile(const AttentionTile& a) {
   if ((a.t1 - a.t0) * (a.n_head / a.n_head_kv) >= kLanes) return RunWideTile(a);
-  if (RunDecodeTile(a)) return;
   switch (a.head_dim / kLanes) {
     case 2:
       return RunNarrowTileImpl<2>(a);

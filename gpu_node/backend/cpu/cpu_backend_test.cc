@@ -99,14 +99,15 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{9, 3, 64, 0, 70},    // prefill: several query and key tiles
         AttentionCase{9, 3, 64, 200, 1},   // decode at depth
         AttentionCase{9, 3, 64, 1500, 1},  // decode split into key segments
-        // Every shape of the register-accumulator decode kernel, and one it leaves to the narrow
-        // kernel (group 4 at head_dim 128); depths that end in a partial key tile.
+        // Decode steps whose value pass runs register blocks of 1-4 rows x 1-4 vectors (and
+        // head_dim 128 as two blocks of 4 vectors); depths that end in a partial key tile.
         AttentionCase{4, 4, 64, 33, 1},     // group 1, head_dim 64
         AttentionCase{2, 1, 64, 40, 1},     // group 2
         AttentionCase{8, 2, 64, 300, 1},    // group 4
         AttentionCase{4, 4, 128, 77, 1},    // group 1, head_dim 128
         AttentionCase{4, 2, 128, 95, 1},    // group 2, head_dim 128
-        AttentionCase{32, 8, 128, 70, 1},   // group 4, head_dim 128: narrow kernel
+        AttentionCase{32, 8, 128, 70, 1},   // group 4, head_dim 128
+        AttentionCase{4, 2, 32, 50, 1},     // group 2, head_dim 32
         AttentionCase{4, 2, 128, 1300, 5},  // a few tokens, key segments
         AttentionCase{4, 4, 128, 31, 33},   // MHA, chunk straddling a key tile
         AttentionCase{8, 1, 16, 5, 17},     // MQA, smallest head_dim
