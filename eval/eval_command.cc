@@ -22,6 +22,7 @@ constexpr const char* kUsage =
     "  --data-dir DIR (eval/data) --out ROWS.jsonl (eval/results/ruler.jsonl) --csv F --json F\n"
     "  --setups A,B (A) --a-methods 'M1;M2' --b-methods 'M1;M2' (only these per setup)\n"
     "  --no-baselines --no-early-stop --lsh-seed S (1234) --summary-only (tables from --out)\n"
+    "  --max-minutes M (start no new sample index after M minutes; rerun resumes)\n"
     "ppl: --prefixes 2048,5888 --steps M (256) --lsh-seeds 1234,1,2 --no-baselines\n"
     "  --text-seed S (7) --json F --csv F\n"
     "attn-error: --tokens N (2048) --queries Q (8) --lsh-seeds 1,2,3 --text-seed S (7)\n"
@@ -62,9 +63,10 @@ absl::StatusOr<std::vector<LshConfig>> Configs(const std::string& s) {
 
 absl::Status Run(const std::string& which, const std::vector<std::string>& args) {
   const std::set<std::string> values = {
-      "model",     "threads", "configs", "tasks",    "lengths",   "samples",  "seed",  "data-dir",
-      "out",       "csv",     "json",    "setups",   "lsh-seed",  "prefixes", "steps", "lsh-seeds",
-      "text-seed", "tokens",  "queries", "work-dir", "a-methods", "b-methods"};
+      "model",    "threads",  "configs",   "tasks",     "lengths",    "samples",
+      "seed",     "data-dir", "out",       "csv",       "json",       "setups",
+      "lsh-seed", "prefixes", "steps",     "lsh-seeds", "text-seed",  "tokens",
+      "queries",  "work-dir", "a-methods", "b-methods", "max-minutes"};
   const std::set<std::string> bools = {"quiet", "no-baselines", "no-early-stop", "summary-only"};
   absl::StatusOr<CliArgs> parsed = CliArgs::Parse(args, values, bools);
   if (!parsed.ok()) return parsed.status();
@@ -117,6 +119,10 @@ absl::Status Run(const std::string& which, const std::vector<std::string>& args)
     o.early_stop = !a.Has("no-early-stop");
     o.quiet = a.Has("quiet");
     o.summary_only = a.Has("summary-only");
+    absl::StatusOr<double> max_minutes = a.GetDouble("max-minutes", 0);
+    if (!max_minutes.ok()) return max_minutes.status();
+    if (!(*max_minutes >= 0)) return absl::InvalidArgumentError("--max-minutes: must be >= 0");
+    o.max_minutes = *max_minutes;
     return RunRuler(o, std::cout);
   }
   if (which == "ppl") {

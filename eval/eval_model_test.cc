@@ -204,10 +204,28 @@ TEST_F(EvalModelTest, TinyRulerRunAndResume) {
   o.out = dir_ + "/rows.jsonl";
   o.json = dir_ + "/summary.json";
   o.quiet = true;
+  // A time budget already spent when the first sample ends: the run stops between samples,
+  // with sample 0's rows only.
+  o.max_minutes = 1e-9;
+  std::ostringstream first;
+  ASSERT_TRUE(RunRuler(o, first).ok()) << first.str();
+  std::string line;
+  {
+    std::ifstream in(o.out);
+    int rows = 0;
+    while (std::getline(in, line)) {
+      absl::StatusOr<json::Value> v = json::Parse(line);
+      ASSERT_TRUE(v.ok());
+      EXPECT_EQ(v->Find("index")->as_int(), 0);
+      ++rows;
+    }
+    EXPECT_EQ(rows, 2 * 4);  // setups x (full, magicpig, topk, oracle)
+  }
+  // Without the budget the same command resumes and adds sample 1.
+  o.max_minutes = 0;
   std::ostringstream out;
   ASSERT_TRUE(RunRuler(o, out).ok()) << out.str();
   std::ifstream in(o.out);
-  std::string line;
   int rows = 0;
   double full_a = 0;
   while (std::getline(in, line)) {

@@ -51,6 +51,9 @@ struct RulerOptions {
   uint64_t lsh_seed = 1234;
   bool quiet = false;         // no progress on stderr
   bool summary_only = false;  // no runs: the tables from the rows already in `out`
+  // > 0: once this many minutes have passed, start no further sample index (the run stops
+  // between whole samples, summarises, and a rerun resumes); at least one sample with work runs.
+  double max_minutes = 0;
 };
 absl::Status RunRuler(const RulerOptions& options, std::ostream& out);
 

@@ -287,7 +287,9 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
   };
 
   int64_t total = static_cast<int64_t>(o.lengths.size() * tasks.size()) * o.samples, at = 0;
+  bool ran_a_sample = false, out_of_time = false;
   for (int64_t length : o.lengths) {
+    if (out_of_time) break;
     std::vector<std::vector<Sample>> per_task;
     for (const std::string& task : tasks) {
       MAGICPIG_ASSIGN_OR_RETURN(std::vector<Sample> samples,
@@ -296,6 +298,16 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
     }
     // Sample-major: an interrupted run still has every task's first samples.
     for (int64_t i = 0; i < o.samples; ++i) {
+      if (ran_a_sample && o.max_minutes > 0 && elapsed() > 60 * o.max_minutes) {
+        out_of_time = true;
+        if (!o.quiet) {
+          std::cerr << absl::StrFormat(
+              "[ruler] --max-minutes %g reached: stopping before sample %d at length %d; "
+              "rerun the same command to resume\n",
+              o.max_minutes, i, length);
+        }
+        break;
+      }
       for (size_t ti = 0; ti < tasks.size(); ++ti) {
         const std::string& task = tasks[ti];
         const Sample& s = per_task[ti][static_cast<size_t>(i)];
@@ -311,6 +323,7 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
           }
         }
         if (todo.empty()) continue;
+        ran_a_sample = true;
         MAGICPIG_ASSIGN_OR_RETURN(RenderedPrompt p, renderer.Render(s));
         const int64_t n = static_cast<int64_t>(p.tokens.size());
         const auto ctx = absl::MakeConstSpan(p.tokens).subspan(0, p.split);
