@@ -63,13 +63,19 @@ def ruler(path, out_dir):
             methods = sorted(m for m in fam if n_tasks[m] == max(n_tasks.values()))
             tasks = sorted({t for (_, t) in cell})
             common = [t for t in tasks if all((m, t) in cell for m in methods)]
+            placed = []  # (density, avg) of the points labelled so far
             for m in methods:
                 avg = sum(sum(cell[(m, t)]) / len(cell[(m, t)]) for t in common) / max(1, len(common))
                 d = 100 * sum(dens[m]) / len(dens[m])
                 f = fam[m]
                 ax.scatter([d], [avg], color=COLORS[f], marker=MARKERS[f], s=50, zorder=3)
-                ax.annotate(m, (d, avg), textcoords="offset points", xytext=(4, 4), fontsize=7,
-                            rotation=30)
+                # Points that (nearly) coincide, e.g. top-k and MagicPIG at the same keys and score,
+                # get their labels stacked downwards instead of printed over each other.
+                near = sum(1 for pd, pa in placed
+                           if abs(math.log10(pd / d)) < 0.05 and abs(pa - avg) < 0.3)
+                placed.append((d, avg))
+                ax.annotate(m, (d, avg), textcoords="offset points", xytext=(6, 4 - 14 * near),
+                            fontsize=7, rotation=0 if near else 30)
             ax.set_xscale("log")
             ax.set_xlabel("keys touched / offloaded (%)")
             ax.set_ylabel(f"score, mean over {len(common)} tasks")
