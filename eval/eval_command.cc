@@ -19,6 +19,7 @@ constexpr const char* kUsage =
     "common flags: --model PATH (models/SmolLM2-135M-Instruct.Q4_1.gguf) --threads N (2)\n"
     "  --configs K:L,... (10:150,9:120,8:75) --quiet\n"
     "ruler: --tasks a,b (all 13) --lengths 4096,8192 --samples N (3) --seed S (42)\n"
+    "  --first-sample I (0: run sample indices I..N-1 only, to split a run over machines)\n"
     "  --data-dir DIR (eval/data) --out ROWS.jsonl (eval/results/ruler.jsonl) --csv F --json F\n"
     "  --setups A,B (A) --a-methods 'M1;M2' --b-methods 'M1;M2' (only these per setup)\n"
     "  --no-baselines --no-early-stop --lsh-seed S (1234) --summary-only (tables from --out)\n"
@@ -63,10 +64,10 @@ absl::StatusOr<std::vector<LshConfig>> Configs(const std::string& s) {
 
 absl::Status Run(const std::string& which, const std::vector<std::string>& args) {
   const std::set<std::string> values = {
-      "model",    "threads",  "configs",   "tasks",     "lengths",    "samples",
-      "seed",     "data-dir", "out",       "csv",       "json",       "setups",
-      "lsh-seed", "prefixes", "steps",     "lsh-seeds", "text-seed",  "tokens",
-      "queries",  "work-dir", "a-methods", "b-methods", "max-minutes"};
+      "model",    "threads",  "configs",   "tasks",     "lengths",     "samples",
+      "seed",     "data-dir", "out",       "csv",       "json",        "setups",
+      "lsh-seed", "prefixes", "steps",     "lsh-seeds", "text-seed",   "tokens",
+      "queries",  "work-dir", "a-methods", "b-methods", "max-minutes", "first-sample"};
   const std::set<std::string> bools = {"quiet", "no-baselines", "no-early-stop", "summary-only"};
   absl::StatusOr<CliArgs> parsed = CliArgs::Parse(args, values, bools);
   if (!parsed.ok()) return parsed.status();
@@ -99,12 +100,18 @@ absl::Status Run(const std::string& which, const std::vector<std::string>& args)
       o.lengths = *l;
     }
     absl::StatusOr<int64_t> samples = a.GetInt("samples", o.samples);
+    absl::StatusOr<int64_t> first_sample = a.GetInt("first-sample", 0);
     absl::StatusOr<int64_t> seed = a.GetInt("seed", 42);
     absl::StatusOr<int64_t> lsh_seed = a.GetInt("lsh-seed", 1234);
-    for (const auto* s : {&samples, &seed, &lsh_seed}) {
+    for (const auto* s : {&samples, &first_sample, &seed, &lsh_seed}) {
       if (!s->ok()) return s->status();
     }
+    if (*first_sample < 0 || (*first_sample > 0 && *first_sample >= *samples)) {
+      return absl::InvalidArgumentError(absl::StrCat("--first-sample: ", *first_sample,
+                                                     " is outside [0, --samples ", *samples, ")"));
+    }
     o.samples = *samples;
+    o.first_sample = *first_sample;
     o.seed = static_cast<uint64_t>(*seed);
     o.lsh_seed = static_cast<uint64_t>(*lsh_seed);
     o.data_dir = a.Get("data-dir", o.data_dir);

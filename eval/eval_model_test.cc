@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "common/json/parse.h"
 #include "eval/evaluators.h"
 #include "eval/fork_decoder.h"
@@ -252,6 +254,40 @@ TEST_F(EvalModelTest, TinyRulerRunAndResume) {
   int rows2 = 0;
   while (std::getline(in2, line)) ++rows2;
   EXPECT_EQ(rows2, rows);
+
+  // Split over machines: a run of sample index 1 only, into its own file, writes the rows the
+  // whole run wrote for that index (same prompt, greedy decode, score and keys touched).
+  RulerOptions second_half = o;
+  second_half.first_sample = 1;
+  second_half.out = dir_ + "/rows_from_1.jsonl";
+  second_half.json.clear();
+  std::ostringstream split;
+  ASSERT_TRUE(RunRuler(second_half, split).ok()) << split.str();
+  // (setup, method) -> (prediction, score, keys touched) of sample index 1.
+  auto index_1_rows = [](const std::string& path, int* other_indices) {
+    std::map<std::string, std::string> rows;
+    std::ifstream f(path);
+    std::string row;
+    while (std::getline(f, row)) {
+      absl::StatusOr<json::Value> v = json::Parse(row);
+      if (!v.ok()) continue;
+      if (v->Find("index")->as_int() != 1) {
+        ++*other_indices;
+        continue;
+      }
+      rows[v->Find("setup")->as_string() + " " + v->Find("method")->as_string()] =
+          absl::StrCat(v->Find("prediction")->as_string(), " | ", v->Find("score")->as_double(),
+                       " | ", v->Find("keys_touched")->as_int());
+    }
+    return rows;
+  };
+  int whole_other = 0, split_other = 0;
+  const std::map<std::string, std::string> whole = index_1_rows(o.out, &whole_other);
+  const std::map<std::string, std::string> from_1 = index_1_rows(second_half.out, &split_other);
+  EXPECT_EQ(whole_other, 2 * 4);  // sample 0's rows
+  EXPECT_EQ(split_other, 0);
+  EXPECT_EQ(from_1.size(), 2u * 4u);
+  EXPECT_EQ(from_1, whole);
 }
 
 TEST_F(EvalModelTest, TinyPpl) {

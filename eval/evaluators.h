@@ -36,6 +36,9 @@ struct RulerOptions {
   std::vector<std::string> tasks;  // empty: all 13
   std::vector<int64_t> lengths = {4096};
   int64_t samples = 3;
+  // Runs sample indices [first_sample, samples) only, so one evaluation can be split over
+  // machines (each writes its own rows; concatenated, they resume and summarise as one run).
+  int64_t first_sample = 0;
   uint64_t seed = 42;
   std::string data_dir = "eval/data";  // the generated samples (JSONL per task, length, seed)
   std::string out = "eval/results/ruler.jsonl";  // per-sample rows (resume reads it)

@@ -286,7 +286,9 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
 
-  int64_t total = static_cast<int64_t>(o.lengths.size() * tasks.size()) * o.samples, at = 0;
+  int64_t total =
+      static_cast<int64_t>(o.lengths.size() * tasks.size()) * (o.samples - o.first_sample);
+  int64_t at = 0;
   bool ran_a_sample = false, out_of_time = false;
   for (int64_t length : o.lengths) {
     if (out_of_time) break;
@@ -297,7 +299,7 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
       per_task.push_back(std::move(samples));
     }
     // Sample-major: an interrupted run still has every task's first samples.
-    for (int64_t i = 0; i < o.samples; ++i) {
+    for (int64_t i = o.first_sample; i < o.samples; ++i) {
       if (ran_a_sample && o.max_minutes > 0 && elapsed() > 60 * o.max_minutes) {
         out_of_time = true;
         if (!o.quiet) {
