@@ -77,6 +77,8 @@ def ruler(path, out_dir):
                 ax.annotate(m, (d, avg), textcoords="offset points", xytext=(6, 4 - 14 * near),
                             fontsize=7, rotation=0 if near else 30)
             ax.set_xscale("log")
+            # Headroom so that the rotated labels of the top and right points stay inside the axes.
+            ax.margins(x=0.12, y=0.15)
             ax.set_xlabel("keys touched / offloaded (%)")
             ax.set_ylabel(f"score, mean over {len(common)} tasks")
             ax.set_title(f"RULER-like {length // 1024}K, setup {setup}")
