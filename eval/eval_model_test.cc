@@ -270,7 +270,10 @@ TEST_F(EvalModelTest, TinyRulerRunAndResume) {
     std::string row;
     while (std::getline(f, row)) {
       absl::StatusOr<json::Value> v = json::Parse(row);
-      if (!v.ok()) continue;
+      if (!v.ok()) {
+        ADD_FAILURE() << path << ": unparsable row " << row;
+        continue;
+      }
       if (v->Find("index")->as_int() != 1) {
         ++*other_indices;
         continue;
