@@ -15,7 +15,7 @@ again), and a last table gives each remote configuration's rate over the embedde
 same round and the median of those ratios: on a small shared machine single runs scatter widely.
 
 usage: remote_decode.py GPU_NODE ATTN_NODE MODEL [--depths 1024,4096] [--batches 1,4]
-                        [--max-tokens 32] [--threads 2] [--ping-pong on|off|both]
+                        [--max-tokens 32] [--threads 2] [--ping-pong on|off|auto|both]
                         [--coalesce on|off|both] [--placement pack|spread] [--rounds 1]
 """
 import argparse
@@ -124,8 +124,8 @@ def main():
     ap.add_argument("--depths", default="1024,4096")
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--configs", default="0,1,2", help="attention nodes per run; 0 = embedded")
-    ap.add_argument("--ping-pong", default="on",
-                    help="remote runs: on, off, a comma list of those, or both (= off,on)")
+    ap.add_argument("--ping-pong", default="auto",
+                    help="remote runs: on, off, auto, a comma list of those, or both (= off,on)")
     ap.add_argument("--coalesce", default="on",
                     help="on, off or both: one Attend message per node and micro-batch (remote)")
     ap.add_argument("--placement", default="pack", help="pack or spread (remote runs)")
@@ -247,6 +247,11 @@ def one_run(a, depth, batch, n_nodes, ping_pong, coalesce):
         down = sum(v for k, v in d.items() if k.startswith(
             "magicpig_attn_rpc_bytes_total") and 'direction="down"' in k)
         per = lambda b: b / 1024 / sparse_steps if sparse_steps else 0  # noqa: E731
+        split_steps = d.get('magicpig_decode_micro_batch_steps_total{micro_batches="2"}', 0)
+        one_steps = d.get('magicpig_decode_micro_batch_steps_total{micro_batches="1"}', 0)
+        mode = "-" if not n_nodes else ping_pong
+        if n_nodes and ping_pong == "auto" and split_steps + one_steps:
+            mode += " (%d%% split)" % round(100 * split_steps / (split_steps + one_steps))
         ttft = sum(r[0] for r in results) / len(results)
         rate = sum(r[1] for r in results) / len(results)
         agg = rate * len(results)
@@ -254,7 +259,7 @@ def one_run(a, depth, batch, n_nodes, ping_pong, coalesce):
         cpu_ms = lambda s: 1000 * s / steps  # noqa: E731
         print("| %d | %s | %s | %s | %d | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | "
               "%.1f / %.1f | %.1f | %.2f | %.1f / %.1f |" % (
-                  depth, n_nodes or "embedded", "-" if not n_nodes else ping_pong,
+                  depth, n_nodes or "embedded", mode,
                   "-" if not n_nodes else coalesce, batch, ttft, rate, agg, *phase,
                   per(up), per(down), rtt_n / steps, rtt, cpu_ms(cpu[-1]),
                   cpu_ms(sum(cpu[:-1]))), flush=True)

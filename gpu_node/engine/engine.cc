@@ -442,7 +442,15 @@ absl::Status Engine::Step(absl::Span<Sequence* const> batch, StepTimings* timing
   }
   if (items.empty()) return absl::OkStatus();
   std::vector<float> logits;
-  const int micro_batches = ping_pong_ && !attention_nodes_.empty() && items.size() >= 2 ? 2 : 1;
+  const int64_t batch_size = static_cast<int64_t>(items.size());
+  const bool can_split = !attention_nodes_.empty() && batch_size >= 2;
+  const bool tuned = can_split && ping_pong_ == PingPong::kAuto;
+  int micro_batches = 1;
+  if (can_split) {
+    micro_batches = ping_pong_ == PingPong::kOn    ? 2
+                    : ping_pong_ == PingPong::kOff ? 1
+                                                   : micro_batch_tuner_.Choose(batch_size);
+  }
   if (micro_batches > 1) {
     // Sequences held by the same nodes side by side, so that a micro-batch (a half of the batch)
     // talks to as few nodes as it can: with one-block sequences spread over two nodes, each
@@ -465,7 +473,15 @@ absl::Status Engine::Step(absl::Span<Sequence* const> batch, StepTimings* timing
     items.swap(sorted_items);
     going_on.swap(sorted_seqs);
   }
+  const auto forward_start = std::chrono::steady_clock::now();
   absl::Status status = transformer_->ForwardBatch(items, &logits, timings, micro_batches);
+  if (timings != nullptr) timings->micro_batches = micro_batches;
+  if (status.ok() && tuned) {
+    // Only steps that ran once: a step repeated after a rebuild measures the recovery.
+    micro_batch_tuner_.Report(
+        batch_size, micro_batches,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_start).count());
+  }
   while (!status.ok()) {
     // Sequences whose attention node failed are rebuilt and the step runs again: for the others
     // a second run of the same step writes the same cache rows and offloads nothing twice.

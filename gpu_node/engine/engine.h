@@ -29,6 +29,7 @@
 #include "attn_node/core/attention_runner.h"
 #include "gpu_node/backend/backend.h"
 #include "gpu_node/engine/attention_router.h"
+#include "gpu_node/engine/micro_batch_tuner.h"
 #include "gpu_node/engine/remote_attention_shards.h"
 #include "gpu_node/engine/sampler.h"
 #include "gpu_node/engine/text_stream.h"
@@ -39,6 +40,13 @@
 #include "prometheus/registry.h"
 
 namespace magicpig::engine {
+
+// How a batched decode step with attention nodes is split (see EngineOptions::ping_pong).
+enum class PingPong {
+  kOff,   // one batch
+  kOn,    // two micro-batches whenever the batch has 2 or more sequences
+  kAuto,  // whichever of the two the recent steps of this batch size ran faster (MicroBatchTuner)
+};
 
 struct EngineOptions {
   std::string model_path;
@@ -51,9 +59,9 @@ struct EngineOptions {
   SparseAttentionOptions attention;
   // Attention nodes ("host:port") holding the offloaded keys; empty: in this process (embedded).
   std::vector<std::string> attention_nodes;
-  // With attention nodes, a batched decode step of 2 or more sequences runs as two micro-batches
-  // whose remote attention overlaps the other's dense work (ping-pong). false: one batch.
-  bool ping_pong = true;
+  // With attention nodes, a batched decode step of 2 or more sequences may run as two
+  // micro-batches whose remote attention overlaps the other's dense work (ping-pong).
+  PingPong ping_pong = PingPong::kAuto;
   // With attention nodes: the queries that the sequences of a micro-batch send to one node at one
   // layer travel as one message (AttendCoalescer). false: one message per sequence and block.
   bool coalesce_attend = true;
@@ -250,7 +258,8 @@ class Engine {
   int64_t context_length_ = 0;
   int64_t prefill_chunk_ = 256;
   int num_threads_ = 0;
-  bool ping_pong_ = true;
+  PingPong ping_pong_ = PingPong::kAuto;
+  MicroBatchTuner micro_batch_tuner_;  // with PingPong::kAuto
   std::chrono::milliseconds attend_timeout_{10000};
   Placement placement_ = Placement::kPack;
   absl::Mutex mu_;

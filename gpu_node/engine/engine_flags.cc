@@ -20,9 +20,12 @@ std::string EngineFlagsUsage() {
          "  --budget N             keys per head for topk / oracle (default: 2% of the prompt)\n"
          "  --attention-nodes A    comma-separated attention nodes host:port (default: in "
          "process)\n"
-         "  --ping-pong on|off     with attention nodes, decode a batch as two micro-batches "
+         "  --ping-pong on|off|auto  with attention nodes, decode a batch as two micro-batches "
          "whose\n"
-         "                         remote attention overlaps the other's dense work (default on)\n"
+         "                         remote attention overlaps the other's dense work (on), as one\n"
+         "                         batch (off), or as whichever of the two recent steps ran "
+         "faster\n"
+         "                         (auto, default)\n"
          "  --coalesce-attend on|off  with attention nodes, send a micro-batch's queries to a "
          "node as\n"
          "                         one message instead of one per sequence (default on)\n"
@@ -74,11 +77,13 @@ absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& a) {
       options.attention_nodes.emplace_back(node);
     }
   }
-  const std::string ping_pong = a.Get("ping-pong", "on");
-  if (ping_pong != "on" && ping_pong != "off") {
-    return absl::InvalidArgumentError("--ping-pong must be on or off");
+  const std::string ping_pong = a.Get("ping-pong", "auto");
+  if (ping_pong != "on" && ping_pong != "off" && ping_pong != "auto") {
+    return absl::InvalidArgumentError("--ping-pong must be on, off or auto");
   }
-  options.ping_pong = ping_pong == "on";
+  options.ping_pong = ping_pong == "on"    ? PingPong::kOn
+                      : ping_pong == "off" ? PingPong::kOff
+                                           : PingPong::kAuto;
   const std::string coalesce = a.Get("coalesce-attend", "on");
   if (coalesce != "on" && coalesce != "off") {
     return absl::InvalidArgumentError("--coalesce-attend must be on or off");

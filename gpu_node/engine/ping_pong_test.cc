@@ -4,6 +4,7 @@
 // capped at AVX2, whose products are batch-invariant; see tests/testing/synthetic_engine.h.)
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -83,7 +84,7 @@ void StartAll(Engine& engine, const std::vector<GenerateRequest>& requests,
 // Spread placement with blocks of 16 tokens lays every sequence over both nodes; blocks of 256
 // (the context), or packed placement, keep each sequence on one node: the sequences alternate
 // between the nodes, and the engine regroups them by node before splitting the batch into
-// micro-batches.
+// micro-batches. Ping-pong on, off, and auto (which switches between the two while it measures).
 TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
   const std::vector<std::string> texts = {
       "the harbour master kept a ledger of every ship that came and went in the long winter",
@@ -108,7 +109,7 @@ TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
     remote_options.placement = placement;
     std::vector<std::unique_ptr<AttentionServer>> nodes = StartNodes(2, &remote_options);
     ASSERT_EQ(nodes.size(), 2u);
-    for (bool ping_pong : {true, false}) {
+    for (PingPong ping_pong : {PingPong::kOn, PingPong::kOff, PingPong::kAuto}) {
       remote_options.ping_pong = ping_pong;
       auto remote = testing::MakeSyntheticEngine(Model(), remote_options, BatchInvariantLevel());
       ASSERT_TRUE(remote.ok()) << remote.status();
@@ -118,11 +119,21 @@ TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
       for (auto& node : nodes) EXPECT_GT(node->store().Stats().sequences, 0);
       std::vector<Sequence*> step;
       for (auto& s : batch) step.push_back(s.get());
-      for (int i = 0; i < 20; ++i) ASSERT_TRUE((*remote)->Step(step).ok());
+      std::set<int> splits;  // how the steps ran: 1 batch, 2 micro-batches
+      for (int i = 0; i < 20; ++i) {
+        StepTimings timings;
+        ASSERT_TRUE((*remote)->Step(step, &timings).ok());
+        if (timings.micro_batches > 0) splits.insert(timings.micro_batches);
+      }
+      // auto tries both during its warm-up, switching in the middle of the generation.
+      const std::set<int> expected = ping_pong == PingPong::kOn    ? std::set<int>{2}
+                                     : ping_pong == PingPong::kOff ? std::set<int>{1}
+                                                                   : std::set<int>{1, 2};
+      EXPECT_EQ(splits, expected);
       for (size_t i = 0; i < batch.size(); ++i) {
         ASSERT_TRUE(batch[i]->finished());
         EXPECT_EQ(batch[i]->result().tokens, alone[i])
-            << "sequence " << i << " ping_pong " << ping_pong;
+            << "sequence " << i << " ping_pong " << static_cast<int>(ping_pong);
         EXPECT_GT(batch[i]->result().stats.attention_keys_offloaded, 0);
       }
     }
@@ -154,7 +165,7 @@ TEST(PingPongTest, NodeLostDuringBatchedStepsRebuildsWithTheSameTokens) {
 
   std::vector<std::unique_ptr<AttentionServer>> nodes = StartNodes(3, &options);
   ASSERT_EQ(nodes.size(), 3u);
-  options.ping_pong = true;
+  options.ping_pong = PingPong::kOn;
   auto remote = testing::MakeSyntheticEngine(Model(), options, BatchInvariantLevel());
   ASSERT_TRUE(remote.ok()) << remote.status();
   std::vector<std::unique_ptr<Sequence>> batch;

@@ -166,6 +166,8 @@ void Scheduler::Loop() {
         metrics_->phase_dense.Increment(timings.dense);
         metrics_->phase_attention.Increment(timings.attention);
         metrics_->phase_sampling.Increment(sampling);
+        if (timings.micro_batches == 1) metrics_->steps_one_batch.Increment();
+        if (timings.micro_batches == 2) metrics_->steps_two_micro_batches.Increment();
       }
       if (!status.ok()) {
         // A failed step (e.g. attention nodes gone beyond recovery) fails the batch it ran.

@@ -61,6 +61,13 @@ ServingMetrics::ServingMetrics(prometheus::Registry& r)
       phase_dense(decode_phase.Add({{"phase", "dense"}})),
       phase_attention(decode_phase.Add({{"phase", "attention"}})),
       phase_sampling(decode_phase.Add({{"phase", "sampling"}})),
+      decode_split(prometheus::BuildCounter()
+                       .Name("magicpig_decode_micro_batch_steps_total")
+                       .Help("Decode steps by how the batch ran: as one batch (micro_batches=1) "
+                             "or as two ping-pong micro-batches (2)")
+                       .Register(r)),
+      steps_one_batch(decode_split.Add({{"micro_batches", "1"}})),
+      steps_two_micro_batches(decode_split.Add({{"micro_batches", "2"}})),
       sampled_fraction(NewHistogram(r, "magicpig_lsh_sampled_fraction",
                                     "Per finished request: keys the estimator touched / keys in "
                                     "the shards, over its sparse decode steps",

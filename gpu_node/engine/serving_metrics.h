@@ -33,6 +33,9 @@ struct ServingMetrics {
   prometheus::Counter& phase_dense;
   prometheus::Counter& phase_attention;
   prometheus::Counter& phase_sampling;
+  prometheus::Family<prometheus::Counter>& decode_split;
+  prometheus::Counter& steps_one_batch;
+  prometheus::Counter& steps_two_micro_batches;
   prometheus::Histogram& sampled_fraction;
   prometheus::Counter& recoveries;
 

@@ -85,8 +85,9 @@ struct DecodeItem {
 
 // Seconds spent in a batched step, split for the decode-step breakdown metric.
 struct StepTimings {
-  double attention = 0;  // KV store + exact or hooked attention, every layer
-  double dense = 0;      // everything else of the forward pass (norms, products, LM head)
+  double attention = 0;   // KV store + exact or hooked attention, every layer
+  double dense = 0;       // everything else of the forward pass (norms, products, LM head)
+  int micro_batches = 0;  // how Engine::Step ran the step: 1 batch or 2 micro-batches (0: none)
 };
 
 class Transformer {
