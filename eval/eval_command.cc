@@ -25,6 +25,7 @@ constexpr const char* kUsage =
     "  --no-baselines --no-early-stop --lsh-seed S (1234) --summary-only (tables from --out)\n"
     "  --max-minutes M (start no new sample index after M minutes; rerun resumes)\n"
     "ppl: --prefixes 2048,5888 --steps M (256) --lsh-seeds 1234,1,2 --no-baselines\n"
+    "  --oracle-all-seeds (oracle sampling with every seed; default the first only)\n"
     "  --text-seed S (7) --json F --csv F\n"
     "attn-error: --tokens N (2048) --queries Q (8) --lsh-seeds 1,2,3 --text-seed S (7)\n"
     "  --work-dir DIR (eval/results) --csv F --json F\n";
@@ -68,7 +69,8 @@ absl::Status Run(const std::string& which, const std::vector<std::string>& args)
       "seed",     "data-dir", "out",       "csv",       "json",        "setups",
       "lsh-seed", "prefixes", "steps",     "lsh-seeds", "text-seed",   "tokens",
       "queries",  "work-dir", "a-methods", "b-methods", "max-minutes", "first-sample"};
-  const std::set<std::string> bools = {"quiet", "no-baselines", "no-early-stop", "summary-only"};
+  const std::set<std::string> bools = {"quiet", "no-baselines", "no-early-stop", "summary-only",
+                                       "oracle-all-seeds"};
   absl::StatusOr<CliArgs> parsed = CliArgs::Parse(args, values, bools);
   if (!parsed.ok()) return parsed.status();
   const CliArgs& a = *parsed;
@@ -154,6 +156,7 @@ absl::Status Run(const std::string& which, const std::vector<std::string>& args)
     o.steps = *steps;
     o.text_seed = static_cast<uint64_t>(*text_seed);
     o.baselines = !a.Has("no-baselines");
+    o.oracle_all_seeds = a.Has("oracle-all-seeds");
     o.json = a.Get("json");
     o.csv = a.Get("csv");
     o.quiet = a.Has("quiet");

@@ -322,6 +322,27 @@ TEST_F(EvalModelTest, TinyPpl) {
     }
     EXPECT_TRUE(std::isfinite(r.Find("ppl")->as_double()));
   }
+
+  // --oracle-all-seeds: oracle sampling draws once per seed, like MagicPIG's projections.
+  o.lsh_seeds = {1, 2};
+  o.oracle_all_seeds = true;
+  ASSERT_TRUE(RunPpl(o, out).ok()) << out.str();
+  std::ifstream in2(o.json);
+  std::stringstream buf2;
+  buf2 << in2.rdbuf();
+  v = json::Parse(buf2.str());
+  ASSERT_TRUE(v.ok());
+  std::map<std::string, std::vector<int64_t>> seeds_of;  // family -> its runs' seeds
+  std::vector<double> oracle_nll;
+  for (const json::Value& r : v->Find("rows")->as_array()) {
+    seeds_of[r.Find("family")->as_string()].push_back(r.Find("lsh_seed")->as_int());
+    if (r.Find("family")->as_string() == "oracle") oracle_nll.push_back(r.Find("nll")->as_double());
+  }
+  EXPECT_EQ(seeds_of["magicpig"], (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(seeds_of["oracle"], (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(seeds_of["topk"].size(), 1u);
+  ASSERT_EQ(oracle_nll.size(), 2u);
+  EXPECT_NE(oracle_nll[0], oracle_nll[1]);  // different draws
 }
 
 TEST_F(EvalModelTest, TinyAttnError) {

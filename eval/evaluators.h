@@ -68,6 +68,9 @@ struct PplOptions {
   std::vector<LshConfig> configs = {{10, 150}, {9, 120}, {8, 75}};
   std::vector<uint64_t> lsh_seeds = {1234, 1, 2};
   bool baselines = true;
+  // Oracle sampling with every --lsh-seeds seed as its draw seed (mean ± sd, as MagicPIG); by
+  // default only the first, to bound the cost.
+  bool oracle_all_seeds = false;
   uint64_t text_seed = 7;
   std::string json;  // rows and summary
   std::string csv;

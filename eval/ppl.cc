@@ -177,10 +177,12 @@ absl::Status RunPpl(const PplOptions& o, std::ostream& out) {
         a.lsh_k = c.first;
         a.lsh_l = c.second;
         a.budget = budget;
-        // top-k is deterministic; oracle sampling runs once (first seed) to bound the cost.
-        const std::vector<uint64_t> seeds = a.mode == AttentionMode::kTopK
-                                                ? std::vector<uint64_t>{0}
-                                                : std::vector<uint64_t>{o.lsh_seeds[0]};
+        // top-k is deterministic; oracle sampling draws with each seed, or by default only the
+        // first, to bound the cost.
+        const std::vector<uint64_t> seeds =
+            a.mode == AttentionMode::kTopK ? std::vector<uint64_t>{0}
+            : o.oracle_all_seeds           ? o.lsh_seeds
+                                           : std::vector<uint64_t>{o.lsh_seeds[0]};
         for (uint64_t seed : seeds) {
           a.lsh_seed = seed == 0 ? 1234 : seed;
           MAGICPIG_RETURN_IF_ERROR(run_mode(RunStats{absl::StrCat(fam, "@", kl), fam, c, seed}, a));
