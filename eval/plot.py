@@ -48,21 +48,28 @@ def ruler(path, out_dir):
         setups = sorted({r["setup"] for r in rs})
         fig, axes = plt.subplots(1, len(setups), figsize=(5.2 * len(setups), 4), squeeze=False)
         for ax, setup in zip(axes[0], setups):
-            cell = collections.defaultdict(list)  # (method, task) -> scores
-            dens = collections.defaultdict(list)
+            per = collections.defaultdict(dict)  # method -> {(task, index): (score, density)}
             fam = {}
             for r in rs:
                 if r["setup"] != setup:
                     continue
-                cell[(r["method"], r["task"])].append(100 * r["score"])
-                dens[r["method"]].append(r["density"])
+                per[r["method"]][(r["task"], r["index"])] = (100 * r["score"], r["density"])
                 fam[r["method"]] = r["family"]
             # Methods run on fewer tasks (leftovers of an interrupted, differently configured run)
-            # are left out, so that every point averages the same tasks.
-            n_tasks = {m: len({t for (mm, t) in cell if mm == m}) for m in fam}
+            # are left out, and every point averages the (task, sample) pairs that all plotted
+            # methods have, so that points compare like with like when a run added methods to
+            # only some samples.
+            n_tasks = {m: len({t for (t, _) in per[m]}) for m in fam}
             methods = sorted(m for m in fam if n_tasks[m] == max(n_tasks.values()))
-            tasks = sorted({t for (_, t) in cell})
-            common = [t for t in tasks if all((m, t) in cell for m in methods)]
+            pairs = set.intersection(*(set(per[m]) for m in methods))
+            common = sorted({t for (t, _) in pairs})
+            n_samples = min(sum(1 for (t, _) in pairs if t == task) for task in common)
+            cell = collections.defaultdict(list)  # (method, task) -> scores on the common pairs
+            dens = collections.defaultdict(list)
+            for m in methods:
+                for (t, i) in pairs:
+                    cell[(m, t)].append(per[m][(t, i)][0])
+                    dens[m].append(per[m][(t, i)][1])
             placed = []  # (density, avg) of the points labelled so far
             for m in methods:
                 avg = sum(sum(cell[(m, t)]) / len(cell[(m, t)]) for t in common) / max(1, len(common))
@@ -80,7 +87,7 @@ def ruler(path, out_dir):
             # Headroom so that the rotated labels of the top and right points stay inside the axes.
             ax.margins(x=0.12, y=0.15)
             ax.set_xlabel("keys touched / offloaded (%)")
-            ax.set_ylabel(f"score, mean over {len(common)} tasks")
+            ax.set_ylabel(f"score, mean over {len(common)} tasks (>= {n_samples} samples each)")
             ax.set_title(f"RULER-like {length // 1024}K, setup {setup}")
             ax.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
@@ -142,6 +149,12 @@ def tables(path):
             dens[r["method"]].append(r["density"])
         n_tasks = {m: len({t for (mm, t) in cell if mm == m}) for m in dens}
         methods = [m for m in dens if n_tasks[m] == max(n_tasks.values())]
+        # A method run on fewer samples than full (an extension stopped part-way) would average
+        # other prompts than the rest: it is left out here, and named; its table comes from a
+        # rows file filtered to the samples it has.
+        n_rows = collections.Counter(r["method"] for r in rs)
+        short_runs = [m for m in methods if n_rows[m] < n_rows["full"]]
+        methods = [m for m in methods if m not in short_runs]
         fam_order = {"full": 0, "magicpig": 1, "topk": 2, "oracle": 3}
 
         def sort_key(m):
@@ -153,6 +166,9 @@ def tables(path):
         ns = [len(cell[("full", t)]) for t in tasks]
         print(f"\n{length // 1024}K, setup {setup} — samples per task: "
               + ", ".join(f"{t} {n}" for t, n in zip(tasks, ns)) + "\n")
+        if short_runs:
+            print("(left out, run on fewer samples: "
+                  + ", ".join(f"{m} {n_rows[m]} rows" for m in short_runs) + ")\n")
         short = [t.replace("niah_", "").replace("multikey", "mk").replace("single", "s")
                  .replace("multivalue", "mv").replace("multiquery", "mq") for t in tasks]
         print("| method | " + " | ".join(short) + " | **avg** | gap to full | keys touched |")
