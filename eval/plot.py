@@ -98,6 +98,15 @@ def ruler(path, out_dir):
     return written
 
 
+def split_complete(counts):
+    """Splits the methods of one (length, setup) by their row count (`counts`: method -> rows)
+    into those with the most rows and the rest, which ran on fewer prompts (leftovers of an
+    interrupted, differently configured run, or an extension stopped part-way) and would average
+    other prompts than the complete ones."""
+    most = max(counts.values())
+    return ([m for m in counts if counts[m] == most], [m for m in counts if counts[m] < most])
+
+
 def agreement(path):
     """Free-running greedy agreement with full attention (spec §6.2), as a markdown table: the
     share of (task, sample) whose output equals full's, and the mean length of the common prefix
@@ -118,12 +127,12 @@ def agreement(path):
         agg[(r["length"], r["setup"], r["method"])].append((same, n, len(a)))
     print("| length | setup | method | samples | output = full | mean common prefix (chars) |")
     print("|---|---|---|---:|---:|---:|")
-    most = collections.Counter()
+    counts = collections.defaultdict(dict)  # (length, setup) -> method -> rows
     for (length, setup, m), v in agg.items():
-        most[(length, setup)] = max(most[(length, setup)], len(v))
+        counts[(length, setup)][m] = len(v)
     for (length, setup, m), v in sorted(agg.items()):
-        if len(v) < most[(length, setup)]:
-            continue  # leftovers of an interrupted, differently configured run
+        if m in split_complete(counts[(length, setup)])[1]:
+            continue
         print(f"| {length} | {setup} | {m} | {len(v)} | {sum(x[0] for x in v) / len(v):.0%} | "
               f"{sum(x[1] for x in v) / len(v):.0f} of {sum(x[2] for x in v) / len(v):.0f} |")
 
@@ -147,14 +156,10 @@ def tables(path):
         for r in rs:
             cell[(r["method"], r["task"])].append(100 * r["score"])
             dens[r["method"]].append(r["density"])
-        n_tasks = {m: len({t for (mm, t) in cell if mm == m}) for m in dens}
-        methods = [m for m in dens if n_tasks[m] == max(n_tasks.values())]
-        # A method run on fewer samples than full (an extension stopped part-way) would average
-        # other prompts than the rest: it is left out here, and named; its table comes from a
-        # rows file filtered to the samples it has.
+        # Methods run on fewer prompts are left out and named; their table comes from a rows
+        # file filtered to the samples they have.
         n_rows = collections.Counter(r["method"] for r in rs)
-        short_runs = [m for m in methods if n_rows[m] < n_rows["full"]]
-        methods = [m for m in methods if m not in short_runs]
+        methods, short_runs = split_complete(n_rows)
         fam_order = {"full": 0, "magicpig": 1, "topk": 2, "oracle": 3}
 
         def sort_key(m):
