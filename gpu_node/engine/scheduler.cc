@@ -48,6 +48,11 @@ int Scheduler::running() const {
   return running_count_;
 }
 
+bool Scheduler::stopping() const {
+  absl::MutexLock lock(&mu_);
+  return stop_;
+}
+
 int Scheduler::waiting() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(waiting_.size());

@@ -76,6 +76,8 @@ class Scheduler {
 
   int running() const;
   int waiting() const;
+  // True once Shutdown's grace has ended: the running requests are aborted at the next step.
+  bool stopping() const;
   const SchedulerOptions& options() const { return options_; }
 
  private:

@@ -2,8 +2,11 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/metrics/metrics.h"
 #include "gtest/gtest.h"
 #include "tests/testing/synthetic_engine.h"
@@ -147,10 +150,25 @@ TEST(SchedulerTest, QueueLimitCancellationErrorsAndShutdown) {
   EXPECT_EQ(third.result->finish, FinishReason::kAbort);
   EXPECT_TRUE(third.tokens.empty());
 
-  // Shutdown with no grace aborts a running request; later submissions are refused.
+  // Shutdown with no grace aborts a running request; later submissions are refused. The request
+  // holds its first token until the shutdown has begun, so that the tiny model cannot finish it
+  // first (a race that a loaded machine lost).
   Outcome last;
-  ASSERT_TRUE(scheduler.Submit(Request(*engine, "cut short", 250, 0, 1), last.Callbacks()).ok());
-  scheduler.Shutdown(absl::ZeroDuration());
+  absl::Notification first_token, shutdown_begun;
+  RequestCallbacks held = last.Callbacks();
+  held.on_token = [&, inner = held.on_token](const TokenOutput& t) {
+    if (!first_token.HasBeenNotified()) {
+      first_token.Notify();
+      shutdown_begun.WaitForNotification();
+    }
+    inner(t);
+  };
+  ASSERT_TRUE(scheduler.Submit(Request(*engine, "cut short", 250, 0, 1), std::move(held)).ok());
+  first_token.WaitForNotification();
+  std::thread stopper([&scheduler] { scheduler.Shutdown(absl::ZeroDuration()); });
+  while (!scheduler.stopping()) absl::SleepFor(absl::Milliseconds(1));
+  shutdown_begun.Notify();
+  stopper.join();
   last.Wait();
   ASSERT_TRUE(last.result.ok());
   EXPECT_EQ(last.result->finish, FinishReason::kAbort);
