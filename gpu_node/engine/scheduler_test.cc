@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/metrics/metrics.h"
@@ -124,21 +125,38 @@ TEST(SchedulerTest, QueueLimitCancellationErrorsAndShutdown) {
   prometheus::Registry registry;
   ServingMetrics metrics(registry);
   Scheduler scheduler(engine.get(), {.max_batch = 1, .max_queue = 2}, &metrics);
-  // A long request holds the only batch place; two wait; the fourth is refused.
+  // A long request holds the only batch place; two wait; the fourth is refused. The long request
+  // holds its first token until the refusal has been checked: the tiny model could otherwise
+  // finish all 200 tokens before the fourth submission (a race that a loaded CI machine lost).
   Outcome first, second, third;
-  auto h1 = scheduler.Submit(Request(*engine, "a long one", 200, 0, 1), first.Callbacks());
+  absl::Notification first_started, refusal_checked;
+  RequestCallbacks first_held = first.Callbacks();
+  first_held.on_token = [&, inner = first_held.on_token](const TokenOutput& t) {
+    if (!first_started.HasBeenNotified()) {
+      first_started.Notify();
+      refusal_checked.WaitForNotification();
+    }
+    inner(t);
+  };
+  // A failed ASSERT below must not leave the scheduler thread held (the test would hang).
+  absl::Cleanup release_first = [&refusal_checked] {
+    if (!refusal_checked.HasBeenNotified()) refusal_checked.Notify();
+  };
+  auto h1 = scheduler.Submit(Request(*engine, "a long one", 200, 0, 1), std::move(first_held));
   ASSERT_TRUE(h1.ok());
+  first_started.WaitForNotification();
   auto h2 = scheduler.Submit(Request(*engine, "bad", 5, -1.0f, 1), second.Callbacks());
   ASSERT_TRUE(h2.ok());  // validation errors come through on_done
   auto h3 =
       scheduler.Submit(Request(*engine, "cancelled while waiting", 5, 0, 1), third.Callbacks());
   ASSERT_TRUE(h3.ok());
   (*h3)->Cancel();
-  // One running (or about to run) and two waiting: no room, whether or not the first started.
+  // One running and two waiting: no room.
   Outcome refused;
   auto h4 = scheduler.Submit(Request(*engine, "no room", 5, 0, 1), refused.Callbacks());
   EXPECT_EQ(h4.status().code(), absl::StatusCode::kResourceExhausted);
   (*h1)->Cancel();
+  refusal_checked.Notify();
   first.Wait();
   ASSERT_TRUE(first.result.ok());
   EXPECT_EQ(first.result->finish, FinishReason::kAbort);
