@@ -16,7 +16,7 @@ same round and the median of those ratios: on a small shared machine single runs
 
 usage: remote_decode.py GPU_NODE ATTN_NODE MODEL [--depths 1024,4096] [--batches 1,4]
                         [--max-tokens 32] [--threads 2] [--ping-pong on|off|auto|both]
-                        [--coalesce on|off|both] [--placement pack|spread] [--rounds 1]
+                        [--coalesce on|off|both] [--placement pack|spread] [--rounds 1] [--pin]
 """
 import argparse
 import http.client
@@ -33,10 +33,18 @@ TEXT = ("The harbour master kept a ledger of every ship that came and went, noti
         "crew, the weather and the hour of arrival. ")
 
 
-def start_node(node, threads):
+def pinned_to(cores):
+    """A preexec_fn that keeps the child on `cores` (None: no pinning)."""
+    if cores is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cores)
+
+
+def start_node(node, threads, cores=None):
     p = subprocess.Popen([node, "--listen", "127.0.0.1:0", "--metrics-listen", "off",
                           "--memory-budget", "4G", "--threads", str(threads)],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                         preexec_fn=pinned_to(cores))
     m = re.match(r"listening on (.+)", p.stdout.readline().strip())
     assert m, "attention node did not start"
     return p, m.group(1)
@@ -49,12 +57,13 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_server(gpu, model, threads, nodes, batch, ping_pong, coalesce, placement):
+def start_server(gpu, model, threads, nodes, batch, ping_pong, coalesce, placement, cores=None):
     args = [gpu, "--model", model, "--listen", "127.0.0.1:0", "--threads", str(threads),
             "--max-batch", str(batch), "--ping-pong", ping_pong, "--coalesce-attend", coalesce]
     if nodes:
         args += ["--attention-nodes", ",".join(nodes), "--placement", placement]
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                         preexec_fn=pinned_to(cores))
     m = re.match(r"listening on .+:(\d+)", p.stdout.readline())
     assert m, "compute node did not start"
     return p, int(m.group(1))
@@ -136,10 +145,20 @@ def main():
     ap.add_argument("--node-threads", type=int, default=1, help="threads per attention node")
     ap.add_argument("--sparse-layers", type=int, default=28, help="SmolLM2-135M: 30 - {0, 15}")
     ap.add_argument("--context", type=int, default=8192, help="the model's context length")
+    ap.add_argument("--pin", action="store_true",
+                    help="disjoint cores per process, as if each node had its own host: the "
+                         "compute node (or the embedded run) on the first --threads cores, node i "
+                         "on the next --node-threads cores each")
     ap.add_argument("--rounds", type=int, default=1,
                     help="repeat every configuration this many times, interleaved, and end with "
                          "the median ratio of each remote configuration to embedded")
     a = ap.parse_args()
+    if a.pin:
+        most_nodes = max(int(c) for c in a.configs.split(","))
+        need = max(a.threads, a.remote_threads or a.threads) + most_nodes * a.node_threads
+        if need > len(os.sched_getaffinity(0)):
+            ap.error("--pin needs %d cores, this process may use %d" % (
+                need, len(os.sched_getaffinity(0))))
     print("| depth | nodes | ping-pong | coalesce | batch | TTFT s | decode tok/s per seq | "
           "aggregate tok/s | dense / attention / sampling ms per step | RPC KiB up / down per "
           "sparse layer step | Attend messages per step | Attend RTT ms | CPU ms per step: "
@@ -190,13 +209,16 @@ def one_run(a, depth, batch, n_nodes, ping_pong, coalesce):
     """One configuration: prints its table row and returns its aggregate tok/s (0 on failure)."""
     procs, nodes = [], []
     try:
-        for _ in range(n_nodes):
-            p, addr = start_node(a.attn, a.node_threads)
+        threads_here = a.remote_threads if n_nodes and a.remote_threads else a.threads
+        for i in range(n_nodes):
+            first = threads_here + i * a.node_threads
+            cores = set(range(first, first + a.node_threads)) if a.pin else None
+            p, addr = start_node(a.attn, a.node_threads, cores)
             procs.append(p)
             nodes.append(addr)
-        threads_here = a.remote_threads if n_nodes and a.remote_threads else a.threads
         server, port = start_server(a.gpu, a.model, threads_here, nodes, batch,
-                                    ping_pong, coalesce, a.placement)
+                                    ping_pong, coalesce, a.placement,
+                                    set(range(threads_here)) if a.pin else None)
         procs.append(server)
         unit = tokenize(port, TEXT)
         # prompt + max_tokens must fit the model's context (8192 for SmolLM2): a depth
