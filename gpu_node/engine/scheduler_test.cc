@@ -64,6 +64,21 @@ double Value(const prometheus::Registry& registry, const std::string& series) {
   return std::stod(text.substr(at + series.size() + 2));
 }
 
+// Wraps `cb` so that the request's first token notifies `started` and then waits for `release`:
+// the request stays running at a known point while the test arranges what it checks (the tiny
+// model could otherwise finish before a loaded machine gets there).
+RequestCallbacks HoldFirstToken(RequestCallbacks cb, absl::Notification* started,
+                                absl::Notification* release) {
+  cb.on_token = [started, release, inner = std::move(cb.on_token)](const TokenOutput& t) {
+    if (!started->HasBeenNotified()) {
+      started->Notify();
+      release->WaitForNotification();
+    }
+    inner(t);
+  };
+  return cb;
+}
+
 GenerateRequest Request(const Engine& e, const std::string& text, int64_t max_tokens,
                         float temperature, uint64_t seed) {
   GenerateRequest req;
@@ -126,23 +141,16 @@ TEST(SchedulerTest, QueueLimitCancellationErrorsAndShutdown) {
   ServingMetrics metrics(registry);
   Scheduler scheduler(engine.get(), {.max_batch = 1, .max_queue = 2}, &metrics);
   // A long request holds the only batch place; two wait; the fourth is refused. The long request
-  // holds its first token until the refusal has been checked: the tiny model could otherwise
-  // finish all 200 tokens before the fourth submission (a race that a loaded CI machine lost).
+  // holds its first token until the refusal has been checked (a loaded CI machine once saw it
+  // finish all 200 tokens before the fourth submission).
   Outcome first, second, third;
   absl::Notification first_started, refusal_checked;
-  RequestCallbacks first_held = first.Callbacks();
-  first_held.on_token = [&, inner = first_held.on_token](const TokenOutput& t) {
-    if (!first_started.HasBeenNotified()) {
-      first_started.Notify();
-      refusal_checked.WaitForNotification();
-    }
-    inner(t);
-  };
   // A failed ASSERT below must not leave the scheduler thread held (the test would hang).
   absl::Cleanup release_first = [&refusal_checked] {
     if (!refusal_checked.HasBeenNotified()) refusal_checked.Notify();
   };
-  auto h1 = scheduler.Submit(Request(*engine, "a long one", 200, 0, 1), std::move(first_held));
+  auto h1 = scheduler.Submit(Request(*engine, "a long one", 200, 0, 1),
+                             HoldFirstToken(first.Callbacks(), &first_started, &refusal_checked));
   ASSERT_TRUE(h1.ok());
   first_started.WaitForNotification();
   auto h2 = scheduler.Submit(Request(*engine, "bad", 5, -1.0f, 1), second.Callbacks());
@@ -169,19 +177,13 @@ TEST(SchedulerTest, QueueLimitCancellationErrorsAndShutdown) {
   EXPECT_TRUE(third.tokens.empty());
 
   // Shutdown with no grace aborts a running request; later submissions are refused. The request
-  // holds its first token until the shutdown has begun, so that the tiny model cannot finish it
-  // first (a race that a loaded machine lost).
+  // holds its first token until the shutdown has begun.
   Outcome last;
   absl::Notification first_token, shutdown_begun;
-  RequestCallbacks held = last.Callbacks();
-  held.on_token = [&, inner = held.on_token](const TokenOutput& t) {
-    if (!first_token.HasBeenNotified()) {
-      first_token.Notify();
-      shutdown_begun.WaitForNotification();
-    }
-    inner(t);
-  };
-  ASSERT_TRUE(scheduler.Submit(Request(*engine, "cut short", 250, 0, 1), std::move(held)).ok());
+  ASSERT_TRUE(scheduler
+                  .Submit(Request(*engine, "cut short", 250, 0, 1),
+                          HoldFirstToken(last.Callbacks(), &first_token, &shutdown_begun))
+                  .ok());
   first_token.WaitForNotification();
   std::thread stopper([&scheduler] { scheduler.Shutdown(absl::ZeroDuration()); });
   while (!scheduler.stopping()) absl::SleepFor(absl::Milliseconds(1));
