@@ -39,15 +39,17 @@ def mean_and_se(xs):
 
 
 def ruler(path, out_dir):
+    """Accuracy vs keys touched, one PNG per length. Per setup one panel of the methods with the
+    most rows (split_complete, the tables' rule), and, where an extension ran some methods on
+    fewer samples, a second panel with every method on the (task, sample) pairs they all have."""
     rows = [json.loads(line) for line in open(path) if line.strip()]
     by_len = collections.defaultdict(list)
     for r in rows:
         by_len[r["length"]].append(r)
     written = []
     for length, rs in sorted(by_len.items()):
-        setups = sorted({r["setup"] for r in rs})
-        fig, axes = plt.subplots(1, len(setups), figsize=(5.2 * len(setups), 4), squeeze=False)
-        for ax, setup in zip(axes[0], setups):
+        panels = []  # (setup, per, fam, methods, subset?)
+        for setup in sorted({r["setup"] for r in rs}):
             per = collections.defaultdict(dict)  # method -> {(task, index): (score, density)}
             fam = {}
             for r in rs:
@@ -56,11 +58,17 @@ def ruler(path, out_dir):
                 per[r["method"]][(r["task"], r["index"])] = (100 * r["score"], r["density"])
                 fam[r["method"]] = r["family"]
             # Methods run on fewer tasks (leftovers of an interrupted, differently configured run)
-            # are left out, and every point averages the (task, sample) pairs that all plotted
-            # methods have, so that points compare like with like when a run added methods to
-            # only some samples.
+            # are left out of both panels.
             n_tasks = {m: len({t for (t, _) in per[m]}) for m in fam}
-            methods = sorted(m for m in fam if n_tasks[m] == max(n_tasks.values()))
+            all_tasks = sorted(m for m in fam if n_tasks[m] == max(n_tasks.values()))
+            complete, short = split_complete({m: len(per[m]) for m in all_tasks})
+            panels.append((setup, per, fam, sorted(complete), False))
+            if short:
+                panels.append((setup, per, fam, all_tasks, True))
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4), squeeze=False)
+        for ax, (setup, per, fam, methods, subset) in zip(axes[0], panels):
+            # Every point averages the (task, sample) pairs that all plotted methods have, so that
+            # points compare like with like.
             pairs = set.intersection(*(set(per[m]) for m in methods))
             common = sorted({t for (t, _) in pairs})
             n_samples = min(sum(1 for (t, _) in pairs if t == task) for task in common)
@@ -88,7 +96,9 @@ def ruler(path, out_dir):
             ax.margins(x=0.12, y=0.15)
             ax.set_xlabel("keys touched / offloaded (%)")
             ax.set_ylabel(f"score, mean over {len(common)} tasks (>= {n_samples} samples each)")
-            ax.set_title(f"RULER-like {length // 1024}K, setup {setup}")
+            title = f"RULER-like {length // 1024}K, setup {setup}"
+            ax.set_title(title + (f": all methods, {n_samples} samples" if subset else ""),
+                         fontsize=10 if subset else None)
             ax.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
         name = os.path.join(out_dir, f"eval_ruler_{length // 1024}k.png")
