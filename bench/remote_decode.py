@@ -40,6 +40,17 @@ def pinned_to(cores):
     return lambda: os.sched_setaffinity(0, cores)
 
 
+def core_plan(a, n_nodes):
+    """The compute node's (or the embedded run's) thread count, and with --pin its cores and each
+    node's: the compute node on the first cores, node i on the next --node-threads cores each."""
+    threads_here = a.remote_threads if n_nodes and a.remote_threads else a.threads
+    if not a.pin:
+        return threads_here, None, [None] * n_nodes
+    firsts = [threads_here + i * a.node_threads for i in range(n_nodes)]
+    return (threads_here, set(range(threads_here)),
+            [set(range(f, f + a.node_threads)) for f in firsts])
+
+
 def start_node(node, threads, cores=None):
     p = subprocess.Popen([node, "--listen", "127.0.0.1:0", "--metrics-listen", "off",
                           "--memory-budget", "4G", "--threads", str(threads)],
@@ -154,8 +165,8 @@ def main():
                          "the median ratio of each remote configuration to embedded")
     a = ap.parse_args()
     if a.pin:
-        most_nodes = max(int(c) for c in a.configs.split(","))
-        need = max(a.threads, a.remote_threads or a.threads) + most_nodes * a.node_threads
+        plans = [core_plan(a, int(c)) for c in a.configs.split(",")]
+        need = max(len(set.union(here, *nodes)) for _, here, nodes in plans)
         if need > len(os.sched_getaffinity(0)):
             ap.error("--pin needs %d cores, this process may use %d" % (
                 need, len(os.sched_getaffinity(0))))
@@ -209,16 +220,13 @@ def one_run(a, depth, batch, n_nodes, ping_pong, coalesce):
     """One configuration: prints its table row and returns its aggregate tok/s (0 on failure)."""
     procs, nodes = [], []
     try:
-        threads_here = a.remote_threads if n_nodes and a.remote_threads else a.threads
-        for i in range(n_nodes):
-            first = threads_here + i * a.node_threads
-            cores = set(range(first, first + a.node_threads)) if a.pin else None
+        threads_here, cores_here, node_cores = core_plan(a, n_nodes)
+        for cores in node_cores:
             p, addr = start_node(a.attn, a.node_threads, cores)
             procs.append(p)
             nodes.append(addr)
         server, port = start_server(a.gpu, a.model, threads_here, nodes, batch,
-                                    ping_pong, coalesce, a.placement,
-                                    set(range(threads_here)) if a.pin else None)
+                                    ping_pong, coalesce, a.placement, cores_here)
         procs.append(server)
         unit = tokenize(port, TEXT)
         # prompt + max_tokens must fit the model's context (8192 for SmolLM2): a depth
