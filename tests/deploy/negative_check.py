@@ -60,6 +60,9 @@ MUTATIONS = [
     ("file outside the kustomization", "deploy/base/kustomization.yaml",
      "      - fetch-model\n", "      - ../../scripts/fetch-model\n", "render",
      "is not in or below"),
+    ("misspelt kustomization field", "deploy/overlays/cuda/kustomization.yaml",
+     "patches:\n  - path: gpu-node-gpu.yaml", "patch:\n  - path: gpu-node-gpu.yaml", "render",
+     'unknown field "patch"'),
     ("ServiceMonitor port", "deploy/monitoring/servicemonitor-attn-node.yaml",
      "    - port: metrics", "    - port: prom", "monitoring", "endpoint port prom"),
     ("metric not in the contract", "deploy/grafana/magicpig-dashboard.json",
@@ -113,9 +116,10 @@ def copy_tree(src, dst):
     shutil.copytree(src, dst, ignore=ignore, symlinks=True)
 
 
-def run_check(root, no_kubectl=True):
-    cmd = [sys.executable, CHECK, "--root", root] + (["--no-kubectl"] if no_kubectl else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def run_check(root):
+    # The kubectl is check_deploy.py's default: $MAGICPIG_KUBECTL (scripts/check-deploy sets it),
+    # else the one next to this Python (the venv's).
+    proc = subprocess.run([sys.executable, CHECK, "--root", root], capture_output=True, text=True)
     return proc.returncode, proc.stdout + proc.stderr
 
 
