@@ -1,8 +1,8 @@
-// magicpig_attn_node: the attention node's thin main (DESIGN §4, §5). Parses flags, starts an
-// AttentionServer, prints "listening on HOST:PORT" on stdout (and "metrics on HOST:PORT", the
-// HTTP /metrics and probe port, on stderr), and on SIGTERM / SIGINT drains
-// (stops admitting, NOT_SERVING on the health service), shuts down with a grace deadline and
-// exits 0. With --health it is instead a probe of a running node (see node_flags.h).
+// magicpig_attn_node: the attention node's thin main (docs/architecture.md §8, §9). Parses flags,
+// starts an AttentionServer, prints "listening on HOST:PORT" on stdout (and "metrics on HOST:PORT",
+// the HTTP /metrics and probe port, on stderr), and on SIGTERM / SIGINT drains (stops admitting,
+// NOT_SERVING on the health service), shuts down with a grace deadline and exits 0. With --health
+// it is instead a probe of a running node (see node_flags.h).
 #include <pthread.h>
 #include <signal.h>
 

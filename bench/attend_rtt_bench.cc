@@ -19,12 +19,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "attn_node/core/simhash.h"
+#include "common/attention/code_packing.h"
+#include "common/attention/simhash.h"
 #include "common/cli_args.h"
-#include "common/code_packing.h"
-#include "gpu_node/engine/remote_attention_shards.h"
+#include "gpu_node/remote/remote_attention_shards.h"
 
 namespace magicpig {
+
+using ::magicpig::attention::PackCodes;
+using ::magicpig::attention::PartialAttention;
+using ::magicpig::attention::SimHash;
 namespace {
 
 constexpr int kKv = 3, kGroup = 3, kD = 64, kK = 10, kL = 150;
@@ -79,7 +83,7 @@ int Run(const CliArgs& args) {
     std::fprintf(stderr, "--steps must be >= 10 and --tokens >= 1\n");
     return 2;
   }
-  engine::AttentionNodeClient node(args.Get("node"));
+  remote::AttentionNodeClient node(args.Get("node"));
   std::mt19937 rng(7);
   auto hash = SimHash::Create(kD, kK, kL, 1234);
   if (!hash.ok()) return 1;
@@ -138,7 +142,7 @@ int Run(const CliArgs& args) {
     std::vector<float> values = Randn(keys.size(), rng);
     std::vector<uint16_t> codes(static_cast<size_t>(kKv * n * kL));
     if (!hash->Codes(keys.data(), kKv * n, kD, codes.data()).ok()) return 1;
-    engine::RemoteAttentionShards shards({&node}, "rtt-shards", Shape(), 0, 0);
+    remote::RemoteAttentionShards shards({&node}, "rtt-shards", Shape(), 0, 0);
     absl::Status s = shards.Append(0, 0, n, keys.data(), values.data(), codes.data());
     std::vector<PartialAttention> out(kHeads);
     std::vector<double> us;

@@ -84,18 +84,32 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "attn_node/core/attention_runner.h"
-#include "attn_node/core/estimators.h"
-#include "attn_node/core/kv_shard.h"
-#include "attn_node/core/lsh_tables.h"
-#include "attn_node/core/partial_attention.h"
-#include "attn_node/core/simhash.h"
+#include "common/attention/attention_runner.h"
+#include "common/attention/estimators.h"
+#include "common/attention/kv_shard.h"
+#include "common/attention/lsh_tables.h"
+#include "common/attention/partial_attention.h"
+#include "common/attention/simhash.h"
 #include "common/cpu_features.h"
 #include "common/half.h"
 #include "tbb/parallel_for.h"
 #include "tbb/task_arena.h"
 
 namespace magicpig {
+
+using ::magicpig::attention::AttentionRunner;
+using ::magicpig::attention::Estimator;
+using ::magicpig::attention::FullEstimator;
+using ::magicpig::attention::GroupWork;
+using ::magicpig::attention::KvShard;
+using ::magicpig::attention::KvStorage;
+using ::magicpig::attention::LshScratch;
+using ::magicpig::attention::LshTables;
+using ::magicpig::attention::MagicPigEstimator;
+using ::magicpig::attention::OracleEstimator;
+using ::magicpig::attention::PartialAttention;
+using ::magicpig::attention::SimHash;
+using ::magicpig::attention::TopKEstimator;
 namespace {
 
 constexpr int kQHeads = 32;

@@ -1,4 +1,4 @@
-#include "tests/accuracy/accuracy_eval.h"
+#include "eval/accuracy_eval.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,12 +8,25 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "attn_node/core/estimators.h"
-#include "attn_node/core/inclusion_probability.h"
-#include "attn_node/core/partial_attention.h"
+#include "common/attention/estimators.h"
+#include "common/attention/inclusion_probability.h"
+#include "common/attention/partial_attention.h"
 #include "common/status_macros.h"
 
 namespace magicpig::accuracy {
+
+using ::magicpig::attention::EmptyPartial;
+using ::magicpig::attention::EstimatorScratch;
+using ::magicpig::attention::FullEstimator;
+using ::magicpig::attention::InclusionProbability;
+using ::magicpig::attention::KvShard;
+using ::magicpig::attention::LogInclusionWeight;
+using ::magicpig::attention::MagicPigEstimator;
+using ::magicpig::attention::MergePartials;
+using ::magicpig::attention::OracleEstimator;
+using ::magicpig::attention::PartialAttention;
+using ::magicpig::attention::SimHash;
+using ::magicpig::attention::TopKEstimator;
 namespace {
 
 double RelL2(const std::vector<float>& est, const std::vector<float>& ref) {
@@ -110,7 +123,8 @@ absl::StatusOr<HeadEvaluator> HeadEvaluator::Create(std::vector<float> keys,
     return absl::InvalidArgumentError("keys and values must be [n][d]");
   }
   const int64_t n_off = n - n_sink - n_local;
-  // c = mean post-RoPE key of the offloaded region [n_sink, n - n_local) (spec §4), in float64.
+  // c = mean post-RoPE key of the offloaded region [n_sink, n - n_local) (docs/architecture.md
+  // §4.2), in float64.
   std::vector<double> acc(static_cast<size_t>(d), 0.0);
   for (int64_t i = n_sink; i < n - n_local; ++i) {
     for (int64_t t = 0; t < d; ++t) acc[t] += keys[i * d + t];

@@ -1,9 +1,9 @@
 // Per-query accuracy of MagicPIG against oracle sampling and top-k at the same budget, for the
 // attention accuracy tests of issue #3 (synthetic geometry and real SmolLM2 keys).
 //
-// Setting (reference spec §4, §6, §7): one kv head's raw post-RoPE keys k_0..k_{n-1} and values.
-// The static tokens are the first `n_sink` positions and the last `n_local` positions; the
-// offloaded region is [n_sink, n - n_local). Its mean key c centres every key (offloaded and
+// Setting (docs/architecture.md §4.2, §4.4, §4.5): one kv head's raw post-RoPE keys k_0..k_{n-1}
+// and values. The static tokens are the first `n_sink` positions and the last `n_local` positions;
+// the offloaded region is [n_sink, n - n_local). Its mean key c centres every key (offloaded and
 // static alike), the query stays raw, and the scale is the caller's (1/sqrt(d) for llama-family).
 //
 // For one query q that sees keys [0, visible) (visible >= n - n_local, so the whole offloaded
@@ -19,7 +19,8 @@
 //                 the tables' correlated draws add.
 //   - reference = exact attention over all visible keys, computed from the *uncentred* keys in an
 //                 independent shard (so a centering inconsistency would show up as error).
-// Each estimator's part is LSE-merged with the static part, as the system does (spec §8), and
+// Each estimator's part is LSE-merged with the static part, as the system does
+// (docs/architecture.md §5.2), and
 //   err = |o_merged - o_ref| / |o_ref|           (the output the model would see),
 // while err_off compares the estimator's part alone with exact attention over the offloaded region
 // (isolates the estimator from the static part, which usually holds the sink's large mass).
@@ -28,8 +29,8 @@
 //
 // Thread-safety: Evaluate is const and keeps no shared mutable state; the SimHash passed to Create
 // must outlive the evaluator.
-#ifndef MAGICPIG_TESTS_ACCURACY_ACCURACY_EVAL_H_
-#define MAGICPIG_TESTS_ACCURACY_ACCURACY_EVAL_H_
+#ifndef MAGICPIG_EVAL_ACCURACY_EVAL_H_
+#define MAGICPIG_EVAL_ACCURACY_EVAL_H_
 
 #include <cstdint>
 #include <string>
@@ -37,8 +38,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "attn_node/core/kv_shard.h"
-#include "attn_node/core/simhash.h"
+#include "common/attention/kv_shard.h"
+#include "common/attention/simhash.h"
 
 namespace magicpig::accuracy {
 
@@ -63,8 +64,8 @@ class HeadEvaluator {
   // keys, values: [n][d] row-major, one kv head in position order; d = hash.dim().
   // INVALID_ARGUMENT unless n > n_sink + n_local (a non-empty offloaded region).
   static absl::StatusOr<HeadEvaluator> Create(std::vector<float> keys, std::vector<float> values,
-                                              int64_t n, const SimHash& hash, int64_t n_sink = 4,
-                                              int64_t n_local = 64);
+                                              int64_t n, const attention::SimHash& hash,
+                                              int64_t n_sink = 4, int64_t n_local = 64);
 
   // INVALID_ARGUMENT unless n - n_local <= visible <= n.
   absl::StatusOr<QueryErrors> Evaluate(const float* q, int64_t visible, float scale,
@@ -73,12 +74,12 @@ class HeadEvaluator {
   int64_t n() const { return n_; }
   int64_t n_off() const { return offloaded_.size(); }
   const std::vector<float>& center() const { return center_; }
-  const KvShard& offloaded() const { return offloaded_; }
+  const attention::KvShard& offloaded() const { return offloaded_; }
 
  private:
   HeadEvaluator(std::vector<float> keys, std::vector<float> values, int64_t n, int64_t d,
-                const SimHash* hash, SimHash tiny, int64_t n_sink, int64_t n_local,
-                std::vector<float> center, KvShard offloaded)
+                const attention::SimHash* hash, attention::SimHash tiny, int64_t n_sink,
+                int64_t n_local, std::vector<float> center, attention::KvShard offloaded)
       : keys_(std::move(keys)),
         values_(std::move(values)),
         n_(n),
@@ -92,11 +93,11 @@ class HeadEvaluator {
 
   std::vector<float> keys_, values_;
   int64_t n_, d_;
-  const SimHash* hash_;
-  SimHash tiny_;  // K = L = 1: shards that are only attended exactly need some tables
+  const attention::SimHash* hash_;
+  attention::SimHash tiny_;  // K = L = 1: shards that are only attended exactly need some tables
   int64_t n_sink_, n_local_;
   std::vector<float> center_;
-  KvShard offloaded_;
+  attention::KvShard offloaded_;
 };
 
 // Means over a set of queries (of one head, or pooled): each field is the mean of the same field
@@ -114,4 +115,4 @@ std::string FormatSummary(const ErrorSummary& s);
 
 }  // namespace magicpig::accuracy
 
-#endif  // MAGICPIG_TESTS_ACCURACY_ACCURACY_EVAL_H_
+#endif  // MAGICPIG_EVAL_ACCURACY_EVAL_H_

@@ -13,13 +13,15 @@
 #include "absl/strings/str_format.h"
 #include "common/json/serialize.h"
 #include "common/status_macros.h"
+#include "eval/accuracy_eval.h"
 #include "eval/evaluators.h"
+#include "eval/qk_dump.h"
 #include "eval/tasks.h"
 #include "gpu_node/engine/attention_router.h"
-#include "tests/accuracy/accuracy_eval.h"
-#include "tests/accuracy/qk_dump.h"
 
 namespace magicpig::eval {
+
+using ::magicpig::attention::SimHash;
 
 namespace {
 

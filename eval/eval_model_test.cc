@@ -37,7 +37,7 @@ class EvalModelTest : public ::testing::Test {
     engine::EngineOptions eo;
     eo.model_path = ModelPath();
     eo.num_threads = 2;
-    eo.attention.mode = engine::AttentionMode::kFull;
+    eo.attention.mode = attention::EstimatorKind::kFull;
     auto e = engine::Engine::Load(eo);
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
@@ -83,8 +83,9 @@ TEST_F(EvalModelTest, ForkMatchesEngineGenerate) {
   ForkDecoder dec(engine.get(), 2);
   absl::StatusOr<Prefix> prefix = dec.Prefill(p->tokens, p->tokens.size());
   ASSERT_TRUE(prefix.ok()) << prefix.status();
-  for (engine::AttentionMode mode : {engine::AttentionMode::kFull, engine::AttentionMode::kMagicPig,
-                                     engine::AttentionMode::kTopK}) {
+  for (attention::EstimatorKind mode :
+       {attention::EstimatorKind::kFull, attention::EstimatorKind::kMagicPig,
+        attention::EstimatorKind::kTopK}) {
     engine::SparseAttentionOptions a;
     a.mode = mode;
     engine::GenerateRequest req;
@@ -103,8 +104,8 @@ TEST_F(EvalModelTest, ForkMatchesEngineGenerate) {
         ASSERT_TRUE((*b)->Feed(got.back()).ok());
       }
     }
-    EXPECT_EQ(got, want->tokens) << engine::AttentionModeName(mode);
-    if (mode != engine::AttentionMode::kFull) {
+    EXPECT_EQ(got, want->tokens) << attention::EstimatorName(mode);
+    if (mode != attention::EstimatorKind::kFull) {
       EXPECT_EQ((*b)->keys_touched(), want->stats.attention_keys_touched);
       EXPECT_EQ((*b)->keys_offloaded(), want->stats.attention_keys_offloaded);
       EXPECT_GT((*b)->keys_touched(), 0);
@@ -135,12 +136,12 @@ TEST_F(EvalModelTest, FeedBatchGivesEachBranchItsOwnLogits) {
   }
   struct Spec {
     int prefix;
-    engine::AttentionMode mode;
+    attention::EstimatorKind mode;
   };
-  const std::vector<Spec> specs = {{0, engine::AttentionMode::kFull},
-                                   {0, engine::AttentionMode::kMagicPig},
-                                   {1, engine::AttentionMode::kFull},
-                                   {1, engine::AttentionMode::kTopK}};
+  const std::vector<Spec> specs = {{0, attention::EstimatorKind::kFull},
+                                   {0, attention::EstimatorKind::kMagicPig},
+                                   {1, attention::EstimatorKind::kFull},
+                                   {1, attention::EstimatorKind::kTopK}};
   auto fork_all = [&] {
     std::vector<std::unique_ptr<Branch>> out;
     for (const Spec& sp : specs) {

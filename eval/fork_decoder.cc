@@ -4,13 +4,15 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/attention/local_attention_shards.h"
 #include "common/status_macros.h"
-#include "gpu_node/engine/local_attention_shards.h"
 #include "gpu_node/engine/sampler.h"
 
 namespace magicpig::eval {
 
-using engine::AttentionMode;
+using ::magicpig::attention::AttentionRunner;
+using ::magicpig::attention::SimHash;
+
 using engine::KvCache;
 
 Branch::~Branch() {
@@ -88,27 +90,18 @@ absl::StatusOr<std::unique_ptr<Branch>> ForkDecoder::Fork(
   b->transformer_ = transformer_.get();
   b->logits_ = prefix.logits;
   MAGICPIG_ASSIGN_OR_RETURN(b->kv_, Copy(prefix, prefix.size() + extra));
-  if (attention.mode == AttentionMode::kFull) return b;
+  if (!attention::SpecOf(attention.mode).sparse) return b;
   // As Engine::SetUpSparseAttention (embedded).
   MAGICPIG_ASSIGN_OR_RETURN(
       SimHash h, SimHash::Create(c.head_dim, attention.lsh_k, attention.lsh_l, attention.lsh_seed));
   b->hash_ = std::make_unique<SimHash>(std::move(h));
-  const int64_t offloaded =
-      std::max<int64_t>(1, prefix.size() - attention.n_sinks - attention.n_local);
-  b->offloaded_at_fork_ = offloaded;
-  b->budget_ = attention.budget > 0 ? attention.budget : std::max<int64_t>(1, offloaded / 50);
-  switch (attention.mode) {
-    case AttentionMode::kMagicPig:
-      b->estimator_ = std::make_unique<MagicPigEstimator>(attention.lsh_k, attention.lsh_l);
-      break;
-    case AttentionMode::kTopK:
-      b->estimator_ = std::make_unique<TopKEstimator>(b->budget_);
-      break;
-    default:
-      b->estimator_ = std::make_unique<OracleEstimator>(b->budget_, attention.lsh_seed);
-      break;
-  }
-  b->shards_ = std::make_unique<engine::LocalAttentionShards>(
+  const int64_t offloaded = prefix.size() - attention.n_sinks - attention.n_local;
+  b->offloaded_at_fork_ = std::max<int64_t>(1, offloaded);
+  const attention::EstimatorParams params = attention.estimator_params();
+  b->budget_ = attention::EstimatorBudget(attention.mode, params, offloaded);
+  MAGICPIG_ASSIGN_OR_RETURN(b->estimator_,
+                            attention::MakeEstimator(attention.mode, params, offloaded));
+  b->shards_ = std::make_unique<attention::LocalAttentionShards>(
       c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim, attention.lsh_k,
       attention.lsh_l, attention.storage, attention.shard_block, b->estimator_.get(),
       runner_.get());

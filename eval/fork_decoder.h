@@ -26,9 +26,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "attn_node/core/attention_runner.h"
-#include "attn_node/core/estimators.h"
-#include "attn_node/core/simhash.h"
+#include "common/attention/attention_runner.h"
+#include "common/attention/estimators.h"
+#include "common/attention/simhash.h"
 #include "gpu_node/engine/attention_router.h"
 #include "gpu_node/engine/engine.h"
 #include "gpu_node/engine/kv_cache.h"
@@ -65,9 +65,9 @@ class Branch {
   Branch() = default;
   engine::Transformer* transformer_ = nullptr;
   std::unique_ptr<engine::KvCache> kv_;
-  std::unique_ptr<SimHash> hash_;
-  std::unique_ptr<Estimator> estimator_;
-  std::unique_ptr<engine::AttentionShards> shards_;
+  std::unique_ptr<attention::SimHash> hash_;
+  std::unique_ptr<const attention::Estimator> estimator_;
+  std::unique_ptr<attention::AttentionShards> shards_;
   std::unique_ptr<engine::SparseAttentionRouter> router_;
   std::vector<float> logits_;
   int64_t offloaded_at_fork_ = 0;
@@ -101,7 +101,7 @@ class ForkDecoder {
 
   engine::Engine* engine_;
   std::unique_ptr<engine::Transformer> transformer_;
-  std::unique_ptr<AttentionRunner> runner_;
+  std::unique_ptr<attention::AttentionRunner> runner_;
   int64_t prefill_chunk_;
 };
 

@@ -118,7 +118,7 @@ def split_complete(counts):
 
 
 def agreement(path):
-    """Free-running greedy agreement with full attention (spec §6.2), as a markdown table: the
+    """Free-running greedy agreement with full attention (docs/evaluation.md), as a markdown table: the
     share of (task, sample) whose output equals full's, and the mean length of the common prefix
     in characters (outputs are compared as text; early-stopped outputs are prefixes)."""
     rows = [json.loads(line) for line in open(path) if line.strip()]

@@ -18,8 +18,6 @@ namespace magicpig::eval {
 
 namespace {
 
-using engine::AttentionMode;
-
 void LogSoftmax(const std::vector<float>& logits, std::vector<float>* out) {
   float max = -std::numeric_limits<float>::infinity();
   for (float v : logits) max = std::max(max, v);
@@ -61,7 +59,7 @@ absl::Status RunPpl(const PplOptions& o, std::ostream& out) {
   engine::EngineOptions eo;
   eo.model_path = o.model_path;
   eo.num_threads = o.threads;
-  eo.attention.mode = AttentionMode::kFull;
+  eo.attention.mode = attention::EstimatorKind::kFull;
   MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, engine::Engine::Load(eo));
   ForkDecoder decoder(engine.get(), o.threads);
   const int64_t max_p = *std::max_element(o.prefixes.begin(), o.prefixes.end());
@@ -107,7 +105,7 @@ absl::Status RunPpl(const PplOptions& o, std::ostream& out) {
       std::vector<float> lp;
       std::vector<double> kls;
       double nll = 0, top1 = 0;
-      const bool is_full = a.mode == AttentionMode::kFull;
+      const bool is_full = a.mode == attention::EstimatorKind::kFull;
       for (int64_t j = 0; j < o.steps; ++j) {
         MAGICPIG_RETURN_IF_ERROR(b->Feed(tokens[static_cast<size_t>(p + j)]));
         const int32_t target = tokens[static_cast<size_t>(p + j + 1)];
@@ -140,7 +138,7 @@ absl::Status RunPpl(const PplOptions& o, std::ostream& out) {
       r.density = b->keys_offloaded() > 0
                       ? static_cast<double>(b->keys_touched()) / b->keys_offloaded()
                       : (is_full ? 1.0 : 0.0);
-      r.budget = is_full || a.mode == AttentionMode::kMagicPig ? 0 : b->budget();
+      r.budget = b->budget();  // 0 for estimators without a budget
       if (!o.quiet) {
         std::cerr << absl::StrFormat(
             "  P=%d %-18s seed %-5d ppl %8.3f  KL %.4f  top1 %.3f  density %.2f%%  %.1fs\n", p,
@@ -151,7 +149,7 @@ absl::Status RunPpl(const PplOptions& o, std::ostream& out) {
     };
     {
       engine::SparseAttentionOptions a = OneBlock();
-      a.mode = AttentionMode::kFull;
+      a.mode = attention::EstimatorKind::kFull;
       MAGICPIG_RETURN_IF_ERROR(run_mode(RunStats{"full", "full"}, a));
     }
     for (const LshConfig& c : o.configs) {
@@ -159,7 +157,7 @@ absl::Status RunPpl(const PplOptions& o, std::ostream& out) {
       double density_sum = 0;
       for (uint64_t seed : o.lsh_seeds) {
         engine::SparseAttentionOptions a = OneBlock();
-        a.mode = AttentionMode::kMagicPig;
+        a.mode = attention::EstimatorKind::kMagicPig;
         a.lsh_k = c.first;
         a.lsh_l = c.second;
         a.lsh_seed = seed;
@@ -173,16 +171,16 @@ absl::Status RunPpl(const PplOptions& o, std::ostream& out) {
       const int64_t budget = std::max<int64_t>(1, std::llround(density * n_off));
       for (const char* fam : {"topk", "oracle"}) {
         engine::SparseAttentionOptions a = OneBlock();
-        a.mode = std::string(fam) == "topk" ? AttentionMode::kTopK : AttentionMode::kOracle;
+        MAGICPIG_ASSIGN_OR_RETURN(a.mode, attention::ParseEstimator(fam));
         a.lsh_k = c.first;
         a.lsh_l = c.second;
         a.budget = budget;
         // top-k is deterministic; oracle sampling draws with each seed, or by default only the
         // first, to bound the cost.
         const std::vector<uint64_t> seeds =
-            a.mode == AttentionMode::kTopK ? std::vector<uint64_t>{0}
-            : o.oracle_all_seeds           ? o.lsh_seeds
-                                           : std::vector<uint64_t>{o.lsh_seeds[0]};
+            a.mode == attention::EstimatorKind::kTopK ? std::vector<uint64_t>{0}
+            : o.oracle_all_seeds                      ? o.lsh_seeds
+                                                      : std::vector<uint64_t>{o.lsh_seeds[0]};
         for (uint64_t seed : seeds) {
           a.lsh_seed = seed == 0 ? 1234 : seed;
           MAGICPIG_RETURN_IF_ERROR(run_mode(RunStats{absl::StrCat(fam, "@", kl), fam, c, seed}, a));

@@ -1,4 +1,4 @@
-#include "tests/accuracy/qk_dump.h"
+#include "eval/qk_dump.h"
 
 #include <algorithm>
 #include <cstring>

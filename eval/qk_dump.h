@@ -21,8 +21,8 @@
 //     float32 queries[n_queries][n_head][head_dim]    (positions n_tokens - n_queries ...)
 //
 // Thread-safety: plain data and free functions.
-#ifndef MAGICPIG_TESTS_ACCURACY_QK_DUMP_H_
-#define MAGICPIG_TESTS_ACCURACY_QK_DUMP_H_
+#ifndef MAGICPIG_EVAL_QK_DUMP_H_
+#define MAGICPIG_EVAL_QK_DUMP_H_
 
 #include <cstdint>
 #include <string>
@@ -85,4 +85,4 @@ absl::StatusOr<QkDump> ReadQkDump(const std::string& path);
 
 }  // namespace magicpig::accuracy
 
-#endif  // MAGICPIG_TESTS_ACCURACY_QK_DUMP_H_
+#endif  // MAGICPIG_EVAL_QK_DUMP_H_

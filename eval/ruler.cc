@@ -25,7 +25,6 @@ namespace magicpig::eval {
 
 namespace {
 
-using engine::AttentionMode;
 using engine::SparseAttentionOptions;
 
 struct Method {
@@ -277,7 +276,7 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
   engine::EngineOptions eo;
   eo.model_path = o.model_path;
   eo.num_threads = o.threads;
-  eo.attention.mode = AttentionMode::kFull;
+  eo.attention.mode = attention::EstimatorKind::kFull;
   MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, engine::Engine::Load(eo));
   const PromptRenderer renderer(engine.get());
   ForkDecoder decoder(engine.get(), o.threads);
@@ -364,15 +363,13 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
             for (const Method* m : round) {
               SparseAttentionOptions a = OneBlock();
               a.lsh_seed = o.lsh_seed;
-              if (m->family == "full") {
-                a.mode = AttentionMode::kFull;
-              } else {
+              MAGICPIG_ASSIGN_OR_RETURN(a.mode, attention::ParseEstimator(m->family));
+              if (attention::SpecOf(a.mode).sparse) {
                 a.lsh_k = m->config.first;
                 a.lsh_l = m->config.second;
-                a.mode = m->family == "magicpig" ? AttentionMode::kMagicPig
-                         : m->family == "topk"   ? AttentionMode::kTopK
-                                                 : AttentionMode::kOracle;
-                if (m->family != "magicpig") a.budget = matched_budget[m->config];
+                if (attention::SpecOf(a.mode).default_budget != nullptr) {
+                  a.budget = matched_budget[m->config];
+                }
               }
               MAGICPIG_ASSIGN_OR_RETURN(
                   std::unique_ptr<Branch> b,
@@ -414,7 +411,7 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
               row.Set("family", m.family);
               row.Set("k", m.config.first);
               row.Set("l", m.config.second);
-              row.Set("budget", m.family == "topk" || m.family == "oracle" ? b->budget() : 0);
+              row.Set("budget", b->budget());
               row.Set("score", score);
               row.Set("prediction", g.text);
               row.Set("stop", g.stop);

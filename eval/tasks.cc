@@ -50,7 +50,7 @@ std::vector<std::string> ReadWordNetIndex(const std::string& path) {
   return {words.begin(), words.end()};
 }
 
-// Fallback when wordnet-base is not installed (spec §2.1 asks to state the substitution).
+// Fallback when wordnet-base is not installed (the substitution is stated in docs/evaluation.md).
 constexpr const char* kBuiltinAdjectives[] = {
     "able",    "ancient", "bold",   "brave",  "bright", "calm",   "clever", "cold",   "crisp",
     "curious", "dark",    "deep",   "eager",  "early",  "faint",  "fancy",  "gentle", "giant",

@@ -1,14 +1,14 @@
-// RULER-like long-context tasks, rebuilt offline (issue #6; ../shared/reference/eval-tasks.md
-// §1-§4).
+// RULER-like long-context tasks, rebuilt offline (docs/architecture.md
+// §15; the suite and its results: docs/evaluation.md).
 //
 // GenerateSample builds one sample of a task at a target length N: the task text (instruction,
 // haystack with needles, question), the answer prefix and the reference outputs. The haystack size
 // (lines, words, list entries, documents) is the largest n with
 //   count(input, question_offset, answer_prefix) + max_new_tokens <= N,
-// found by bisection per sample (spec §2.3) with the caller's token-count callback, so that the
+// found by bisection per sample with the caller's token-count callback, so that the
 // generator sizes prompts with the evaluated model's own tokenizer and chat template.
 //
-// Offline substitutes (spec §2.1, §2.2, §3.5), all deterministic:
+// Offline substitutes, all deterministic (listed in docs/evaluation.md):
 //   - word lists: Debian wordnet-base (/usr/share/wordnet/index.{noun,adj,verb}: lowercase,
 //     alphabetic, 3-10 letters, deduplicated and sorted); a small built-in list when it is absent
 //     (WordSource() says which);
@@ -16,8 +16,8 @@
 //     vocabulary, no digits, none of the needle-sentence words);
 //   - qa_1 / qa_2: the synthetic doc-QA substitute with invented entities, towns and persons.
 //
-// Scoring (spec §4): string_match_all (niah*, vt, cwe, fwe) and string_match_part (qa), after
-// stripping, control characters -> newline, case-insensitive.
+// Scoring (RULER's metrics): string_match_all (niah*, vt, cwe, fwe) and string_match_part (qa),
+// after stripping, control characters -> newline, case-insensitive.
 //
 // Thread-safety: free functions; the word lists are built once (thread-safe static).
 #ifndef MAGICPIG_EVAL_TASKS_H_
@@ -87,7 +87,7 @@ struct Sample {
 
 // The 13 task names, in report order (niah x8, vt, cwe, fwe, qa_1, qa_2).
 const std::vector<std::string>& RulerTasks();
-// Output cap per task (spec §4.3); 0 for an unknown task.
+// Output cap per task (RULER's per-task generation lengths); 0 for an unknown task.
 int64_t TaskMaxNewTokens(std::string_view task);
 
 // The seed of sample `index` of (task, length) from the base seed (42 by convention).
@@ -102,7 +102,7 @@ absl::StatusOr<Sample> GenerateSample(const std::string& task, int64_t length, i
 // "! " or "? ").
 std::string PseudoEssay(int64_t n_words, uint64_t seed);
 
-// Scoring (spec §4).
+// Scoring (RULER's metrics; see above).
 std::string NormalizePrediction(std::string_view prediction);
 double StringMatchAll(std::string_view prediction, const std::vector<std::string>& refs);
 double StringMatchPart(std::string_view prediction, const std::vector<std::string>& refs);

@@ -10,12 +10,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/cli_args.h"
 #include "gpu_node/engine/engine.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
 #include "tbb/parallel_reduce.h"
 #include "tbb/task_arena.h"
-#include "common/cli_args.h"
 
 namespace magicpig::tools {
 namespace {
@@ -97,7 +97,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   engine::EngineOptions options;
   options.model_path = a.Get("model");
   // Exact attention: the throughput baseline (the attention core has its own benchmark).
-  options.attention.mode = engine::AttentionMode::kFull;
+  options.attention.mode = attention::EstimatorKind::kFull;
   options.num_threads = static_cast<int>(*threads);
   int64_t max_depth = 1;
   for (int64_t d : depths) max_depth = std::max(max_depth, d);

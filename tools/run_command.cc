@@ -119,8 +119,8 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!result.ok()) return Fail(result.status());
   std::cout << "\n" << std::flush;
   const engine::GenerateStats& st = result->stats;
-  std::string attention(engine::AttentionModeName(options->attention.mode));
-  if (options->attention.mode == engine::AttentionMode::kMagicPig) {
+  std::string attention(attention::EstimatorName(options->attention.mode));
+  if (options->attention.mode == attention::EstimatorKind::kMagicPig) {
     attention += absl::StrFormat("(%d,%d)", options->attention.lsh_k, options->attention.lsh_l);
   }
   if (st.attention_keys_offloaded > 0) {

@@ -11,8 +11,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/attention/estimator_registry.h"
 
 namespace magicpig {
+
+using ::magicpig::attention::EstimatorKind;
+using ::magicpig::attention::KvStorage;
 
 namespace {
 
@@ -267,23 +271,6 @@ class AttendReactor final : public grpc::ServerBidiReactor<v1::AttendRequest, v1
   std::optional<grpc::Status> error_ ABSL_GUARDED_BY(mu_);
 };
 
-absl::StatusOr<EstimatorKind> EstimatorFromProto(v1::Estimator e) {
-  switch (e) {
-    case v1::ESTIMATOR_UNSPECIFIED:
-    case v1::ESTIMATOR_MAGICPIG:
-      return EstimatorKind::kMagicPig;
-    case v1::ESTIMATOR_FULL:
-      return EstimatorKind::kFull;
-    case v1::ESTIMATOR_TOPK:
-      return EstimatorKind::kTopK;
-    case v1::ESTIMATOR_ORACLE:
-      return EstimatorKind::kOracle;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("shape.estimator: unknown value ", static_cast<int>(e)));
-  }
-}
-
 absl::StatusOr<KvStorage> StorageFromProto(v1::KvDtype d) {
   switch (d) {
     case v1::KV_DTYPE_UNSPECIFIED:
@@ -313,7 +300,8 @@ absl::StatusOr<SequenceSpec> SequenceSpecFromProto(const v1::CreateSequenceReque
   absl::StatusOr<KvStorage> storage = StorageFromProto(shape.dtype());
   if (!storage.ok()) return storage.status();
   spec.storage = *storage;
-  absl::StatusOr<EstimatorKind> estimator = EstimatorFromProto(shape.estimator());
+  absl::StatusOr<EstimatorKind> estimator =
+      attention::EstimatorFromProtoValue(static_cast<int>(shape.estimator()));
   if (!estimator.ok()) return estimator.status();
   spec.estimator = *estimator;
   spec.budget = shape.budget();

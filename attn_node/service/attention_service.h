@@ -1,5 +1,5 @@
 // AttentionServiceImpl: magicpig.v1.AttentionService (proto/magicpig/v1/attention.proto) on the
-// gRPC callback API, a thin shell over a ShardStore (DESIGN §4, §5).
+// gRPC callback API, a thin shell over a ShardStore (docs/architecture.md §8, §9).
 //
 // - CreateSequence / ReleaseSequence: unary; the store call runs on the TaskExecutor and finishes
 //   the default reactor from there. NodeStatus answers inline (a few counters).

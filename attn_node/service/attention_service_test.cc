@@ -15,13 +15,23 @@
 #include <thread>
 #include <vector>
 
-#include "attn_node/core/estimators.h"
-#include "attn_node/core/kv_shard.h"
-#include "attn_node/core/simhash.h"
-#include "attn_node/service/service_test_util.h"
+#include "absl/strings/ascii.h"
+#include "common/attention/estimator_registry.h"
+#include "common/attention/estimators.h"
+#include "common/attention/kv_shard.h"
+#include "common/attention/simhash.h"
 #include "gtest/gtest.h"
+#include "tests/testing/service_test_util.h"
 
 namespace magicpig {
+
+using ::magicpig::attention::EstimatorScratch;
+using ::magicpig::attention::FullEstimator;
+using ::magicpig::attention::KvShard;
+using ::magicpig::attention::KvStorage;
+using ::magicpig::attention::MagicPigEstimator;
+using ::magicpig::attention::PartialAttention;
+using ::magicpig::attention::SimHash;
 namespace {
 
 using testing::Client;
@@ -32,6 +42,25 @@ using testing::MakeLayer;
 using testing::MakeQuery;
 
 constexpr int64_t kBudget = int64_t{1} << 30;
+
+// The registry's wire values are the proto's: value N of magicpig.v1.Estimator is named
+// ESTIMATOR_<NAME> for the registry entry with proto_value N, and every value but UNSPECIFIED has
+// an entry.
+TEST(EstimatorWireTest, RegistryMatchesTheProtoEnum) {
+  for (const attention::EstimatorSpec& s : attention::AllEstimators()) {
+    ASSERT_TRUE(v1::Estimator_IsValid(s.proto_value)) << s.name;
+    EXPECT_EQ(v1::Estimator_Name(static_cast<v1::Estimator>(s.proto_value)),
+              "ESTIMATOR_" + absl::AsciiStrToUpper(std::string(s.name)));
+  }
+  const auto* e = v1::Estimator_descriptor();
+  for (int i = 0; i < e->value_count(); ++i) {
+    const int v = e->value(i)->number();
+    if (v == v1::ESTIMATOR_UNSPECIFIED) continue;
+    auto kind = attention::EstimatorFromProtoValue(v);
+    ASSERT_TRUE(kind.ok()) << e->value(i)->name() << " has no registry entry";
+    EXPECT_EQ(attention::SpecOf(*kind).proto_value, v);
+  }
+}
 
 // A status check that names the code and a substring of the message.
 void ExpectStatus(const grpc::Status& s, grpc::StatusCode code, const std::string& field) {

@@ -6,20 +6,8 @@
 
 namespace magicpig {
 
-namespace {
-
-prometheus::Gauge& NewGauge(prometheus::Registry& r, const std::string& name,
-                            const std::string& help) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
-}
-
-prometheus::Histogram& NewHistogram(prometheus::Registry& r, const std::string& name,
-                                    const std::string& help,
-                                    const prometheus::Histogram::BucketBoundaries& buckets) {
-  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, buckets);
-}
-
-}  // namespace
+using metrics::NewGauge;
+using metrics::NewHistogram;
 
 NodeMetrics::NodeMetrics(prometheus::Registry& registry)
     : sequences_(NewGauge(registry, "magicpig_attn_sequences", "Sequence shards held")),

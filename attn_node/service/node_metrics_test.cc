@@ -18,14 +18,16 @@
 #include <string>
 #include <vector>
 
-#include "attn_node/core/simhash.h"
 #include "attn_node/service/attention_server.h"
-#include "attn_node/service/service_test_util.h"
+#include "common/attention/simhash.h"
 #include "common/http/test_client.h"
 #include "common/metrics/metrics.h"
 #include "gtest/gtest.h"
+#include "tests/testing/service_test_util.h"
 
 namespace magicpig {
+
+using ::magicpig::attention::SimHash;
 namespace {
 
 using testing::Client;

@@ -10,14 +10,25 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "attn_node/core/lsh_tables.h"
-#include "common/code_packing.h"
+#include "common/attention/code_packing.h"
+#include "common/attention/estimator_registry.h"
+#include "common/attention/lsh_tables.h"
 #include "common/status_macros.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
 #include "tbb/task_arena.h"
 
 namespace magicpig {
+
+using ::magicpig::attention::EmptyPartial;
+using ::magicpig::attention::Estimator;
+using ::magicpig::attention::EstimatorKind;
+using ::magicpig::attention::EstimatorScratch;
+using ::magicpig::attention::KvShard;
+using ::magicpig::attention::KvStorage;
+using ::magicpig::attention::LshTables;
+using ::magicpig::attention::PartialAttention;
+using ::magicpig::attention::UnpackCodes;
 
 namespace service_internal {
 
@@ -111,20 +122,6 @@ absl::Status DecodeCodes(std::string_view bytes, int64_t count, int k, std::stri
   absl::Status s = UnpackCodes(bytes, count, k, out->data());
   if (!s.ok()) return Invalid(field, std::string(s.message()));
   return absl::OkStatus();
-}
-
-std::unique_ptr<const Estimator> MakeEstimator(const SequenceSpec& s) {
-  switch (s.estimator) {
-    case EstimatorKind::kFull:
-      return std::make_unique<FullEstimator>();
-    case EstimatorKind::kTopK:
-      return std::make_unique<TopKEstimator>(s.budget);
-    case EstimatorKind::kOracle:
-      return std::make_unique<OracleEstimator>(s.budget, s.seed);
-    case EstimatorKind::kMagicPig:
-      break;
-  }
-  return std::make_unique<MagicPigEstimator>(s.lsh_k, s.lsh_l);
 }
 
 // Locks the distinct sequences of `seqs` in id order (shared or exclusive); unlocks on
@@ -226,16 +223,18 @@ absl::Status ValidateSequenceSpec(const SequenceSpec& s) {
   if (s.head_dim % 16 != 0) {
     return Invalid("shape.head_dim", absl::StrCat("must be a multiple of 16, got ", s.head_dim));
   }
-  if (!(st = range("shape.lsh_k", s.lsh_k, 1, kSimHashMaxK)).ok()) return st;
-  if (!(st = range("shape.lsh_l", s.lsh_l, kMinLshL, kSimHashMaxL)).ok()) return st;
+  if (!(st = attention::kLshK.Check(s.lsh_k, "shape.lsh_k")).ok()) return st;
+  if (!(st = attention::kLshL.Check(s.lsh_l, "shape.lsh_l")).ok()) return st;
   if (s.storage != KvStorage::kF32 && s.storage != KvStorage::kBf16) {
     return Invalid("shape.dtype", "unknown dtype");
   }
-  const bool budgeted =
-      s.estimator == EstimatorKind::kTopK || s.estimator == EstimatorKind::kOracle;
-  if (!(st = range("shape.budget", s.budget, budgeted ? 1 : 0, std::numeric_limits<int32_t>::max()))
-           .ok()) {
-    return st;
+  // A budgeted estimator is built with the budget the compute node resolved (>= 1).
+  const bool budgeted = attention::SpecOf(s.estimator).default_budget != nullptr;
+  if (!(st = attention::kBudget.Check(s.budget, "shape.budget")).ok()) return st;
+  if (budgeted && s.budget < 1) {
+    return Invalid(
+        "shape.budget",
+        absl::StrCat("must be >= 1 for ", Av(attention::EstimatorName(s.estimator)), ", got 0"));
   }
   if (!(st = range("token_begin", s.token_begin, 0, std::numeric_limits<int64_t>::max() / 2))
            .ok()) {
@@ -283,7 +282,14 @@ absl::StatusOr<int64_t> ShardStore::CreateSequence(const SequenceSpec& spec) {
   }
   seq->spec = spec;
   seq->reserved = estimate;
-  seq->estimator = MakeEstimator(spec);
+  // The compute node resolved the budget (>= 1 where the estimator takes one), so no offloaded
+  // count is needed here.
+  MAGICPIG_ASSIGN_OR_RETURN(
+      seq->estimator,
+      attention::MakeEstimator(
+          spec.estimator,
+          {.lsh_k = spec.lsh_k, .lsh_l = spec.lsh_l, .lsh_seed = spec.seed, .budget = spec.budget},
+          /*offloaded_keys=*/0));
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     seq->layer_index.emplace(spec.layers[i], static_cast<int>(i));
   }
@@ -625,7 +631,7 @@ absl::Status ShardStore::Attend(int32_t layer, float scale, std::span<const Quer
     if (absl::Status st = DecodeFloats(qv.q, heads * s.head_dim, field + ".q", &p.q); !st.ok()) {
       return st;
     }
-    if (s.estimator == EstimatorKind::kMagicPig || !qv.codes.empty()) {
+    if (attention::SpecOf(s.estimator).retrieves || !qv.codes.empty()) {
       if (absl::Status st =
               DecodeCodes(qv.codes, heads * s.lsh_l, s.lsh_k, field + ".codes", &p.codes);
           !st.ok()) {

@@ -1,6 +1,6 @@
-// ShardStore: the attention node's sequences and their KV shards, with memory admission (DESIGN
-// §4, §5, §7). The gRPC service (attention_service.h) is a thin shell over it; it speaks no proto,
-// so an in-process caller can drive it directly.
+// ShardStore: the attention node's sequences and their KV shards, with memory admission
+// (docs/architecture.md §8, §9.2). The gRPC service (attention_service.h) is a thin shell over it;
+// it speaks no proto, so an in-process caller can drive it directly.
 //
 // A sequence (SequenceSpec) holds one contiguous token range [token_begin, token_begin +
 // max_tokens) of a sequence of some compute node, for a set of sparse layers; per layer and kv
@@ -41,13 +41,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "attn_node/core/estimators.h"
-#include "attn_node/core/kv_shard.h"
+#include "common/attention/estimator_registry.h"
+#include "common/attention/estimators.h"
+#include "common/attention/kv_shard.h"
 #include "tbb/enumerable_thread_specific.h"
 
 namespace magicpig {
-
-enum class EstimatorKind { kMagicPig, kFull, kTopK, kOracle };
 
 // Limits of the wire contract (attention.proto) checked by ValidateSequenceSpec and Stage.
 inline constexpr int kMaxSequenceIdBytes = 128;
@@ -56,7 +55,6 @@ inline constexpr int kMaxLayerId = 65535;
 inline constexpr int kMaxKvHeads = 256;
 inline constexpr int kMaxGroup = 64;
 inline constexpr int kMaxHeadDim = 256;
-inline constexpr int kMinLshL = 2;
 inline constexpr int kMaxChunkTokens = 4096;
 inline constexpr int kMaxQueriesPerAttend = 4096;
 
@@ -69,8 +67,8 @@ struct SequenceSpec {
   int head_dim = 0;             // multiple of 16, 16 .. 256
   int lsh_k = 0;                // 1 .. 16
   int lsh_l = 0;                // 2 .. 512
-  KvStorage storage = KvStorage::kBf16;
-  EstimatorKind estimator = EstimatorKind::kMagicPig;
+  attention::KvStorage storage = attention::KvStorage::kBf16;
+  attention::EstimatorKind estimator = attention::EstimatorKind::kMagicPig;
   int64_t budget = 0;       // keys per head for topk / oracle (>= 1 there, >= 0 otherwise)
   uint64_t seed = 0;        // oracle sampling seed
   int64_t token_begin = 0;  // >= 0
@@ -125,7 +123,8 @@ class AppendStaging {
 
 struct AppendResult {
   int64_t tokens = 0;  // tokens held per (layer, kv head) for the last chunk's layer
-  int64_t bytes = 0;   // bytes held by the last chunk's sequence (its shards' KvShard::bytes())
+  int64_t bytes =
+      0;  // bytes held by the last chunk's sequence (its shards' attention::KvShard::bytes())
 };
 
 // One query of an Attend request (views into the message).
@@ -146,7 +145,7 @@ struct SequencePartialResult {
 struct StoreStats {
   int64_t memory_budget_bytes = 0;
   int64_t memory_used_bytes = 0;    // sum over sequences of max(reserved, actual)
-  int64_t memory_actual_bytes = 0;  // sum of the shards' KvShard::bytes()
+  int64_t memory_actual_bytes = 0;  // sum of the shards' attention::KvShard::bytes()
   // memory_actual_bytes split: LSH tables and pending codes (KvShard::table_bytes()), and the rest
   // (keys, values, norms, centers): kv_bytes + table_bytes == memory_actual_bytes.
   int64_t kv_bytes = 0;
@@ -226,7 +225,7 @@ class ShardStore {
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
 
   // Per worker thread estimator scratch for Attend.
-  tbb::enumerable_thread_specific<EstimatorScratch> scratch_;
+  tbb::enumerable_thread_specific<attention::EstimatorScratch> scratch_;
 };
 
 }  // namespace magicpig

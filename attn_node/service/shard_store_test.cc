@@ -9,11 +9,15 @@
 #include <tuple>
 #include <vector>
 
-#include "attn_node/core/simhash.h"
-#include "attn_node/service/service_test_util.h"
+#include "common/attention/simhash.h"
 #include "gtest/gtest.h"
+#include "tests/testing/service_test_util.h"
 
 namespace magicpig {
+
+using ::magicpig::attention::EstimatorKind;
+using ::magicpig::attention::KvStorage;
+using ::magicpig::attention::SimHash;
 namespace {
 
 using testing::LayerData;

@@ -1,5 +1,5 @@
-// TaskExecutor: the attention node's application executor (DESIGN §7, style anchor L67: never
-// block in a gRPC reaction). gRPC reactions hand attention, table builds and other store work to
+// TaskExecutor: the attention node's application executor (docs/architecture.md §14: never block in
+// a gRPC reaction). gRPC reactions hand attention, table builds and other store work to
 // it with Submit; the task runs inside the executor's own oneTBB task_arena of `threads` slots (so
 // the store's parallel loops use that arena's threads) and finishes the RPC from there.
 //

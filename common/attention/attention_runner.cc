@@ -1,4 +1,4 @@
-#include "attn_node/core/attention_runner.h"
+#include "common/attention/attention_runner.h"
 
 #include <atomic>
 #include <mutex>
@@ -7,7 +7,7 @@
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 
 AttentionRunner::AttentionRunner(int num_threads)
     : arena_(num_threads > 0 ? num_threads : tbb::task_arena::automatic) {}
@@ -40,4 +40,4 @@ absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const Gr
   return first_error;
 }
 
-}  // namespace magicpig
+}  // namespace magicpig::attention

@@ -1,23 +1,23 @@
 // AttentionRunner: runs one estimator over many (shard, GQA group) work items of a decode step in
-// parallel with oneTBB, each worker thread with its own reusable EstimatorScratch (DESIGN §7:
-// parallelism over (sequence, head) work items).
+// parallel with oneTBB, each worker thread with its own reusable EstimatorScratch
+// (docs/architecture.md §14: parallelism over (sequence, head) work items).
 //
 // Thread-safety: Run may be called from several threads at once (each worker uses only its own
 // scratch, one task at a time); the work items' shards must not be mutated during a Run.
-#ifndef MAGICPIG_ATTN_NODE_CORE_ATTENTION_RUNNER_H_
-#define MAGICPIG_ATTN_NODE_CORE_ATTENTION_RUNNER_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_ATTENTION_RUNNER_H_
+#define MAGICPIG_COMMON_ATTENTION_ATTENTION_RUNNER_H_
 
 #include <cstdint>
 #include <span>
 
 #include "absl/status/status.h"
-#include "attn_node/core/estimators.h"
-#include "attn_node/core/kv_shard.h"
-#include "attn_node/core/partial_attention.h"
+#include "common/attention/estimators.h"
+#include "common/attention/kv_shard.h"
+#include "common/attention/partial_attention.h"
 #include "tbb/enumerable_thread_specific.h"
 #include "tbb/task_arena.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 
 // The g query heads of one GQA group against one shard (see Estimator::AttendGroup).
 struct GroupWork {
@@ -44,6 +44,6 @@ class AttentionRunner {
   tbb::enumerable_thread_specific<EstimatorScratch> scratch_;
 };
 
-}  // namespace magicpig
+}  // namespace magicpig::attention
 
-#endif  // MAGICPIG_ATTN_NODE_CORE_ATTENTION_RUNNER_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_ATTENTION_RUNNER_H_

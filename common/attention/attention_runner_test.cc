@@ -1,14 +1,14 @@
 // AttentionRunner: parallel results equal the serial AttendGroup results bit for bit (each item
 // runs the same kernel on one thread), and a bad item's error comes back.
-#include "attn_node/core/attention_runner.h"
+#include "common/attention/attention_runner.h"
 
 #include <random>
 #include <vector>
 
-#include "attn_node/core/simhash.h"
+#include "common/attention/simhash.h"
 #include "gtest/gtest.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 TEST(AttentionRunnerTest, ParallelEqualsSerialAndReportsErrors) {
@@ -61,4 +61,4 @@ TEST(AttentionRunnerTest, ParallelEqualsSerialAndReportsErrors) {
 }
 
 }  // namespace
-}  // namespace magicpig
+}  // namespace magicpig::attention

@@ -1,19 +1,20 @@
 // AttentionShards: where one sequence's offloaded keys live and who answers the sampled part of
-// its decode steps (DESIGN §2-§4). The router (attention_router.h) centres keys, computes codes and
-// merges; an AttentionShards implementation only stores rows and returns per-head partials:
+// its decode steps (docs/architecture.md §3, §7, §8). The router (attention_router.h) centres keys,
+// computes codes and merges; an AttentionShards implementation only stores rows and returns
+// per-head partials:
 // - LocalAttentionShards: KvShards in this process (the embedded mode);
 // - RemoteAttentionShards: token ranges on attention nodes over gRPC (remote_attention_shards.h).
 //
 // Thread-safety: one instance per sequence, driven by one decode loop at a time.
-#ifndef MAGICPIG_GPU_NODE_ENGINE_ATTENTION_SHARDS_H_
-#define MAGICPIG_GPU_NODE_ENGINE_ATTENTION_SHARDS_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_ATTENTION_SHARDS_H_
+#define MAGICPIG_COMMON_ATTENTION_ATTENTION_SHARDS_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "attn_node/core/partial_attention.h"
+#include "common/attention/partial_attention.h"
 
-namespace magicpig::engine {
+namespace magicpig::attention {
 
 class AttentionShards {
  public:
@@ -67,6 +68,6 @@ class AttentionShards {
   Pending pending_;
 };
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::attention
 
-#endif  // MAGICPIG_GPU_NODE_ENGINE_ATTENTION_SHARDS_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_ATTENTION_SHARDS_H_

@@ -1,10 +1,10 @@
-#include "common/code_packing.h"
+#include "common/attention/code_packing.h"
 
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 
 namespace {
 
@@ -85,4 +85,4 @@ absl::Status UnpackCodes(std::string_view bytes, int64_t count, int k, uint16_t*
   return absl::OkStatus();
 }
 
-}  // namespace magicpig
+}  // namespace magicpig::attention

@@ -12,8 +12,8 @@
 //   MAGICPIG_RETURN_IF_ERROR(UnpackCodes(packed, n * l, k, back.data()));
 //
 // Thread-safety: pure functions.
-#ifndef MAGICPIG_COMMON_CODE_PACKING_H_
-#define MAGICPIG_COMMON_CODE_PACKING_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_CODE_PACKING_H_
+#define MAGICPIG_COMMON_ATTENTION_CODE_PACKING_H_
 
 #include <cstdint>
 #include <string>
@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 
 // ceil(count * k / 8): the packed size in bytes (count >= 0, 1 <= k <= 16).
 int64_t PackedCodeBytes(int64_t count, int k);
@@ -36,6 +36,6 @@ absl::Status PackCodes(const uint16_t* codes, int64_t count, int k, std::string*
 // contents of out are unspecified.
 absl::Status UnpackCodes(std::string_view bytes, int64_t count, int k, uint16_t* out);
 
-}  // namespace magicpig
+}  // namespace magicpig::attention
 
-#endif  // MAGICPIG_COMMON_CODE_PACKING_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_CODE_PACKING_H_

@@ -1,4 +1,4 @@
-#include "common/code_packing.h"
+#include "common/attention/code_packing.h"
 
 #include <cstdint>
 #include <random>
@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 // Independent reference: set bit i*k + b of a zeroed buffer one bit at a time.
@@ -92,4 +92,4 @@ TEST(CodePackingTest, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace magicpig
+}  // namespace magicpig::attention

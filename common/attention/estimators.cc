@@ -1,4 +1,4 @@
-#include "attn_node/core/estimators.h"
+#include "common/attention/estimators.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,11 +8,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "attn_node/core/inclusion_probability.h"
-#include "attn_node/core/kernels/group_attention_kernel.h"
+#include "common/attention/inclusion_probability.h"
+#include "common/attention/kernels/group_attention_kernel.h"
 #include "common/status_macros.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 absl::Status CheckCommon(const KvShard& shard, const float* q, const Estimator::Scratch* scratch,
@@ -61,12 +61,11 @@ Fn ForLevel(SimdLevel level, Fn scalar, Fn avx2, Fn avx512) {
   }
 }
 
-using GroupKernel = void (*)(const attn_internal::GroupAttentionArgs&);
+using GroupKernel = void (*)(const internal::GroupAttentionArgs&);
 
 GroupKernel SelectGroupKernel(SimdLevel level) {
-  return ForLevel<GroupKernel>(level, attn_internal::GroupAttentionScalar,
-                               attn_internal::GroupAttentionAvx2,
-                               attn_internal::GroupAttentionAvx512);
+  return ForLevel<GroupKernel>(level, internal::GroupAttentionScalar, internal::GroupAttentionAvx2,
+                               internal::GroupAttentionAvx512);
 }
 
 absl::Status CheckGroup(const KvShard& shard, const float* q, int g,
@@ -90,10 +89,10 @@ void RunGroupKernel(GroupKernel kernel, const KvShard& shard, const float* q, in
                     const int32_t* rows, int64_t n_rows, const uint32_t* masks,
                     const float* lnu_table, Estimator::Scratch* scratch, PartialAttention* out) {
   const int64_t d = shard.dim();
-  scratch->kernel.resize(static_cast<size_t>(attn_internal::GroupAttentionScratchFloats(g, d)));
+  scratch->kernel.resize(static_cast<size_t>(internal::GroupAttentionScratchFloats(g, d)));
   scratch->o.resize(static_cast<size_t>(g * d));
   scratch->lse.resize(static_cast<size_t>(g));
-  attn_internal::GroupAttentionArgs a;
+  internal::GroupAttentionArgs a;
   a.keys = shard.key_rows();
   a.values = shard.value_rows();
   a.bf16 = shard.storage() == KvStorage::kBf16;
@@ -127,11 +126,11 @@ void RunGroupKernel(GroupKernel kernel, const KvShard& shard, const float* q, in
   }
 }
 
-using GroupScoresFn = void (*)(const attn_internal::GroupAttentionArgs&, float*);
+using GroupScoresFn = void (*)(const internal::GroupAttentionArgs&, float*);
 
 GroupScoresFn SelectGroupScores(SimdLevel level) {
-  return ForLevel<GroupScoresFn>(level, attn_internal::GroupScoresScalar,
-                                 attn_internal::GroupScoresAvx2, attn_internal::GroupScoresAvx512);
+  return ForLevel<GroupScoresFn>(level, internal::GroupScoresScalar, internal::GroupScoresAvx2,
+                                 internal::GroupScoresAvx512);
 }
 
 // scratch->scores[h][i] = scale * q_h . k_i for heads [0, g) (g <= kMaxGroup) and every key of
@@ -142,7 +141,7 @@ void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, f
   const int64_t n = shard.size();
   scratch->kernel.resize(static_cast<size_t>(g * d));
   scratch->scores.resize(static_cast<size_t>(g * n));
-  attn_internal::GroupAttentionArgs a;
+  internal::GroupAttentionArgs a;
   a.keys = shard.key_rows();
   a.values = nullptr;
   a.bf16 = shard.storage() == KvStorage::kBf16;
@@ -177,8 +176,8 @@ absl::Status AttendGroupFromLogits(SimdLevel level, const KvShard& shard, const 
                                    const char* who, FromLogitsFn from_logits) {
   MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, who));
   const int64_t n = shard.size();
-  for (int h0 = 0; h0 < g; h0 += attn_internal::kMaxGroup) {
-    const int gc = std::min(g - h0, attn_internal::kMaxGroup);
+  for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
+    const int gc = std::min(g - h0, internal::kMaxGroup);
     GroupLogits(level, shard, q + h0 * shard.dim(), gc, scale, scratch);
     for (int h = 0; h < gc; ++h) {
       const float* x = scratch->scores.data() + static_cast<size_t>(h) * n;
@@ -214,8 +213,8 @@ absl::Status FullEstimator::AttendGroup(const KvShard& shard, const float* q,
                                         Scratch* scratch, PartialAttention* out) const {
   MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, "FullEstimator"));
   const GroupKernel kernel = SelectGroupKernel(simd_level());
-  for (int h0 = 0; h0 < g; h0 += attn_internal::kMaxGroup) {
-    const int gc = std::min(g - h0, attn_internal::kMaxGroup);
+  for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
+    const int gc = std::min(g - h0, internal::kMaxGroup);
     RunGroupKernel(kernel, shard, q + h0 * shard.dim(), gc, scale, nullptr, shard.size(), nullptr,
                    nullptr, scratch, out + h0);
     for (int h = 0; h < gc; ++h) out[h0 + h].n_touched = shard.size();
@@ -228,7 +227,7 @@ MagicPigEstimator::MagicPigEstimator(int k, int l, MagicPigOptions options, Simd
       k_(k),
       l_(l),
       options_(options),
-      lnu_table_(k >= 1 && k <= kSimHashMaxK && l >= 1 && l <= kSimHashMaxL
+      lnu_table_(k >= kLshK.min && k <= kLshK.max && l >= kLshL.min && l <= kLshL.max
                      ? LogInclusionTable(k, l)
                      : std::vector<float>()) {}
 
@@ -250,9 +249,9 @@ absl::Status MagicPigEstimator::AttendGroup(const KvShard& shard, const float* q
   MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, "MagicPigEstimator"));
   MAGICPIG_RETURN_IF_ERROR(CheckShard(shard, q_codes));
   const GroupKernel kernel = SelectGroupKernel(simd_level());
-  for (int h0 = 0; h0 < g; h0 += attn_internal::kMaxGroup) {
-    const int gc = std::min(g - h0, attn_internal::kMaxGroup);
-    // The union of the heads' sample sets, sorted, with a bit per head (spec §10.2 "GQA").
+  for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
+    const int gc = std::min(g - h0, internal::kMaxGroup);
+    // The union of the heads' sample sets, sorted, with a bit per head (docs/architecture.md §6.3).
     MAGICPIG_RETURN_IF_ERROR(shard.RetrieveGroup(q_codes + h0 * l_, gc, &scratch->lsh,
                                                  &scratch->rows, &scratch->row_masks));
     for (int h = 0; h < gc; ++h) out[h0 + h].n_touched = 0;
@@ -397,4 +396,4 @@ PartialAttention OracleEstimator::FromLogits(const KvShard& shard, Scratch* scra
   return out;
 }
 
-}  // namespace magicpig
+}  // namespace magicpig::attention

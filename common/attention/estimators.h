@@ -1,4 +1,4 @@
-// Attention estimators over one KvShard for one query head (reference spec §6, §10.3; DESIGN §7).
+// Attention estimators over one KvShard for one query head (docs/architecture.md §4.4, §5.1).
 // Each returns the shard's PartialAttention (o, lse in natural log, n_touched), to be merged with
 // the other parts (static tokens, other shards) by MergePartials.
 //
@@ -21,7 +21,8 @@
 //   Sum order follows the retrieval order (order of second hit).
 // - TopKEstimator(budget): exact attention renormalised over the min(budget, n) keys with the
 //   largest s_i (ties broken by the lower index); n_touched = that count.
-// - OracleEstimator(budget, seed): the paper's "oracle sampling" baseline (spec §16, §17). Draws
+// - OracleEstimator(budget, seed): the paper's "oracle sampling" baseline (docs/architecture.md
+// §5.1). Draws
 //   `budget` key indices i_1..i_B i.i.d. WITH replacement from the true attention distribution
 //   p_i = softmax(scale * s)_i over the whole shard. Self-normalised importance sampling with
 //   proposal p and target p has weights w_j = p(i_j) / p(i_j) = 1, so
@@ -44,7 +45,7 @@
 //   value row loaded once for every head of the group, the MagicPIG correction interpolated from
 //   LogInclusionTable); for magicpig the group's sample sets are retrieved together
 //   (KvShard::RetrieveGroup) and their union gathered once in key order, each head attending only
-//   to its own subset (spec §10.2 "GQA"). The others fall
+//   to its own subset (docs/architecture.md §6.3). The others fall
 //   back to Attend per head. TopKEstimator and OracleEstimator take their logits for every key
 //   from the same kernel's score pass (kernels/group_attention_kernel.h GroupScores*, fp32), then
 //   select or draw exactly as Attend does from those logits (Attend's float64 dot products
@@ -55,19 +56,19 @@
 //
 // Thread-safety: estimators are immutable after construction and Attend is const: one estimator
 // may serve many threads concurrently provided each thread passes its own EstimatorScratch.
-#ifndef MAGICPIG_ATTN_NODE_CORE_ESTIMATORS_H_
-#define MAGICPIG_ATTN_NODE_CORE_ESTIMATORS_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_ESTIMATORS_H_
+#define MAGICPIG_COMMON_ATTENTION_ESTIMATORS_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "attn_node/core/kv_shard.h"
-#include "attn_node/core/lsh_tables.h"
-#include "attn_node/core/partial_attention.h"
+#include "common/attention/kv_shard.h"
+#include "common/attention/lsh_tables.h"
+#include "common/attention/partial_attention.h"
 #include "common/cpu_features.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 
 // Per-thread working memory, reused across calls (grows to the largest shard seen).
 struct EstimatorScratch {
@@ -217,6 +218,6 @@ class OracleEstimator final : public ExactLogitsEstimator {
   uint64_t seed_;
 };
 
-}  // namespace magicpig
+}  // namespace magicpig::attention
 
-#endif  // MAGICPIG_ATTN_NODE_CORE_ESTIMATORS_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_ESTIMATORS_H_

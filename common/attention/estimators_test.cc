@@ -3,7 +3,7 @@
 // u forced to 1 and every key sampled) vs FullEstimator; sharding + LSE merge equals the unsharded
 // result; centering leaves full attention unchanged; TopKEstimator vs a sorted reference;
 // validation; concurrent use with per-thread scratch.
-#include "attn_node/core/estimators.h"
+#include "common/attention/estimators.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "attn_node/core/inclusion_probability.h"
-#include "attn_node/core/kv_shard.h"
-#include "attn_node/core/partial_attention.h"
-#include "attn_node/core/simhash.h"
+#include "common/attention/inclusion_probability.h"
+#include "common/attention/kv_shard.h"
+#include "common/attention/partial_attention.h"
+#include "common/attention/simhash.h"
 #include "common/half.h"
 #include "gtest/gtest.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 constexpr double kTol = 1e-5;
@@ -314,7 +314,7 @@ TEST(EstimatorsTest, CenteringLeavesFullAttentionUnchanged) {
   const float scale = 0.125f;
   auto hash = SimHash::Create(d, 8, 10, 3);
   ASSERT_TRUE(hash.ok());
-  // Keys in a narrow cone far from the origin, as real keys are (spec §4).
+  // Keys in a narrow cone far from the origin, as real keys are (docs/architecture.md §4.2).
   const std::vector<float> offset = Randn(d, rng, 1.0f, 1.0f);
   std::vector<float> keys = Randn(n * d, rng, 0.5f);
   for (int64_t i = 0; i < n; ++i)
@@ -607,4 +607,4 @@ TEST(EstimatorsTest, OracleEmptyCases) {
 }
 
 }  // namespace
-}  // namespace magicpig
+}  // namespace magicpig::attention

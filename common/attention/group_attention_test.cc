@@ -11,15 +11,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "attn_node/core/estimators.h"
-#include "attn_node/core/kv_shard.h"
-#include "attn_node/core/lsh_tables.h"
-#include "attn_node/core/partial_attention.h"
-#include "attn_node/core/simhash.h"
+#include "common/attention/estimators.h"
+#include "common/attention/kv_shard.h"
+#include "common/attention/lsh_tables.h"
+#include "common/attention/partial_attention.h"
+#include "common/attention/simhash.h"
 #include "common/cpu_features.h"
 #include "gtest/gtest.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 std::vector<float> Randn(size_t count, std::mt19937& rng, float sigma = 1.0f, float offset = 0.0f) {
@@ -363,4 +363,4 @@ TEST(AppendSegmentTest, CreateFromCodesEqualsCreate) {
 }
 
 }  // namespace
-}  // namespace magicpig
+}  // namespace magicpig::attention

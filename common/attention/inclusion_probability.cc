@@ -1,10 +1,10 @@
-#include "attn_node/core/inclusion_probability.h"
+#include "common/attention/inclusion_probability.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 
-namespace magicpig {
+namespace magicpig::attention {
 
 double InclusionProbability(double cos, int k, int l) {
   if (l < 2) return 0.0;
@@ -44,4 +44,4 @@ std::vector<float> LogInclusionTable(int k, int l, int size) {
   return t;
 }
 
-}  // namespace magicpig
+}  // namespace magicpig::attention

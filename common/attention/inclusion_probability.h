@@ -1,5 +1,6 @@
-// The MagicPIG inclusion probability (reference spec §5, paper Eq. 10): the probability that a key
-// at cosine `cos` to the query collides with it in at least 2 of L SimHash tables of K bits,
+// The MagicPIG inclusion probability (docs/architecture.md §4.3, paper Eq. 10): the probability
+// that a key at cosine `cos` to the query collides with it in at least 2 of L SimHash tables of K
+// bits,
 //
 //   p = 1 - acos(clamp(cos, -1, 1)) / pi,   P = p^K,
 //   u = P(Binomial(L, P) >= 2) = 1 - (1 - P)^(L-1) * (L*P + 1 - P).
@@ -13,20 +14,20 @@
 //
 // Preconditions: k >= 1, l >= 1 (callers validate K and L at configuration time, see SimHash).
 // Thread-safety: pure functions.
-#ifndef MAGICPIG_ATTN_NODE_CORE_INCLUSION_PROBABILITY_H_
-#define MAGICPIG_ATTN_NODE_CORE_INCLUSION_PROBABILITY_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_INCLUSION_PROBABILITY_H_
+#define MAGICPIG_COMMON_ATTENTION_INCLUSION_PROBABILITY_H_
 
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-namespace magicpig {
+namespace magicpig::attention {
 
 // u(cos; K, L) in [0, 1].
 double InclusionProbability(double cos, int k, int l);
 
-// ln(u + 1e-4): what MagicPIG subtracts from a sampled key's logit (spec §6, paper Eq. 10's
-// importance weight 1/u, kept finite for u -> 0 by the 1e-4).
+// ln(u + 1e-4): what MagicPIG subtracts from a sampled key's logit (docs/architecture.md §4.4,
+// paper Eq. 10's importance weight 1/u, kept finite for u -> 0 by the 1e-4).
 inline double LogInclusionWeight(double u) { return std::log(u + 1e-4); }
 
 // u[i] = InclusionProbability(cos[i], k, l) for i < n.
@@ -39,6 +40,6 @@ void InclusionProbabilities(const float* cos, int64_t n, int k, int l, float* u)
 inline constexpr int kLogInclusionTableSize = 16385;
 std::vector<float> LogInclusionTable(int k, int l, int size = kLogInclusionTableSize);
 
-}  // namespace magicpig
+}  // namespace magicpig::attention
 
-#endif  // MAGICPIG_ATTN_NODE_CORE_INCLUSION_PROBABILITY_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_INCLUSION_PROBABILITY_H_

@@ -1,7 +1,7 @@
 // Tests for InclusionProbability: the spec's sanity table (§5), the unfactored Eq. 10, an exact
 // long-double binomial tail where u is tiny, and the edge cases (cos = +-1, out of range, NaN, L =
 // 1).
-#include "attn_node/core/inclusion_probability.h"
+#include "common/attention/inclusion_probability.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 
 #include "gtest/gtest.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 // Half a unit in the last printed digit of a value printed with 3 significant figures.
@@ -24,7 +24,8 @@ double HalfUlpOf3Sig(double printed) {
 struct Row {
   int k;
   int l;
-  std::vector<double> u;  // at cos = -0.2, 0, 0.2, 0.4, 0.5, 0.6, 0.7 (spec §5, as printed)
+  std::vector<double>
+      u;  // at cos = -0.2, 0, 0.2, 0.4, 0.5, 0.6, 0.7 (the MagicPIG paper's values, as printed)
 };
 
 TEST(InclusionProbabilityTest, MatchesSpecSanityTable) {
@@ -132,9 +133,9 @@ TEST(InclusionProbabilityTest, BatchMatchesScalar) {
 }
 
 }  // namespace
-}  // namespace magicpig
+}  // namespace magicpig::attention
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 // The fast kernels interpolate ln(u + 1e-4) linearly in this table: the interpolation error
@@ -160,4 +161,4 @@ TEST(LogInclusionTableTest, LinearInterpolationIsAccurate) {
 }
 
 }  // namespace
-}  // namespace magicpig
+}  // namespace magicpig::attention

@@ -1,4 +1,4 @@
-#include "attn_node/core/kv_shard.h"
+#include "common/attention/kv_shard.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "common/half.h"
 #include "common/status_macros.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 
 namespace {
 
@@ -273,4 +273,4 @@ absl::Status KvShard::RetrieveGroup(const uint16_t* q_codes, int g, LshScratch* 
   return absl::OkStatus();
 }
 
-}  // namespace magicpig
+}  // namespace magicpig::attention

@@ -1,6 +1,6 @@
 // A minimal attention shard: the keys and values of one (sequence shard, sparse layer, kv head),
-// centred with the layer's mean key c (reference spec §4), their fp32 norms, and the LSH tables
-// built from the centred keys' SimHash codes (spec §3, §9).
+// centred with the layer's mean key c (docs/architecture.md §4.2), their fp32 norms, and the LSH
+// tables built from the centred keys' SimHash codes (docs/architecture.md §4.1, §6.1).
 //
 // Storage: centred keys [n][d] and values [n][d] are held as float32 (KvStorage::kF32, default) or
 // bfloat16 (KvStorage::kBf16: round-to-nearest-even via FloatToBf16, 2 bytes per element). With
@@ -9,25 +9,26 @@
 // are rounded. Callers go through the storage-agnostic accessors (KeyDot, KeyNorm, CopyKey,
 // CopyValue, AccumulateValue), which read either layout and return / accumulate float values.
 //
-// Append segment (DESIGN §7): keys that arrive after the build (tokens leaving the compute node's
-// static window) are centred with the same c, hashed, and kept with their codes in a pending
-// segment that retrieval scans by brute force; once it holds max(kMinMergeRows, indexed / 8) keys
-// it is merged into the tables (LshTables::Append), so retrieval never scans more than that.
+// Append segment (docs/architecture.md §6.4): keys that arrive after the build (tokens leaving the
+// compute node's static window) are centred with the same c, hashed, and kept with their codes in a
+// pending segment that retrieval scans by brute force; once it holds max(kMinMergeRows, indexed /
+// 8) keys it is merged into the tables (LshTables::Append), so retrieval never scans more than
+// that.
 //
 // Thread-safety: const methods may be called concurrently; Append and MergePending mutate and must
 // not overlap any other call on the same shard (the owner serialises them with the decode step).
-#ifndef MAGICPIG_ATTN_NODE_CORE_KV_SHARD_H_
-#define MAGICPIG_ATTN_NODE_CORE_KV_SHARD_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_KV_SHARD_H_
+#define MAGICPIG_COMMON_ATTENTION_KV_SHARD_H_
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "attn_node/core/lsh_tables.h"
-#include "attn_node/core/simhash.h"
+#include "common/attention/lsh_tables.h"
+#include "common/attention/simhash.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 
 enum class KvStorage {
   kF32,   // 4 bytes per key / value element
@@ -149,6 +150,6 @@ class KvShard {
   LshTables tables_;
 };
 
-}  // namespace magicpig
+}  // namespace magicpig::attention
 
-#endif  // MAGICPIG_ATTN_NODE_CORE_KV_SHARD_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_KV_SHARD_H_

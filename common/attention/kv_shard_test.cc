@@ -1,18 +1,18 @@
 // Tests for KvShard: stored keys are centred, norms are of the centred keys, the tables match the
 // SimHash codes of the centred keys, accessors, memory accounting and validation; RetrieveGroup
 // equals Retrieve per head with and without a pending (appended, not yet merged) segment.
-#include "attn_node/core/kv_shard.h"
+#include "common/attention/kv_shard.h"
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include "attn_node/core/simhash.h"
+#include "common/attention/simhash.h"
 #include "common/half.h"
 #include "gtest/gtest.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 std::vector<float> Randn(size_t count, std::mt19937& rng, float offset = 0.0f) {
@@ -201,4 +201,4 @@ TEST(KvShardTest, RetrieveGroupEqualsRetrievePerHeadWithPendingKeys) {
 }
 
 }  // namespace
-}  // namespace magicpig
+}  // namespace magicpig::attention

@@ -1,4 +1,4 @@
-#include "gpu_node/engine/local_attention_shards.h"
+#include "common/attention/local_attention_shards.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,7 +6,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
-namespace magicpig::engine {
+namespace magicpig::attention {
+
+using ::magicpig::attention::AttentionRunner;
+using ::magicpig::attention::Estimator;
+using ::magicpig::attention::KvShard;
+using ::magicpig::attention::KvStorage;
+using ::magicpig::attention::MergePartials;
+using ::magicpig::attention::PartialAttention;
 
 LocalAttentionShards::LocalAttentionShards(int64_t n_layer, int64_t n_kv, int group,
                                            int64_t head_dim, int k, int l, KvStorage storage,
@@ -94,4 +101,4 @@ int64_t LocalAttentionShards::bytes() const {
   return b;
 }
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::attention

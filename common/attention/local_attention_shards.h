@@ -4,18 +4,18 @@
 // same arithmetic as RemoteAttentionShards with any placement of the blocks.
 //
 // Thread-safety: as AttentionShards; the estimator and runner are shared and thread-safe.
-#ifndef MAGICPIG_GPU_NODE_ENGINE_LOCAL_ATTENTION_SHARDS_H_
-#define MAGICPIG_GPU_NODE_ENGINE_LOCAL_ATTENTION_SHARDS_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_LOCAL_ATTENTION_SHARDS_H_
+#define MAGICPIG_COMMON_ATTENTION_LOCAL_ATTENTION_SHARDS_H_
 
 #include <cstdint>
 #include <vector>
 
-#include "attn_node/core/attention_runner.h"
-#include "attn_node/core/estimators.h"
-#include "attn_node/core/kv_shard.h"
-#include "gpu_node/engine/attention_shards.h"
+#include "common/attention/attention_runner.h"
+#include "common/attention/attention_shards.h"
+#include "common/attention/estimators.h"
+#include "common/attention/kv_shard.h"
 
-namespace magicpig::engine {
+namespace magicpig::attention {
 
 class LocalAttentionShards final : public AttentionShards {
  public:
@@ -43,6 +43,6 @@ class LocalAttentionShards final : public AttentionShards {
   std::vector<PartialAttention> block_parts_;  // [block][head]
 };
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::attention
 
-#endif  // MAGICPIG_GPU_NODE_ENGINE_LOCAL_ATTENTION_SHARDS_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_LOCAL_ATTENTION_SHARDS_H_

@@ -1,4 +1,4 @@
-#include "attn_node/core/lsh_tables.h"
+#include "common/attention/lsh_tables.h"
 
 #include <algorithm>
 #include <limits>
@@ -6,16 +6,17 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "attn_node/core/kernels/code_transpose.h"
-#include "attn_node/core/kernels/collision_scan.h"
-#include "attn_node/core/simhash.h"
+#include "common/attention/estimator_params.h"
+#include "common/attention/kernels/code_transpose.h"
+#include "common/attention/kernels/collision_scan.h"
+#include "common/attention/simhash.h"
 #include "common/cpu_features.h"
 #include "common/status_macros.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
 #include "tbb/parallel_reduce.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 // SortTable splits the keys into this many contiguous streams. Measured at 64K keys, K = 10 (AMD
@@ -73,13 +74,13 @@ void SortTable(const uint16_t* c, int64_t n, int64_t buckets, int32_t* off, Inde
 }  // namespace
 
 absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int k, int l) {
-  if (k < 1 || k > kSimHashMaxK) {
+  if (absl::Status s = kLshK.Check(k, "LshTables: K"); !s.ok()) return s;
+  // Any table count up to the parameter's maximum: one table is a valid structure (the accuracy
+  // evaluator hashes with L = 1 where no estimator samples). The sampling rule's lower bound of 2
+  // is the estimator parameter's (kLshL), checked where an estimator is configured.
+  if (l < 1 || l > kLshL.max) {
     return absl::InvalidArgumentError(
-        absl::StrCat("LshTables: K must be in [1, ", kSimHashMaxK, "], got ", k));
-  }
-  if (l < 1 || l > kSimHashMaxL) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LshTables: L must be in [1, ", kSimHashMaxL, "], got ", l));
+        absl::StrCat("LshTables: L must be in [1, ", kLshL.max, "], got ", l));
   }
   if (n < 0 || n > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
@@ -90,14 +91,13 @@ absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int
   // of one cache line per key. The transpose also ORs every code, so validity costs no separate
   // pass.
   std::vector<uint16_t, LargeBufferAllocator<uint16_t>> by_table(static_cast<size_t>(l * n));
-  const auto transpose = ActiveSimdLevel() >= SimdLevel::kAvx2
-                             ? attn_internal::TransposeCodesAvx2
-                             : attn_internal::TransposeCodesScalar;
+  const auto transpose = ActiveSimdLevel() >= SimdLevel::kAvx2 ? internal::TransposeCodesAvx2
+                                                               : internal::TransposeCodesScalar;
   constexpr int64_t kTransposeGrain = 4096;  // keys per task
   const uint32_t seen = tbb::parallel_reduce(
       tbb::blocked_range<int64_t>(0, (n + kTransposeGrain - 1) / kTransposeGrain), 0u,
       [&](const tbb::blocked_range<int64_t>& range, uint32_t acc) {
-        attn_internal::CodeTransposeArgs args;
+        internal::CodeTransposeArgs args;
         args.codes = codes;
         args.n = n;
         args.l = l;
@@ -351,7 +351,7 @@ absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScr
         }
       }
     });
-    const int64_t found = attn_internal::ScanCollisionCounters(
+    const int64_t found = internal::ScanCollisionCounters(
         counter, n_, h0, scratch->scan_rows.data(), scratch->scan_masks.data());
     if (h0 == 0) {
       rows->assign(scratch->scan_rows.begin(), scratch->scan_rows.begin() + found);
@@ -366,4 +366,4 @@ absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScr
   return absl::OkStatus();
 }
 
-}  // namespace magicpig
+}  // namespace magicpig::attention

@@ -1,9 +1,9 @@
 // LSH hash tables of one (sequence shard, sparse layer, kv head) and collision-count retrieval
-// (reference spec §9 and §10.2).
+// (docs/architecture.md §6.1 and §6.3).
 //
 // Layout (CSR per table): offsets [L][2^K + 1] int32 and indices [L][n], stored as uint16 while
-// n <= 65536 (spec §9: half the bytes of the largest array; a table set is otherwise 2.4x the bf16
-// keys it indexes at d = 128) and int32 beyond. Bucket b of table l holds
+// n <= 65536 (docs/architecture.md §6.1: half the bytes of the largest array; a table set is
+// otherwise 2.4x the bf16 keys it indexes at d = 128) and int32 beyond. Bucket b of table l holds
 // index(l, offsets[l][b] ... offsets[l][b + 1]); every key index 0 ... n-1 appears exactly once per
 // table, in increasing order within a bucket (the build is a stable counting sort: histogram,
 // prefix sum, scatter; O(n + 2^K) per table, no comparison sort).
@@ -21,8 +21,8 @@
 // Retrieve is const and may run
 // concurrently from many threads as long as each thread uses its own LshScratch. A scratch can be
 // reused across tables, heads and layers of any size (it grows to the largest n seen).
-#ifndef MAGICPIG_ATTN_NODE_CORE_LSH_TABLES_H_
-#define MAGICPIG_ATTN_NODE_CORE_LSH_TABLES_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_LSH_TABLES_H_
+#define MAGICPIG_COMMON_ATTENTION_LSH_TABLES_H_
 
 #include <cstdint>
 #include <vector>
@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "common/large_buffer_allocator.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 
 // Per-thread retrieval state. All counters are 0 between calls.
 struct LshScratch {
@@ -121,6 +121,6 @@ class LshTables {
   std::vector<int32_t, LargeBufferAllocator<int32_t>> indices32_;    // [L][n] otherwise
 };
 
-}  // namespace magicpig
+}  // namespace magicpig::attention
 
-#endif  // MAGICPIG_ATTN_NODE_CORE_LSH_TABLES_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_LSH_TABLES_H_

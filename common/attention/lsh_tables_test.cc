@@ -2,7 +2,7 @@
 // equal codes (>= 2 tables) on random and adversarial inputs, counter hygiene across calls, memory
 // accounting, validation, concurrent retrieval with per-thread scratch, and RetrieveGroup (the
 // union for a GQA group) against the brute-force set of every head.
-#include "attn_node/core/lsh_tables.h"
+#include "common/attention/lsh_tables.h"
 
 #include <algorithm>
 #include <random>
@@ -12,7 +12,7 @@
 
 #include "gtest/gtest.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 std::vector<int32_t> BruteForce(const std::vector<uint16_t>& codes, int64_t n, int l,
@@ -385,4 +385,4 @@ TEST(LshTablesGroupTest, ValidatesArgumentsWithoutTouchingTheScratch) {
 }
 
 }  // namespace
-}  // namespace magicpig
+}  // namespace magicpig::attention

@@ -1,11 +1,11 @@
-#include "attn_node/core/partial_attention.h"
+#include "common/attention/partial_attention.h"
 
 #include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstddef>
 
-namespace magicpig {
+namespace magicpig::attention {
 
 PartialAttention EmptyPartial(int64_t d) {
   PartialAttention p;
@@ -44,4 +44,4 @@ PartialAttention MergePartials(std::span<const PartialAttention> parts) {
   return out;
 }
 
-}  // namespace magicpig
+}  // namespace magicpig::attention

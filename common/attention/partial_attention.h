@@ -1,5 +1,6 @@
 // One query head's partial attention result over one part of the keys (the static tokens, or one
-// sampled shard), and the LSE merge of such parts (reference spec §8, natural log throughout).
+// sampled shard), and the LSE merge of such parts (docs/architecture.md §5.2, natural log
+// throughout).
 //
 // A part p with logits x_j (j in the part) and values v_j carries
 //   lse_p = ln sum_j exp(x_j)                      (natural log, computed as m + ln sum exp(x - m))
@@ -9,15 +10,15 @@
 // n_touched counts the keys the part attended to (|S| for a sampled part); it adds up on merge.
 //
 // Thread-safety: plain value type and pure functions.
-#ifndef MAGICPIG_ATTN_NODE_CORE_PARTIAL_ATTENTION_H_
-#define MAGICPIG_ATTN_NODE_CORE_PARTIAL_ATTENTION_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_PARTIAL_ATTENTION_H_
+#define MAGICPIG_COMMON_ATTENTION_PARTIAL_ATTENTION_H_
 
 #include <cstdint>
 #include <limits>
 #include <span>
 #include <vector>
 
-namespace magicpig {
+namespace magicpig::attention {
 
 struct PartialAttention {
   std::vector<float> o;  // [d] value dimension
@@ -37,6 +38,6 @@ PartialAttention EmptyPartial(int64_t d);
 // -inf.
 PartialAttention MergePartials(std::span<const PartialAttention> parts);
 
-}  // namespace magicpig
+}  // namespace magicpig::attention
 
-#endif  // MAGICPIG_ATTN_NODE_CORE_PARTIAL_ATTENTION_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_PARTIAL_ATTENTION_H_

@@ -1,6 +1,6 @@
 // Tests for MergePartials: merging parts equals one softmax over the union (float64 reference),
 // empty parts (lse = -inf, with o = 0 or o empty), all-empty and no parts, extreme lse gaps.
-#include "attn_node/core/partial_attention.h"
+#include "common/attention/partial_attention.h"
 
 #include <cmath>
 #include <limits>
@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -126,4 +126,4 @@ TEST(PartialAttentionTest, ExtremeLseGapNoOverflow) {
 }
 
 }  // namespace
-}  // namespace magicpig
+}  // namespace magicpig::attention

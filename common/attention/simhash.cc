@@ -1,4 +1,4 @@
-#include "attn_node/core/simhash.h"
+#include "common/attention/simhash.h"
 
 #include <algorithm>
 #include <bit>
@@ -7,32 +7,32 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "attn_node/core/kernels/simhash_kernel.h"
+#include "common/attention/kernels/simhash_kernel.h"
 #include "common/status_macros.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 
 static_assert(std::endian::native == std::endian::little,
               "SimHash::Codes reads the sign bits as little-endian words");
 
 absl::StatusOr<SimHash> SimHash::Create(int64_t d, int k, int l, uint64_t seed) {
   if (d < 1) return absl::InvalidArgumentError(absl::StrCat("SimHash: d must be >= 1, got ", d));
-  if (k < 1 || k > kSimHashMaxK) {
+  if (absl::Status s = kLshK.Check(k, "SimHash: K"); !s.ok()) return s;
+  // Any table count up to the parameter's maximum: one table is a valid structure (the accuracy
+  // evaluator hashes with L = 1 where no estimator samples). The sampling rule's lower bound of 2
+  // is the estimator parameter's (kLshL), checked where an estimator is configured.
+  if (l < 1 || l > kLshL.max) {
     return absl::InvalidArgumentError(
-        absl::StrCat("SimHash: K must be in [1, ", kSimHashMaxK, "], got ", k));
-  }
-  if (l < 1 || l > kSimHashMaxL) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SimHash: L must be in [1, ", kSimHashMaxL, "], got ", l));
+        absl::StrCat("SimHash: L must be in [1, ", kLshL.max, "], got ", l));
   }
   const int64_t cols = static_cast<int64_t>(k) * l;
   std::vector<float> w(static_cast<size_t>(d * cols));
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   for (float& v : w) v = static_cast<float>(normal(rng));
-  const int64_t block = attn_internal::kProjectColBlock;
+  const int64_t block = internal::kProjectColBlock;
   const int64_t padded = (cols + block - 1) / block * block;
   std::vector<float> wp(static_cast<size_t>(d * padded), 0.0f);
   for (int64_t i = 0; i < d; ++i) {
@@ -61,10 +61,10 @@ absl::Status SimHash::Codes(const float* x, int64_t n, int64_t d, uint16_t* code
 absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_t* codes,
                                    SimdLevel level) const {
   MAGICPIG_RETURN_IF_ERROR(CheckCodesArgs(d_, d, n));
-  void (*project)(const attn_internal::ProjectArgs&) =
-      level == SimdLevel::kAvx512 ? attn_internal::ProjectAvx512
-      : level == SimdLevel::kAvx2 ? attn_internal::ProjectAvx2
-                                  : attn_internal::ProjectScalar;
+  void (*project)(const internal::ProjectArgs&) =
+      level == SimdLevel::kAvx512 ? internal::ProjectAvx512
+      : level == SimdLevel::kAvx2 ? internal::ProjectAvx2
+                                  : internal::ProjectScalar;
   // Blocks of vectors, each projected to sign bits in its own buffer and cut into codes.
   constexpr int64_t kVectors = 64;
   const int64_t n_blocks = (n + kVectors - 1) / kVectors;
@@ -77,7 +77,7 @@ absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t v0 = b * kVectors;
       const int64_t nv = std::min(kVectors, n - v0);
-      attn_internal::ProjectArgs a;
+      internal::ProjectArgs a;
       a.x = x + v0 * d_;
       a.n = nv;
       a.d = d_;
@@ -133,4 +133,4 @@ absl::Status SimHash::CodesReference(const float* x, int64_t n, int64_t d, uint1
   return absl::OkStatus();
 }
 
-}  // namespace magicpig
+}  // namespace magicpig::attention

@@ -1,4 +1,4 @@
-// SimHash (sign random projection) codes for MagicPIG, reference spec §3.
+// SimHash (sign random projection) codes for MagicPIG, docs/architecture.md §4.1.
 //
 // Projection: W is d x (K*L) with i.i.d. N(0, 1) entries, stored row-major as float32:
 // W[i][j] = projection()[i * K*L + j]. It is drawn from std::mt19937_64(seed) with
@@ -14,14 +14,14 @@
 // Two implementations: Codes (the product path: an fp32 SIMD GEMM, kernels/simhash_kernel.h, at
 // the active SIMD level, in parallel over blocks of vectors with oneTBB) and CodesReference
 // (float64 accumulation over i = 0 ... d-1 in order). They agree on every bit except where a
-// projection is within fp32 rounding of 0 (spec §12.10).
+// projection is within fp32 rounding of 0 (docs/architecture.md §16).
 //
 // What is hashed (the caller's job): keys centred with the mean key c, queries raw (normalising
 // does not change signs).
 //
 // Thread-safety: immutable after Create; Codes may be called concurrently.
-#ifndef MAGICPIG_ATTN_NODE_CORE_SIMHASH_H_
-#define MAGICPIG_ATTN_NODE_CORE_SIMHASH_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_SIMHASH_H_
+#define MAGICPIG_COMMON_ATTENTION_SIMHASH_H_
 
 #include <cstdint>
 #include <utility>
@@ -29,12 +29,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/attention/estimator_params.h"
 #include "common/cpu_features.h"
 
-namespace magicpig {
-
-inline constexpr int kSimHashMaxK = 16;  // codes are stored as uint16
-inline constexpr int kSimHashMaxL = 512;
+namespace magicpig::attention {
 
 class SimHash {
  public:
@@ -75,6 +73,6 @@ class SimHash {
   int64_t cols_padded_;
 };
 
-}  // namespace magicpig
+}  // namespace magicpig::attention
 
-#endif  // MAGICPIG_ATTN_NODE_CORE_SIMHASH_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_SIMHASH_H_

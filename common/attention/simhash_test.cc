@@ -1,7 +1,7 @@
 // Tests for SimHash: argument validation, determinism of W, the bit order and sign convention
 // against a direct float64 computation of x . W columns, and a Monte Carlo check that the frequency
 // of ">= 2 equal tables" for (q, k) pairs at a fixed angle matches InclusionProbability.
-#include "attn_node/core/simhash.h"
+#include "common/attention/simhash.h"
 
 #include <cmath>
 #include <numbers>
@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "attn_node/core/inclusion_probability.h"
+#include "common/attention/inclusion_probability.h"
 #include "common/cpu_features.h"
 #include "gtest/gtest.h"
 
-namespace magicpig {
+namespace magicpig::attention {
 namespace {
 
 TEST(SimHashTest, RejectsOutOfRangeArgumentsNamingTheField) {
@@ -287,4 +287,4 @@ TEST(SimHashTest, MonteCarloCollisionFrequencyMatchesInclusionProbability) {
 }
 
 }  // namespace
-}  // namespace magicpig
+}  // namespace magicpig::attention

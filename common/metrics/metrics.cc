@@ -36,4 +36,20 @@ void AddBuildInfo(prometheus::Registry& registry, std::string_view node_kind) {
       .Set(1);
 }
 
+prometheus::Gauge& NewGauge(prometheus::Registry& registry, const std::string& name,
+                            const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+}
+
+prometheus::Counter& NewCounter(prometheus::Registry& registry, const std::string& name,
+                                const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+}
+
+prometheus::Histogram& NewHistogram(prometheus::Registry& registry, const std::string& name,
+                                    const std::string& help,
+                                    const prometheus::Histogram::BucketBoundaries& buckets) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add({}, buckets);
+}
+
 }  // namespace magicpig::metrics

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
@@ -28,6 +30,16 @@ prometheus::Histogram::BucketBoundaries RpcBuckets();
 prometheus::Histogram::BucketBoundaries RatioBuckets();
 // Counts (batch sizes): 1, 2, 4, .. 256.
 prometheus::Histogram::BucketBoundaries CountBuckets();
+
+// An unlabelled metric registered in `registry` (one family with one child): what most of the
+// nodes' metrics are. The reference stays valid as long as the registry.
+prometheus::Gauge& NewGauge(prometheus::Registry& registry, const std::string& name,
+                            const std::string& help);
+prometheus::Counter& NewCounter(prometheus::Registry& registry, const std::string& name,
+                                const std::string& help);
+prometheus::Histogram& NewHistogram(prometheus::Registry& registry, const std::string& name,
+                                    const std::string& help,
+                                    const prometheus::Histogram::BucketBoundaries& buckets);
 
 // magicpig_build_info{version, node_kind} = 1.
 void AddBuildInfo(prometheus::Registry& registry, std::string_view node_kind);

@@ -37,7 +37,7 @@ inline void DotAccReduce8(const DotAcc* a, float* out) {
 #endif
 
 // exp(x) for x <= 0 (and -inf -> ~0): 2^t by a degree-6 polynomial of the fraction; the argument
-// is clamped at -87 so the exponent arithmetic never wraps (reference spec §12.3). Relative
+// is clamped at -87 so the exponent arithmetic never wraps (docs/architecture.md §16). Relative
 // error < 2e-7.
 inline float FastExp(float x) {
   x = MaxF(x, -87.0f);

@@ -11,28 +11,10 @@
 
 namespace magicpig::engine {
 
-std::string_view AttentionModeName(AttentionMode mode) {
-  switch (mode) {
-    case AttentionMode::kFull:
-      return "full";
-    case AttentionMode::kMagicPig:
-      return "magicpig";
-    case AttentionMode::kTopK:
-      return "topk";
-    case AttentionMode::kOracle:
-      return "oracle";
-  }
-  return "?";
-}
+using ::magicpig::attention::AttentionShards;
 
-absl::StatusOr<AttentionMode> ParseAttentionMode(std::string_view name) {
-  for (AttentionMode m : {AttentionMode::kFull, AttentionMode::kMagicPig, AttentionMode::kTopK,
-                          AttentionMode::kOracle}) {
-    if (name == AttentionModeName(m)) return m;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown attention mode '", std::string(name),
-                                                 "' (choose full, magicpig, topk or oracle)"));
-}
+using ::magicpig::attention::PartialAttention;
+using ::magicpig::attention::SimHash;
 
 std::vector<bool> DenseLayers(int64_t n_layer, const SparseAttentionOptions& options) {
   std::vector<bool> dense(static_cast<size_t>(n_layer), false);

@@ -1,6 +1,6 @@
-// The sparse attention router: per sequence, the compute-node side of MagicPIG decoding (DESIGN
-// §2-§3, reference spec §7, §10), over an AttentionShards that is either in this process (embedded
-// mode) or on attention nodes.
+// The sparse attention router: per sequence, the compute-node side of MagicPIG decoding
+// (docs/architecture.md §3, §4.5, §7), over an AttentionShards that is either in this process
+// (embedded mode) or on attention nodes.
 //
 // For every sparse layer (all but the dense layers, default {0, n_layer/2}) the prompt's keys
 // [n_sinks, n - n_local) leave the exact path as layer-major prefill finishes the layer: per kv
@@ -9,7 +9,8 @@
 // window (the sinks and [window_begin, pos]: the last n_local prompt tokens and every generated
 // token) and asks the estimator for a partial over each shard; the parts merge by log-sum-exp.
 // When the window outgrows window_budget tokens its oldest tokens (all but n_local) move into the
-// shards' append segment (a project choice, spec §7 "[project]"; the reference never inserts).
+// shards' append segment (a project choice, docs/architecture.md §4.5; the reference never
+// inserts).
 //
 // The shard partials use centred keys, so their lse is shifted back by scale * (q . c) before the
 // merge; the static part uses the raw fp16 cache. Layers whose offloaded region would be empty
@@ -23,8 +24,9 @@
 // - release (attention nodes): once a layer's rows are on the shards the router gives their
 //   memory in the compute node's cache back (KvCache::Release), so the compute node holds only the
 //   dense layers and the static window. A recoverable failure is then returned, with
-//   needs_rebuild() set, and the engine rebuilds the sequence from its token history (DESIGN §5:
-//   prefill of the prompt, replay of the generated tokens) on fresh shards.
+//   needs_rebuild() set, and the engine rebuilds the sequence from its token history
+//   (docs/architecture.md §9.3: prefill of the prompt, replay of the generated tokens) on fresh
+//   shards.
 //
 // Thread-safety: one router per sequence, used by one decode loop at a time; the shared SimHash is
 // thread-safe.
@@ -37,39 +39,40 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "attn_node/core/kv_shard.h"
-#include "attn_node/core/partial_attention.h"
-#include "attn_node/core/simhash.h"
+#include "common/attention/attention_shards.h"
+#include "common/attention/estimator_registry.h"
+#include "common/attention/kv_shard.h"
+#include "common/attention/partial_attention.h"
+#include "common/attention/simhash.h"
 #include "gpu_node/backend/backend.h"
-#include "gpu_node/engine/attention_shards.h"
 #include "gpu_node/engine/kv_cache.h"
 #include "gpu_node/engine/transformer.h"
 #include "gpu_node/model/model_config.h"
 
 namespace magicpig::engine {
 
-enum class AttentionMode { kFull, kMagicPig, kTopK, kOracle };
-std::string_view AttentionModeName(AttentionMode mode);
-// "full" | "magicpig" | "topk" | "oracle"; INVALID_ARGUMENT naming the choices otherwise.
-absl::StatusOr<AttentionMode> ParseAttentionMode(std::string_view name);
-
 struct SparseAttentionOptions {
-  AttentionMode mode = AttentionMode::kMagicPig;
-  int lsh_k = 10;
-  int lsh_l = 150;
-  uint64_t lsh_seed = 1234;
-  // Keys per head for topk / oracle; 0: 2% of the offloaded prompt keys (Table 9's (10,150) cost).
-  int64_t budget = 0;
+  // The decode estimator (common/attention/estimator_registry.h) and its parameters.
+  attention::EstimatorKind mode = attention::EstimatorKind::kMagicPig;
+  int lsh_k = static_cast<int>(attention::kLshK.default_value);
+  int lsh_l = static_cast<int>(attention::kLshL.default_value);
+  uint64_t lsh_seed = static_cast<uint64_t>(attention::kLshSeed.default_value);
+  // Keys per head for budgeted estimators; 0: the estimator's budget rule.
+  int64_t budget = attention::kBudget.default_value;
   int64_t n_sinks = 4;
   int64_t n_local = 64;
   int64_t window_budget = 64 + 256;
   std::vector<int64_t> dense_layers;  // empty: {0, n_layer / 2}
-  KvStorage storage = KvStorage::kBf16;
+  attention::KvStorage storage = attention::KvStorage::kBf16;
   // The prompt region is stored in blocks of this many tokens (the last block also takes the
   // tokens that leave the static window later); each block is attended on its own and the blocks'
   // partials merge in position order, embedded and remote alike, so the arithmetic — hence the
   // tokens — does not depend on how blocks are spread over attention nodes.
   int64_t shard_block = 4096;
+
+  attention::EstimatorParams estimator_params() const {
+    return {.lsh_k = lsh_k, .lsh_l = lsh_l, .lsh_seed = lsh_seed, .budget = budget};
+  }
 };
 
 // dense[l]: layer l keeps exact attention (options.dense_layers, default {0, n_layer / 2}).
@@ -89,8 +92,9 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   // release_offloaded: give the offloaded rows' memory in kv back (see the file comment); kv must
   // be set, and recoverable failures are returned (needs_rebuild()) rather than repaired here.
   SparseAttentionRouter(const model::ModelConfig& config, const SparseAttentionOptions& options,
-                        const SimHash* hash, AttentionShards* shards, backend::Backend* backend,
-                        KvCache* kv = nullptr, bool release_offloaded = false);
+                        const attention::SimHash* hash, attention::AttentionShards* shards,
+                        backend::Backend* backend, KvCache* kv = nullptr,
+                        bool release_offloaded = false);
 
   absl::Status OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
                              int64_t n_tokens) override;
@@ -141,8 +145,8 @@ class SparseAttentionRouter final : public LayerAttentionHook {
 
   model::ModelConfig config_;
   SparseAttentionOptions options_;
-  const SimHash* hash_;
-  AttentionShards* shards_;
+  const attention::SimHash* hash_;
+  attention::AttentionShards* shards_;
   backend::Backend* backend_;
   KvCache* kv_;
   bool release_offloaded_;
@@ -168,7 +172,7 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   // Decode scratch.
   std::vector<float> static_o_, static_lse_, center_dot_;
   std::vector<uint16_t> codes_;
-  std::vector<PartialAttention> parts_;
+  std::vector<attention::PartialAttention> parts_;
   std::vector<float> keys_, values_;
   std::vector<uint16_t> key_codes_;
 };

@@ -8,12 +8,23 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/attention/local_attention_shards.h"
 #include "common/status_macros.h"
 #include "gpu_node/backend/cpu/cpu_backend.h"
-#include "gpu_node/engine/local_attention_shards.h"
 #include "gpu_node/engine/text_stream.h"
 
 namespace magicpig::engine {
+
+using ::magicpig::remote::AttendCoalescer;
+using ::magicpig::remote::AttentionNodeClient;
+using ::magicpig::remote::RemoteAttentionShards;
+
+using ::magicpig::attention::AttentionShards;
+using ::magicpig::attention::LocalAttentionShards;
+
+using ::magicpig::attention::AttentionRunner;
+using ::magicpig::attention::KvStorage;
+using ::magicpig::attention::SimHash;
 std::string_view FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kStop:
@@ -73,7 +84,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   e->attend_timeout_ = options.attend_timeout;
   e->placement_ = options.placement;
   e->attention_ = options.attention;
-  if (e->attention_.mode != AttentionMode::kFull) {
+  if (attention::SpecOf(e->attention_.mode).sparse) {
     const model::ModelConfig& c = e->weights_->config();
     MAGICPIG_ASSIGN_OR_RETURN(
         SimHash hash, SimHash::Create(c.head_dim, options.attention.lsh_k, options.attention.lsh_l,
@@ -113,17 +124,8 @@ std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(const SparseAttentionO
   shape.set_lsh_l(attention.lsh_l);
   shape.set_dtype(attention.storage == KvStorage::kF32 ? magicpig::v1::KV_DTYPE_F32
                                                        : magicpig::v1::KV_DTYPE_BF16);
-  switch (attention.mode) {
-    case AttentionMode::kTopK:
-      shape.set_estimator(magicpig::v1::ESTIMATOR_TOPK);
-      break;
-    case AttentionMode::kOracle:
-      shape.set_estimator(magicpig::v1::ESTIMATOR_ORACLE);
-      break;
-    default:
-      shape.set_estimator(magicpig::v1::ESTIMATOR_MAGICPIG);
-      break;
-  }
+  shape.set_estimator(
+      static_cast<magicpig::v1::Estimator>(attention::SpecOf(attention.mode).proto_value));
   shape.set_budget(budget);
   shape.set_seed(attention.lsh_seed);
   std::vector<AttentionNodeClient*> nodes;
@@ -188,20 +190,11 @@ absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attentio
     seq.hash_ = std::make_unique<SimHash>(std::move(h));
     hash = seq.hash_.get();
   }
-  const int64_t offloaded = std::max<int64_t>(1, n_prompt - attention.n_sinks - attention.n_local);
-  const int64_t budget =
-      attention.budget > 0 ? attention.budget : std::max<int64_t>(1, offloaded / 50);
-  switch (attention.mode) {
-    case AttentionMode::kMagicPig:
-      seq.estimator_ = std::make_unique<MagicPigEstimator>(attention.lsh_k, attention.lsh_l);
-      break;
-    case AttentionMode::kTopK:
-      seq.estimator_ = std::make_unique<TopKEstimator>(budget);
-      break;
-    default:
-      seq.estimator_ = std::make_unique<OracleEstimator>(budget, attention.lsh_seed);
-      break;
-  }
+  const int64_t offloaded = n_prompt - attention.n_sinks - attention.n_local;
+  const attention::EstimatorParams params = attention.estimator_params();
+  const int64_t budget = attention::EstimatorBudget(attention.mode, params, offloaded);
+  MAGICPIG_ASSIGN_OR_RETURN(seq.estimator_,
+                            attention::MakeEstimator(attention.mode, params, offloaded));
   if (attention_nodes_.empty()) {
     seq.shards_ = std::make_unique<LocalAttentionShards>(
         c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim,
@@ -326,7 +319,7 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
   }
   const SparseAttentionOptions& attention =
       request.attention.has_value() ? *request.attention : attention_;
-  if (attention.mode != AttentionMode::kFull && c.head_dim % 16 != 0) {
+  if (attention::SpecOf(attention.mode).sparse && c.head_dim % 16 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sparse attention needs a head dim that is a multiple of 16; this model has ", c.head_dim));
   }
@@ -340,7 +333,7 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
   seq->sampler_ = std::make_unique<Sampler>(request.sampling);
   seq->stream_ = std::make_unique<TextStream>(request.stop);
   seq->result_.stats.prompt_tokens = n_prompt;
-  if (attention.mode != AttentionMode::kFull) {
+  if (attention::SpecOf(attention.mode).sparse) {
     if (attention_runner_ == nullptr)
       attention_runner_ = std::make_unique<AttentionRunner>(num_threads_);
     MAGICPIG_RETURN_IF_ERROR(SetUpSparseAttention(attention, *seq));

@@ -26,17 +26,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "attn_node/core/attention_runner.h"
+#include "common/attention/attention_runner.h"
 #include "gpu_node/backend/backend.h"
 #include "gpu_node/engine/attention_router.h"
-#include "gpu_node/engine/micro_batch_tuner.h"
-#include "gpu_node/engine/remote_attention_shards.h"
 #include "gpu_node/engine/sampler.h"
 #include "gpu_node/engine/text_stream.h"
 #include "gpu_node/engine/transformer.h"
 #include "gpu_node/model/chat_template.h"
 #include "gpu_node/model/model_weights.h"
 #include "gpu_node/model/tokenizer.h"
+#include "gpu_node/remote/micro_batch_tuner.h"
+#include "gpu_node/remote/remote_attention_shards.h"
 #include "prometheus/registry.h"
 
 namespace magicpig::engine {
@@ -45,7 +45,8 @@ namespace magicpig::engine {
 enum class PingPong {
   kOff,   // one batch
   kOn,    // two micro-batches whenever the batch has 2 or more sequences
-  kAuto,  // whichever of the two the recent steps of this batch size ran faster (MicroBatchTuner)
+  kAuto,  // whichever of the two the recent steps of this batch size ran faster
+          // (remote::MicroBatchTuner)
 };
 
 struct EngineOptions {
@@ -69,7 +70,7 @@ struct EngineOptions {
   // failed (hung or stopped), and its sequences are placed again on the others.
   std::chrono::milliseconds attend_timeout{10000};
   // With attention nodes: how a sequence's blocks are laid over them (remote_attention_shards.h).
-  Placement placement = Placement::kPack;
+  remote::Placement placement = remote::Placement::kPack;
   // Where the per-attention-node RPC metrics go (magicpig_attn_rpc_*; remote_attention_shards.h);
   // borrowed, must outlive the engine. Null: none.
   prometheus::Registry* metrics_registry = nullptr;
@@ -168,9 +169,9 @@ class Sequence {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<TextStream> stream_;
-  std::unique_ptr<SimHash> hash_;  // when the request overrides (K, L, seed)
-  std::unique_ptr<Estimator> estimator_;
-  std::unique_ptr<AttentionShards> shards_;
+  std::unique_ptr<attention::SimHash> hash_;  // when the request overrides (K, L, seed)
+  std::unique_ptr<const attention::Estimator> estimator_;
+  std::unique_ptr<attention::AttentionShards> shards_;
   std::unique_ptr<SparseAttentionRouter> router_;
   std::vector<float> logits_;  // of the next token
   int64_t capacity_ = 0;
@@ -195,7 +196,7 @@ class Engine {
   int64_t context_length() const { return context_length_; }
   const SparseAttentionOptions& attention_options() const { return attention_; }
   // The attention nodes this engine places shards on (empty: embedded).
-  const std::vector<std::unique_ptr<AttentionNodeClient>>& attention_nodes() const {
+  const std::vector<std::unique_ptr<remote::AttentionNodeClient>>& attention_nodes() const {
     return attention_nodes_;
   }
 
@@ -224,18 +225,19 @@ class Engine {
  private:
   Engine() = default;
   // avoid: indices of attention nodes that failed for this sequence (left out of its placement).
-  std::unique_ptr<AttentionShards> MakeRemoteShards(const SparseAttentionOptions& attention,
-                                                    int64_t max_tokens, int64_t budget,
-                                                    const std::vector<int>& avoid);
+  std::unique_ptr<attention::AttentionShards> MakeRemoteShards(
+      const SparseAttentionOptions& attention, int64_t max_tokens, int64_t budget,
+      const std::vector<int>& avoid);
   absl::Status SetUpSparseAttention(const SparseAttentionOptions& attention, Sequence& seq,
                                     const std::vector<int>& avoid = {});
   // The attention options of seq's request.
   const SparseAttentionOptions& AttentionOf(const Sequence& seq) const;
   // After a recoverable attention-node failure (seq's router needs_rebuild()): a fresh cache and
-  // fresh shards on the nodes that still answer, filled from the token history (DESIGN §5):
-  // the prompt prefilled, then every generated token but the last decoded again (teacher-forced,
-  // alone). The last is the input of the step being retried. With the same hash seed and the
-  // same blocks the shards and the cache end as they were, so generation goes on unchanged.
+  // fresh shards on the nodes that still answer, filled from the token history
+  // (docs/architecture.md §9.3): the prompt prefilled, then every generated token but the last
+  // decoded again (teacher-forced, alone). The last is the input of the step being retried. With
+  // the same hash seed and the same blocks the shards and the cache end as they were, so generation
+  // goes on unchanged.
   absl::Status RebuildSequence(Sequence& seq);
   // Samples seq's next token, records it and its logprobs, runs the callbacks and finishes the
   // sequence when a stop condition holds. Returns true when the sequence goes on.
@@ -249,19 +251,19 @@ class Engine {
   std::unique_ptr<model::ChatTemplate> chat_template_;
   std::unique_ptr<Transformer> transformer_;
   SparseAttentionOptions attention_;
-  std::unique_ptr<SimHash> hash_;  // when attention_.mode != kFull
-  std::unique_ptr<AttentionRunner> attention_runner_;
-  std::vector<std::unique_ptr<AttentionNodeClient>> attention_nodes_;
+  std::unique_ptr<attention::SimHash> hash_;  // when attention_.mode != kFull
+  std::unique_ptr<attention::AttentionRunner> attention_runner_;
+  std::vector<std::unique_ptr<remote::AttentionNodeClient>> attention_nodes_;
   // One per attention node when coalescing (destroyed before the clients they use).
-  std::vector<std::unique_ptr<AttendCoalescer>> attend_coalescers_;
+  std::vector<std::unique_ptr<remote::AttendCoalescer>> attend_coalescers_;
   int64_t next_sequence_ = 0;
   int64_t context_length_ = 0;
   int64_t prefill_chunk_ = 256;
   int num_threads_ = 0;
   PingPong ping_pong_ = PingPong::kAuto;
-  MicroBatchTuner micro_batch_tuner_;  // with PingPong::kAuto
+  remote::MicroBatchTuner micro_batch_tuner_;  // with PingPong::kAuto
   std::chrono::milliseconds attend_timeout_{10000};
-  Placement placement_ = Placement::kPack;
+  remote::Placement placement_ = remote::Placement::kPack;
   absl::Mutex mu_;
 };
 

@@ -1,8 +1,14 @@
 #include "gpu_node/engine/engine_flags.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/attention/estimator_registry.h"
+#include "common/status_macros.h"
 
 namespace magicpig::engine {
+
+using ::magicpig::remote::Placement;
 
 std::set<std::string> EngineValueFlags() {
   return {"model",           "threads",           "ctx",      "attention",       "lsh-k",
@@ -11,13 +17,22 @@ std::set<std::string> EngineValueFlags() {
 }
 
 std::string EngineFlagsUsage() {
-  return "  --model FILE.gguf      the model (required)\n"
-         "  --threads N            CPU threads (default: all cores)\n"
-         "  --ctx N                context length (default: the model's)\n"
-         "  --attention MODE       decode attention: magicpig (default), full, topk, oracle\n"
-         "  --lsh-k K  --lsh-l L   MagicPIG SimHash bits per table and tables (default 10, 150)\n"
-         "  --lsh-seed S           SimHash projection seed (default 1234)\n"
-         "  --budget N             keys per head for topk / oracle (default: 2% of the prompt)\n"
+  // The attention lines come from the estimator registry and the parameters' declarations.
+  std::string usage = absl::StrCat(
+      "  --model FILE.gguf      the model (required)\n"
+      "  --threads N            CPU threads (default: all cores)\n"
+      "  --ctx N                context length (default: the model's)\n",
+      "  --attention MODE       decode attention, one of: ", attention::EstimatorNames(),
+      " (default ", std::string(attention::EstimatorName(attention::EstimatorKind::kMagicPig)),
+      ")\n");
+  for (const attention::ParamSpec* p :
+       {&attention::kLshK, &attention::kLshL, &attention::kLshSeed, &attention::kBudget}) {
+    absl::StrAppend(&usage,
+                    absl::StrFormat("  --%-20s %s [%d, %d] (default %d)\n",
+                                    absl::StrCat(std::string(p->flag), " N"), std::string(p->help),
+                                    p->min, p->max, p->default_value));
+  }
+  return usage +
          "  --attention-nodes A    comma-separated attention nodes host:port (default: in "
          "process)\n"
          "  --ping-pong on|off|auto  with attention nodes, decode a batch as two micro-batches "
@@ -46,21 +61,25 @@ absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& a) {
   options.model_path = a.Get("model");
   auto threads = a.GetInt("threads", 0);
   auto ctx = a.GetInt("ctx", 0);
-  auto lsh_k = a.GetInt("lsh-k", 10);
-  auto lsh_l = a.GetInt("lsh-l", 150);
-  auto lsh_seed = a.GetInt("lsh-seed", 1234);
-  auto budget = a.GetInt("budget", 0);
+  auto lsh_k = a.GetInt("lsh-k", attention::kLshK.default_value);
+  auto lsh_l = a.GetInt("lsh-l", attention::kLshL.default_value);
+  auto lsh_seed = a.GetInt("lsh-seed", attention::kLshSeed.default_value);
+  auto budget = a.GetInt("budget", attention::kBudget.default_value);
   auto attend_timeout = a.GetInt("attend-timeout-ms", 10000);
   for (const absl::Status& s : {threads.status(), ctx.status(), lsh_k.status(), lsh_l.status(),
                                 lsh_seed.status(), budget.status(), attend_timeout.status()}) {
     if (!s.ok()) return s;
   }
-  auto mode = ParseAttentionMode(a.Has("attention") ? a.Get("attention") : "magicpig");
+  auto mode = attention::ParseEstimator(
+      a.Has("attention")
+          ? a.Get("attention")
+          : std::string(attention::EstimatorName(attention::EstimatorKind::kMagicPig)));
   if (!mode.ok()) return mode.status();
-  if (*lsh_k < 1 || *lsh_k > 16 || *lsh_l < 2 || *lsh_l > 512) {
-    return absl::InvalidArgumentError("--lsh-k must be in [1, 16] and --lsh-l in [2, 512]");
+  for (auto [spec, value] :
+       {std::pair{&attention::kLshK, *lsh_k}, std::pair{&attention::kLshL, *lsh_l},
+        std::pair{&attention::kLshSeed, *lsh_seed}, std::pair{&attention::kBudget, *budget}}) {
+    MAGICPIG_RETURN_IF_ERROR(spec->Check(value, absl::StrCat("--", std::string(spec->flag))));
   }
-  if (*budget < 0) return absl::InvalidArgumentError("--budget must be >= 0");
   if (*attend_timeout < 1) return absl::InvalidArgumentError("--attend-timeout-ms must be >= 1");
   options.attend_timeout = std::chrono::milliseconds(*attend_timeout);
   if (*threads < 0 || *ctx < 0) {

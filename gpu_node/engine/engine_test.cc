@@ -9,11 +9,13 @@
 #include "tests/testing/synthetic_engine.h"
 
 namespace magicpig::engine {
+
+using ::magicpig::attention::KvStorage;
 namespace {
 
 SparseAttentionOptions FullAttention() {
   SparseAttentionOptions a;
-  a.mode = AttentionMode::kFull;
+  a.mode = attention::EstimatorKind::kFull;
   return a;
 }
 
@@ -42,7 +44,7 @@ std::unique_ptr<Engine> MakeEngine(int64_t context_length = 0, int64_t prefill_c
 // shards' append segment several times. MagicPIG itself must run and sample a fraction of keys.
 TEST(EngineTest, SparseDecodeSplitAndMergeIsExact) {
   SparseAttentionOptions exact;
-  exact.mode = AttentionMode::kTopK;
+  exact.mode = attention::EstimatorKind::kTopK;
   exact.budget = 1 << 20;
   exact.dense_layers = {0};
   exact.n_local = 8;
@@ -176,7 +178,7 @@ TEST(EngineTest, ContextLengthCapsGeneration) {
 // with exact attention and with the sparse (top-k at full budget, exact) router alike.
 TEST(EngineTest, BatchedStepsGiveEachSequenceItsOwnTokens) {
   SparseAttentionOptions exact;
-  exact.mode = AttentionMode::kTopK;
+  exact.mode = attention::EstimatorKind::kTopK;
   exact.budget = 1 << 20;
   exact.dense_layers = {0};
   exact.n_local = 4;

@@ -8,7 +8,7 @@
 // Release gives the physical memory of a range of positions back to the system (madvise
 // MADV_DONTNEED on the whole pages inside it): with attention nodes the offloaded rows of sparse
 // layers live there, and the compute node keeps only the static window. Released rows read as
-// zeros; nobody reads them (DESIGN §2: the hashed region is the attention nodes').
+// zeros; nobody reads them (docs/architecture.md §7: the hashed region is the attention nodes').
 //
 // Thread-safety: owned by one sequence; not shared.
 #ifndef MAGICPIG_GPU_NODE_ENGINE_KV_CACHE_H_

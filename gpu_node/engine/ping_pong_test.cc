@@ -9,19 +9,24 @@
 #include <vector>
 
 #include "attn_node/service/attention_server.h"
-#include "attn_node/service/service_test_util.h"
 #include "gpu_node/engine/engine.h"
 #include "gtest/gtest.h"
+#include "tests/testing/service_test_util.h"
 #include "tests/testing/synthetic_engine.h"
 
 namespace magicpig::engine {
+
+using ::magicpig::remote::Placement;
+
+using ::magicpig::attention::KvStorage;
 namespace {
 
 SimdLevel BatchInvariantLevel() { return std::min(ActiveSimdLevel(), SimdLevel::kAvx2); }
 
 EngineOptions ExactSparse(int64_t shard_block = 16) {
   EngineOptions o;
-  o.attention.mode = AttentionMode::kTopK;  // at a budget above n: exact, split and merged
+  o.attention.mode =
+      attention::EstimatorKind::kTopK;  // at a budget above n: exact, split and merged
   o.attention.budget = 1 << 20;
   o.attention.dense_layers = {0};
   o.attention.n_local = 4;

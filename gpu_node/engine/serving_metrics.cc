@@ -5,25 +5,10 @@
 #include "common/metrics/metrics.h"
 
 namespace magicpig::engine {
-namespace {
 
-prometheus::Gauge& NewGauge(prometheus::Registry& r, const std::string& name,
-                            const std::string& help) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
-}
-
-prometheus::Counter& NewCounter(prometheus::Registry& r, const std::string& name,
-                                const std::string& help) {
-  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
-}
-
-prometheus::Histogram& NewHistogram(prometheus::Registry& r, const std::string& name,
-                                    const std::string& help,
-                                    const prometheus::Histogram::BucketBoundaries& buckets) {
-  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, buckets);
-}
-
-}  // namespace
+using metrics::NewCounter;
+using metrics::NewGauge;
+using metrics::NewHistogram;
 
 ServingMetrics::ServingMetrics(prometheus::Registry& r)
     : requests_running(

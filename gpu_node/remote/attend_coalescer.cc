@@ -1,11 +1,11 @@
-#include "gpu_node/engine/attend_coalescer.h"
+#include "gpu_node/remote/attend_coalescer.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
-namespace magicpig::engine {
+namespace magicpig::remote {
 namespace v1 = ::magicpig::v1;
 
 AttendCoalescer::AttendCoalescer(AttentionNodeClient* node, std::chrono::milliseconds timeout,
@@ -164,4 +164,4 @@ uint64_t AttendCoalescer::requests_sent() const {
   return requests_sent_;
 }
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote

@@ -21,8 +21,8 @@
 //
 // Thread-safety: every method is thread-safe (one mutex; Wait holds it while it reads, so callers
 // take turns). The watchdog's thread only cancels the stream's context.
-#ifndef MAGICPIG_GPU_NODE_ENGINE_ATTEND_COALESCER_H_
-#define MAGICPIG_GPU_NODE_ENGINE_ATTEND_COALESCER_H_
+#ifndef MAGICPIG_GPU_NODE_REMOTE_ATTEND_COALESCER_H_
+#define MAGICPIG_GPU_NODE_REMOTE_ATTEND_COALESCER_H_
 
 #include <chrono>
 #include <cstddef>
@@ -35,12 +35,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "gpu_node/engine/attention_node_client.h"
-#include "gpu_node/engine/stream_watchdog.h"
+#include "gpu_node/remote/attention_node_client.h"
+#include "gpu_node/remote/stream_watchdog.h"
 #include "grpcpp/grpcpp.h"
 #include "magicpig/v1/attention.grpc.pb.h"
 
-namespace magicpig::engine {
+namespace magicpig::remote {
 
 class AttendCoalescer {
  public:
@@ -113,6 +113,6 @@ class AttendCoalescer {
   StreamWatchdog watchdog_;
 };
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote
 
-#endif  // MAGICPIG_GPU_NODE_ENGINE_ATTEND_COALESCER_H_
+#endif  // MAGICPIG_GPU_NODE_REMOTE_ATTEND_COALESCER_H_

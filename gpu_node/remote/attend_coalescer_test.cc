@@ -4,7 +4,7 @@
 // requests are cut at their size cap); a step given up
 // (started, never finished) is dropped without disturbing later steps; a stopped node fails the
 // tickets of its requests recoverably while the other node keeps serving.
-#include "gpu_node/engine/attend_coalescer.h"
+#include "gpu_node/remote/attend_coalescer.h"
 
 #include <chrono>
 #include <cmath>
@@ -13,13 +13,16 @@
 #include <string>
 #include <vector>
 
-#include "attn_node/core/simhash.h"
 #include "attn_node/service/attention_server.h"
-#include "attn_node/service/service_test_util.h"
-#include "gpu_node/engine/remote_attention_shards.h"
+#include "common/attention/simhash.h"
+#include "gpu_node/remote/remote_attention_shards.h"
 #include "gtest/gtest.h"
+#include "tests/testing/service_test_util.h"
 
-namespace magicpig::engine {
+namespace magicpig::remote {
+
+using ::magicpig::attention::PartialAttention;
+using ::magicpig::attention::SimHash;
 namespace {
 
 constexpr int kKv = 2, kGroup = 2, kD = 32, kK = 5, kL = 12, kTokens = 256, kBlock = 64;
@@ -233,4 +236,4 @@ TEST_F(AttendCoalescerTest, StoppedNodeFailsItsTicketsRecoverably) {
 }
 
 }  // namespace
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote

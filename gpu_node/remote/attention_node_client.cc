@@ -1,11 +1,11 @@
-#include "gpu_node/engine/attention_node_client.h"
+#include "gpu_node/remote/attention_node_client.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/metrics/metrics.h"
 
-namespace magicpig::engine {
+namespace magicpig::remote {
 namespace v1 = ::magicpig::v1;
 
 AttentionRpcMetrics::AttentionRpcMetrics(prometheus::Registry& registry, const std::string& node)
@@ -89,4 +89,4 @@ absl::Status CloseFailedAttendStream(const AttentionNodeClient& node,
   return FromGrpc(s, "Attend", node.address());
 }
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote

@@ -3,8 +3,8 @@
 // per node, shared by every sequence (RemoteAttentionShards) and by the node's AttendCoalescer.
 //
 // Thread-safety: thread-safe after construction (gRPC stubs and prometheus-cpp metrics are).
-#ifndef MAGICPIG_GPU_NODE_ENGINE_ATTENTION_NODE_CLIENT_H_
-#define MAGICPIG_GPU_NODE_ENGINE_ATTENTION_NODE_CLIENT_H_
+#ifndef MAGICPIG_GPU_NODE_REMOTE_ATTENTION_NODE_CLIENT_H_
+#define MAGICPIG_GPU_NODE_REMOTE_ATTENTION_NODE_CLIENT_H_
 
 #include <cstddef>
 #include <memory>
@@ -19,7 +19,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
-namespace magicpig::engine {
+namespace magicpig::remote {
 
 // The compute node's metrics of its calls to one attention node (label node="host:port"):
 // magicpig_attn_rpc_latency_seconds, magicpig_attn_rpc_bytes_total{direction="up"|"down"},
@@ -79,6 +79,6 @@ absl::Status CloseFailedAttendStream(const AttentionNodeClient& node,
                                      std::unique_ptr<grpc::ClientContext>& context,
                                      std::unique_ptr<AttendStream>& stream);
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote
 
-#endif  // MAGICPIG_GPU_NODE_ENGINE_ATTENTION_NODE_CLIENT_H_
+#endif  // MAGICPIG_GPU_NODE_REMOTE_ATTENTION_NODE_CLIENT_H_

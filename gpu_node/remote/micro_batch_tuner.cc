@@ -1,9 +1,9 @@
-#include "gpu_node/engine/micro_batch_tuner.h"
+#include "gpu_node/remote/micro_batch_tuner.h"
 
 #include <algorithm>
 #include <vector>
 
-namespace magicpig::engine {
+namespace magicpig::remote {
 namespace {
 
 double Median(const std::deque<double>& v) {
@@ -47,4 +47,4 @@ void MicroBatchTuner::Report(int64_t batch_size, int micro_batches, double secon
   }
 }
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote

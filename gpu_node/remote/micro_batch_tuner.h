@@ -20,14 +20,14 @@
 // not decide.
 //
 // Thread-safety: not thread-safe; the engine calls it under its step lock.
-#ifndef MAGICPIG_GPU_NODE_ENGINE_MICRO_BATCH_TUNER_H_
-#define MAGICPIG_GPU_NODE_ENGINE_MICRO_BATCH_TUNER_H_
+#ifndef MAGICPIG_GPU_NODE_REMOTE_MICRO_BATCH_TUNER_H_
+#define MAGICPIG_GPU_NODE_REMOTE_MICRO_BATCH_TUNER_H_
 
 #include <cstdint>
 #include <deque>
 #include <map>
 
-namespace magicpig::engine {
+namespace magicpig::remote {
 
 class MicroBatchTuner {
  public:
@@ -50,6 +50,6 @@ class MicroBatchTuner {
   std::map<int64_t, PerSize> sizes_;
 };
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote
 
-#endif  // MAGICPIG_GPU_NODE_ENGINE_MICRO_BATCH_TUNER_H_
+#endif  // MAGICPIG_GPU_NODE_REMOTE_MICRO_BATCH_TUNER_H_

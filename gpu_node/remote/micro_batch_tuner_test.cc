@@ -1,14 +1,14 @@
 // MicroBatchTuner against scripted step times: it warms up on both choices, keeps the faster,
 // probes the other at its fixed rate, follows a change in either one, and one slow step does not
 // decide.
-#include "gpu_node/engine/micro_batch_tuner.h"
+#include "gpu_node/remote/micro_batch_tuner.h"
 
 #include <functional>
 #include <vector>
 
 #include "gtest/gtest.h"
 
-namespace magicpig::engine {
+namespace magicpig::remote {
 namespace {
 
 // Runs `steps` steps of `batch` sequences whose time is cost(micro_batches, step index); returns
@@ -135,4 +135,4 @@ TEST(MicroBatchTunerTest, ReportsWithBadCountsAreIgnored) {
 }
 
 }  // namespace
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote

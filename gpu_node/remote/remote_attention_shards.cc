@@ -1,4 +1,4 @@
-#include "gpu_node/engine/remote_attention_shards.h"
+#include "gpu_node/remote/remote_attention_shards.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,10 +8,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/code_packing.h"
+#include "common/attention/code_packing.h"
 #include "common/status_macros.h"
 
-namespace magicpig::engine {
+namespace magicpig::remote {
+
+using ::magicpig::attention::MergePartials;
+using ::magicpig::attention::PackCodes;
+using ::magicpig::attention::PartialAttention;
 namespace v1 = ::magicpig::v1;
 
 namespace {
@@ -505,4 +509,4 @@ int64_t RemoteAttentionShards::bytes() const {
   return b;
 }
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote

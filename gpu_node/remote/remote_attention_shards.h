@@ -1,5 +1,5 @@
-// RemoteAttentionShards: a sequence's offloaded keys on attention nodes over gRPC (DESIGN §2-§5,
-// proto/magicpig/v1/attention.proto).
+// RemoteAttentionShards: a sequence's offloaded keys on attention nodes over gRPC
+// (docs/architecture.md §3, §7-§9, proto/magicpig/v1/attention.proto).
 //
 // Placement: at the first Append (the prompt region of the first sparse layer) the region is cut
 // into blocks of `block` tokens, and runs of consecutive blocks go to the nodes in proportion to
@@ -15,10 +15,10 @@
 // AppendKV chunks of about 1 MiB.
 //
 // Appends are asynchronous, so a layer's rows travel while the compute node works on the next
-// layer (layer-major prefill, DESIGN §4): Append serializes the rows into chunks (the caller's
-// buffers are free when it returns) and hands them to a background upload; the next Append waits
-// for the previous upload before starting its own (one in flight, so a layer's appends stay in
-// order), and StartAttend, Reset and the destructor wait for it too. An upload's failure is
+// layer (layer-major prefill, docs/architecture.md §7): Append serializes the rows into chunks (the
+// caller's buffers are free when it returns) and hands them to a background upload; the next Append
+// waits for the previous upload before starting its own (one in flight, so a layer's appends stay
+// in order), and StartAttend, Reset and the destructor wait for it too. An upload's failure is
 // reported by the call that waits for it; it is recoverable like any other node failure.
 //
 // A node that does not answer an Attend within `attend_timeout` (hung or stopped, not just dead)
@@ -41,8 +41,8 @@
 // threads touch only their own data, the (thread-safe) stubs and metrics, and gRPC contexts
 // through TryCancel. AttentionNodeClient is shared by all sequences and thread-safe (gRPC stubs and
 // prometheus-cpp metrics are).
-#ifndef MAGICPIG_GPU_NODE_ENGINE_REMOTE_ATTENTION_SHARDS_H_
-#define MAGICPIG_GPU_NODE_ENGINE_REMOTE_ATTENTION_SHARDS_H_
+#ifndef MAGICPIG_GPU_NODE_REMOTE_REMOTE_ATTENTION_SHARDS_H_
+#define MAGICPIG_GPU_NODE_REMOTE_REMOTE_ATTENTION_SHARDS_H_
 
 #include <chrono>
 #include <cstdint>
@@ -52,14 +52,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "gpu_node/engine/attend_coalescer.h"
-#include "gpu_node/engine/attention_node_client.h"
-#include "gpu_node/engine/attention_shards.h"
-#include "gpu_node/engine/stream_watchdog.h"
+#include "common/attention/attention_shards.h"
+#include "gpu_node/remote/attend_coalescer.h"
+#include "gpu_node/remote/attention_node_client.h"
+#include "gpu_node/remote/stream_watchdog.h"
 #include "grpcpp/grpcpp.h"
 #include "magicpig/v1/attention.grpc.pb.h"
 
-namespace magicpig::engine {
+namespace magicpig::remote {
 
 // How a sequence's region is laid over the nodes (RemoteAttentionShards::Place).
 enum class Placement {
@@ -77,7 +77,7 @@ enum class Placement {
 // (all zero when no node has free memory).
 std::vector<int64_t> ApportionBlocks(int64_t n_blocks, const std::vector<int64_t>& free);
 
-class RemoteAttentionShards final : public AttentionShards {
+class RemoteAttentionShards final : public attention::AttentionShards {
  public:
   // shape: the sparse layers, heads, (K, L), dtype and estimator of every shard of the sequence.
   // block: tokens per block of the prompt region (see the file comment).
@@ -98,9 +98,9 @@ class RemoteAttentionShards final : public AttentionShards {
   absl::Status StartAttend(int64_t layer, const float* q, const uint16_t* codes,
                            float scale) override;
   absl::Status FlushStarted() override;
-  absl::Status FinishAttend(PartialAttention* out) override;
+  absl::Status FinishAttend(attention::PartialAttention* out) override;
   absl::Status Attend(int64_t layer, const float* q, const uint16_t* codes, float scale,
-                      PartialAttention* out) override;
+                      attention::PartialAttention* out) override;
   int64_t size(int64_t layer) const override;
   int64_t bytes() const override;
   // UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, ABORTED or NOT_FOUND (a restarted node no longer
@@ -161,7 +161,7 @@ class RemoteAttentionShards final : public AttentionShards {
   // Copies one range's answer into node_parts_[range][*]; false when its sizes do not fit the step.
   bool TakePartial(const magicpig::v1::SequencePartial& p, int64_t n_head, size_t range);
   // node_parts_ ([range][head]) merged per head by LSE into out.
-  void MergeNodeParts(int64_t n_head, PartialAttention* out) const;
+  void MergeNodeParts(int64_t n_head, attention::PartialAttention* out) const;
 
   std::vector<AttentionNodeClient*> nodes_;
   std::vector<AttendCoalescer*> coalescers_;                       // empty: per-range streams
@@ -176,13 +176,13 @@ class RemoteAttentionShards final : public AttentionShards {
   std::vector<int64_t> layer_size_;  // tokens per layer (indexed by layer id)
   uint64_t step_ = 0;
   int64_t pending_heads_ = 0;  // of the step StartAttend sent (0: none pending)
-  std::vector<PartialAttention> node_parts_;
+  std::vector<attention::PartialAttention> node_parts_;
   std::vector<std::chrono::steady_clock::time_point> sent_at_;  // per range, this Attend's write
   std::chrono::milliseconds attend_timeout_;
   std::future<UploadResult> upload_;  // the last Append's rows on their way (invalid: none)
   StreamWatchdog watchdog_;
 };
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote
 
-#endif  // MAGICPIG_GPU_NODE_ENGINE_REMOTE_ATTENTION_SHARDS_H_
+#endif  // MAGICPIG_GPU_NODE_REMOTE_REMOTE_ATTENTION_SHARDS_H_

@@ -2,7 +2,7 @@
 // compute node's per-node RPC metrics count what was done — one latency observation per Attend
 // round trip per range, bytes up and down at least the payloads sent and received — and a stopped
 // node's failed calls are counted by gRPC status code name. Without a registry nothing is counted.
-#include "gpu_node/engine/remote_attention_shards.h"
+#include "gpu_node/remote/remote_attention_shards.h"
 
 #include <chrono>
 #include <cmath>
@@ -11,13 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "attn_node/core/simhash.h"
 #include "attn_node/service/attention_server.h"
-#include "attn_node/service/service_test_util.h"
+#include "common/attention/simhash.h"
 #include "common/metrics/metrics.h"
 #include "gtest/gtest.h"
+#include "tests/testing/service_test_util.h"
 
-namespace magicpig::engine {
+namespace magicpig::remote {
+
+using ::magicpig::attention::PartialAttention;
+using ::magicpig::attention::SimHash;
 namespace {
 
 constexpr int kKv = 2, kGroup = 2, kD = 32, kK = 5, kL = 12, kTokens = 256, kBlock = 64;
@@ -303,4 +306,4 @@ TEST_F(RemoteShardsMetricsTest, PackedSequencesTakeOneNodeEachAndSpreadWhenTooBi
 }
 
 }  // namespace
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote

@@ -1,8 +1,8 @@
-#include "gpu_node/engine/stream_watchdog.h"
+#include "gpu_node/remote/stream_watchdog.h"
 
 #include <utility>
 
-namespace magicpig::engine {
+namespace magicpig::remote {
 
 StreamWatchdog::~StreamWatchdog() {
   {
@@ -57,4 +57,4 @@ void StreamWatchdog::Run() {
   }
 }
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote

@@ -10,8 +10,8 @@
 //
 // Thread-safety: Arm and Disarm from one caller thread at a time; the watchdog's own thread
 // (started at the first Arm) touches only the armed contexts, through the thread-safe TryCancel.
-#ifndef MAGICPIG_GPU_NODE_ENGINE_STREAM_WATCHDOG_H_
-#define MAGICPIG_GPU_NODE_ENGINE_STREAM_WATCHDOG_H_
+#ifndef MAGICPIG_GPU_NODE_REMOTE_STREAM_WATCHDOG_H_
+#define MAGICPIG_GPU_NODE_REMOTE_STREAM_WATCHDOG_H_
 
 #include <chrono>
 #include <condition_variable>
@@ -21,7 +21,7 @@
 
 #include "grpcpp/client_context.h"
 
-namespace magicpig::engine {
+namespace magicpig::remote {
 
 class StreamWatchdog {
  public:
@@ -49,6 +49,6 @@ class StreamWatchdog {
   std::thread thread_;  // started at the first Arm
 };
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote
 
-#endif  // MAGICPIG_GPU_NODE_ENGINE_STREAM_WATCHDOG_H_
+#endif  // MAGICPIG_GPU_NODE_REMOTE_STREAM_WATCHDOG_H_

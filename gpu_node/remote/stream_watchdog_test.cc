@@ -3,7 +3,7 @@
 // these tests check that a deadline earlier than the one the thread sleeps to still fires on time
 // and that a later one fires after the thread's earlier sleep ends (the end-to-end path, a hung
 // node, is tests/integration/distributed_decode_test.cc).
-#include "gpu_node/engine/stream_watchdog.h"
+#include "gpu_node/remote/stream_watchdog.h"
 
 #include <chrono>
 #include <thread>
@@ -11,7 +11,7 @@
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
 
-namespace magicpig::engine {
+namespace magicpig::remote {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -66,4 +66,4 @@ TEST(StreamWatchdogTest, LaterDeadlineFiresAfterTheEarlierSleepEnds) {
 }
 
 }  // namespace
-}  // namespace magicpig::engine
+}  // namespace magicpig::remote

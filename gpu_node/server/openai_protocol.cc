@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/attention/estimator_params.h"
 
 namespace magicpig::server {
 namespace {
@@ -258,15 +259,17 @@ bool AttentionOverride(const Value& v, const engine::SparseAttentionOptions& bas
   std::string mode;
   f.String("mode", &mode);
   int64_t k = out->lsh_k, l = out->lsh_l, budget = out->budget;
-  f.Int("lsh_k", 1, 16, &k);
-  f.Int("lsh_l", 1, 512, &l);
-  f.Int("budget", 0, int64_t{1} << 40, &budget);
+  // Bounds from the one declaration of each parameter (common/attention/estimator_params.h).
+  for (auto [spec, value] : {std::pair{&attention::kLshK, &k}, std::pair{&attention::kLshL, &l},
+                             std::pair{&attention::kBudget, &budget}}) {
+    f.Int(spec->name, spec->min, spec->max, value);
+  }
   if (!f.ok()) {
     error->param = "attention." + error->param;
     return false;
   }
   if (!mode.empty()) {
-    absl::StatusOr<engine::AttentionMode> m = engine::ParseAttentionMode(mode);
+    absl::StatusOr<attention::EstimatorKind> m = attention::ParseEstimator(mode);
     if (!m.ok()) {
       error->message = absl::StrCat("'attention.mode': ", m.status().message());
       error->param = "attention.mode";

@@ -135,7 +135,7 @@ TEST_F(ProtocolTest, AttentionOverrideWhenAllowed) {
                  R"({"prompt": "x", "attention": {"mode": "magicpig", "lsh_k": 8, "lsh_l": 75}})");
   ASSERT_TRUE(r.has_value()) << error_.message;
   ASSERT_TRUE(r->prompts[0].attention.has_value());
-  EXPECT_EQ(r->prompts[0].attention->mode, engine::AttentionMode::kMagicPig);
+  EXPECT_EQ(r->prompts[0].attention->mode, attention::EstimatorKind::kMagicPig);
   EXPECT_EQ(r->prompts[0].attention->lsh_k, 8);
   EXPECT_EQ(r->prompts[0].attention->lsh_l, 75);
   ExpectError(Endpoint::kCompletions, R"({"prompt": "x", "attention": {"mode": "psychic"}})", 400,

@@ -109,7 +109,7 @@ int ServeMain(const std::vector<std::string>& args) {
                                                              : api.http.host)
             << ":" << (*server)->port() << std::endl;
   std::cerr << "magicpig_gpu_node: model '" << api.model_name << "', max batch " << *max_batch
-            << ", attention " << engine::AttentionModeName(engine_options->attention.mode)
+            << ", attention " << attention::EstimatorName(engine_options->attention.mode)
             << (engine_options->attention_nodes.empty()
                     ? " (embedded)"
                     : absl::StrCat(" on ", engine_options->attention_nodes.size(), " nodes"))

@@ -16,14 +16,20 @@
 #include <string>
 #include <vector>
 
-#include "attn_node/core/estimators.h"
-#include "attn_node/core/kv_shard.h"
-#include "attn_node/core/simhash.h"
+#include "common/attention/estimators.h"
+#include "common/attention/kv_shard.h"
+#include "common/attention/simhash.h"
+#include "eval/accuracy_eval.h"
 #include "gtest/gtest.h"
-#include "tests/accuracy/accuracy_eval.h"
 #include "tests/accuracy/synthetic_attention.h"
 
 namespace magicpig::accuracy {
+
+using ::magicpig::attention::EstimatorScratch;
+using ::magicpig::attention::KvShard;
+using ::magicpig::attention::MagicPigEstimator;
+using ::magicpig::attention::PartialAttention;
+using ::magicpig::attention::SimHash;
 namespace {
 
 constexpr int kK = 10;

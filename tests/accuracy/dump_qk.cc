@@ -14,7 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "tests/accuracy/qk_dump.h"
+#include "eval/qk_dump.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // magicpig_lsh_budget: the fraction of keys MagicPIG samples, |S| / n_off, on real model keys, for
-// comparison with the paper's Table 9 (reference spec §11; issue #3). Not part of CI: at 8K tokens
+// comparison with the paper's Table 9 (docs/architecture.md §4.6). Not part of CI: at 8K tokens
 // the prefill alone takes minutes on two cores.
 //
 //   magicpig_lsh_budget [--model GGUF] [--text FILE]... [--tokens N] [--queries Q] [--seed S]
@@ -26,20 +26,20 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "attn_node/core/estimators.h"
-#include "attn_node/core/inclusion_probability.h"
-#include "attn_node/core/kv_shard.h"
-#include "attn_node/core/simhash.h"
-#include "tests/accuracy/qk_dump.h"
+#include "common/attention/estimators.h"
+#include "common/attention/inclusion_probability.h"
+#include "common/attention/kv_shard.h"
+#include "common/attention/simhash.h"
+#include "eval/qk_dump.h"
 
 namespace {
 
-using magicpig::EstimatorScratch;
-using magicpig::InclusionProbability;
-using magicpig::KvShard;
-using magicpig::MagicPigEstimator;
-using magicpig::SimHash;
 using magicpig::accuracy::QkDump;
+using magicpig::attention::EstimatorScratch;
+using magicpig::attention::InclusionProbability;
+using magicpig::attention::KvShard;
+using magicpig::attention::MagicPigEstimator;
+using magicpig::attention::SimHash;
 
 struct Config {
   int k, l;
@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
               failed = true;
               return;
             }
-            absl::StatusOr<magicpig::PartialAttention> r =
+            absl::StatusOr<magicpig::attention::PartialAttention> r =
                 mp.Attend(*shard, q, codes.data(), 1.0f, &scratch);
             if (!r.ok()) {
               failed = true;
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
             }
             cell.frac += static_cast<double>(r->n_touched) / static_cast<double>(n_off);
             if (c == 0) {
-              absl::StatusOr<magicpig::PartialAttention> u =
+              absl::StatusOr<magicpig::attention::PartialAttention> u =
                   mp.Attend(*raw, q, codes.data(), 1.0f, &scratch);
               if (!u.ok()) {
                 failed = true;

@@ -21,12 +21,14 @@
 #include <string>
 #include <vector>
 
-#include "attn_node/core/simhash.h"
+#include "common/attention/simhash.h"
+#include "eval/accuracy_eval.h"
+#include "eval/qk_dump.h"
 #include "gtest/gtest.h"
-#include "tests/accuracy/accuracy_eval.h"
-#include "tests/accuracy/qk_dump.h"
 
 namespace magicpig::accuracy {
+
+using ::magicpig::attention::SimHash;
 namespace {
 
 constexpr int kK = 10;

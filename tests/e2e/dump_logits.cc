@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   magicpig::engine::EngineOptions options;
   options.model_path = argv[1];
   // The float64 comparison is of exact attention.
-  options.attention.mode = magicpig::engine::AttentionMode::kFull;
+  options.attention.mode = magicpig::attention::EstimatorKind::kFull;
   options.float_activations = argc == 6 && std::string(argv[5]) == "float";
   // Small chunks exercise multi-chunk layer-major prefill on short prompts.
   if (const char* chunk = std::getenv("MAGICPIG_PREFILL_CHUNK")) {

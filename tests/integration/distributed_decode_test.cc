@@ -26,6 +26,8 @@
 #include "tests/testing/subprocess.h"
 
 namespace magicpig {
+
+using ::magicpig::attention::KvStorage;
 namespace {
 
 std::string SourceDir() {
@@ -70,9 +72,9 @@ std::unique_ptr<engine::Engine> LoadEngine(
   options.attention.shard_block = 256;
   // Every sequence over every node: the tests below are about blocks on several nodes (merging,
   // losing one); packed placement is covered by engine_ping_pong_test.
-  options.placement = engine::Placement::kSpread;
+  options.placement = remote::Placement::kSpread;
   if (exact_topk) {
-    options.attention.mode = engine::AttentionMode::kTopK;
+    options.attention.mode = attention::EstimatorKind::kTopK;
     options.attention.budget = 1 << 20;
     options.attention.storage = KvStorage::kF32;
     options.float_activations = true;
@@ -210,7 +212,7 @@ TEST_F(DistributedDecodeTest, NodeKilledMidGenerationRecoversWithSameTokens) {
   EXPECT_GT(got->stats.kv_bytes_released,
             int64_t{28} * row_bytes * static_cast<int64_t>(chat->size()) / 2);
   // The survivor: the sequence was released at the end, nothing is left reserved.
-  engine::AttentionNodeClient survivor(addresses_[1]);
+  remote::AttentionNodeClient survivor(addresses_[1]);
   grpc::ClientContext ctx;
   magicpig::v1::NodeStatusRequest status_req;
   magicpig::v1::NodeStatusResponse status;
@@ -252,7 +254,7 @@ TEST_F(DistributedDecodeTest, NodeHungMidGenerationTimesOutWithSameTokens) {
   // Not a speed check: a generous bound that a wait for the 10 s control deadlines (or worse, no
   // timeout at all) would exceed.
   EXPECT_LT(seconds, 60.0);
-  engine::AttentionNodeClient survivor(addresses_[1]);
+  remote::AttentionNodeClient survivor(addresses_[1]);
   grpc::ClientContext ctx;
   magicpig::v1::NodeStatusRequest status_req;
   magicpig::v1::NodeStatusResponse status;
@@ -288,7 +290,7 @@ TEST_F(DistributedDecodeTest, RefusedShardIsPlacedElsewhereOrFailsCleanly) {
   StartNodes(1, {"--threads", "1", "--memory-budget", "70M"});
   StartNodes(2, {"--threads", "1", "--memory-budget", "120M"});
   auto node_status = [&](int i) {
-    engine::AttentionNodeClient client(addresses_[static_cast<size_t>(i)]);
+    remote::AttentionNodeClient client(addresses_[static_cast<size_t>(i)]);
     grpc::ClientContext ctx;
     magicpig::v1::NodeStatusRequest req;
     magicpig::v1::NodeStatusResponse st;

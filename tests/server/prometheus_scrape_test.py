@@ -45,7 +45,7 @@ def check_contract(contract, kind_prefix, exported):
     want = {m.name: m.type for m in contract.values()
             if any(k.startswith(kind_prefix) for k in m.node_kinds)}
     # A family with no series is not printed at all; the error counter has none until a call
-    # fails (its labels are the failing node and status code). engine_remote_shards_test checks
+    # fails (its labels are the failing node and status code). remote_attention_shards_test checks
     # that failures are counted under this name.
     missing = sorted(set(want) - set(exported) - {"magicpig_attn_rpc_errors_total"})
     extra = sorted(set(exported) - set(want))

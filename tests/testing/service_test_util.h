@@ -1,7 +1,7 @@
 // Test helpers for the attention service tests: synthetic KV data with SimHash codes, proto
 // builders and blocking client calls against an in-process AttentionServer. Test-only.
-#ifndef MAGICPIG_ATTN_NODE_SERVICE_SERVICE_TEST_UTIL_H_
-#define MAGICPIG_ATTN_NODE_SERVICE_SERVICE_TEST_UTIL_H_
+#ifndef MAGICPIG_TESTS_TESTING_SERVICE_TEST_UTIL_H_
+#define MAGICPIG_TESTS_TESTING_SERVICE_TEST_UTIL_H_
 
 #include <cstdint>
 #include <cstring>
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "attn_node/core/simhash.h"
 #include "attn_node/service/attention_server.h"
-#include "common/code_packing.h"
+#include "common/attention/code_packing.h"
+#include "common/attention/simhash.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "magicpig/v1/attention.grpc.pb.h"
@@ -39,7 +39,7 @@ inline std::vector<float> Randn(size_t count, std::mt19937& rng, float sigma = 1
 
 // Keys with a shared direction (so attention is peaked), centred per head by their mean, and
 // their codes from hash.
-inline LayerData MakeLayer(const SimHash& hash, int n_kv, int n, uint32_t seed) {
+inline LayerData MakeLayer(const attention::SimHash& hash, int n_kv, int n, uint32_t seed) {
   LayerData data;
   data.n_kv = n_kv;
   data.n = n;
@@ -91,7 +91,8 @@ inline v1::KvChunk MakeChunk(const std::string& id, int layer, const LayerData& 
   c.set_keys(keys);
   c.set_values(values);
   std::string packed;
-  EXPECT_TRUE(PackCodes(codes.data(), static_cast<int64_t>(codes.size()), data.k, &packed).ok());
+  EXPECT_TRUE(
+      attention::PackCodes(codes.data(), static_cast<int64_t>(codes.size()), data.k, &packed).ok());
   c.set_codes(packed);
   return c;
 }
@@ -118,7 +119,8 @@ inline v1::CreateSequenceRequest MakeCreate(const std::string& id, std::vector<i
 
 // A query message: q [heads][d] and their codes from hash.
 inline v1::SequenceQuery MakeQuery(const std::string& id, const std::vector<float>& q,
-                                   const SimHash& hash, std::vector<uint16_t>* codes_out) {
+                                   const attention::SimHash& hash,
+                                   std::vector<uint16_t>* codes_out) {
   const int64_t heads = static_cast<int64_t>(q.size()) / hash.dim();
   std::vector<uint16_t> codes(static_cast<size_t>(heads * hash.l()));
   EXPECT_TRUE(hash.Codes(q.data(), heads, hash.dim(), codes.data()).ok());
@@ -126,7 +128,9 @@ inline v1::SequenceQuery MakeQuery(const std::string& id, const std::vector<floa
   m.set_sequence_id(id);
   m.set_q(FloatBytes(q.data(), q.size()));
   std::string packed;
-  EXPECT_TRUE(PackCodes(codes.data(), static_cast<int64_t>(codes.size()), hash.k(), &packed).ok());
+  EXPECT_TRUE(
+      attention::PackCodes(codes.data(), static_cast<int64_t>(codes.size()), hash.k(), &packed)
+          .ok());
   m.set_codes(packed);
   if (codes_out != nullptr) *codes_out = std::move(codes);
   return m;
@@ -208,4 +212,4 @@ inline std::unique_ptr<AttentionServer> StartServer(int64_t budget, int threads 
 
 }  // namespace magicpig::testing
 
-#endif  // MAGICPIG_ATTN_NODE_SERVICE_SERVICE_TEST_UTIL_H_
+#endif  // MAGICPIG_TESTS_TESTING_SERVICE_TEST_UTIL_H_

@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> MakeSyntheticEngine(
 
 engine::EngineOptions FullAttentionOptions() {
   engine::EngineOptions options;
-  options.attention.mode = engine::AttentionMode::kFull;
+  options.attention.mode = attention::EstimatorKind::kFull;
   return options;
 }
 

@@ -9,12 +9,12 @@
 // level runs the AVX2 kernel: the pass is bound by memory, not by the width of the shuffles.
 //
 // Kernel units must not instantiate std templates; the caller provides all memory.
-#ifndef MAGICPIG_ATTN_NODE_CORE_KERNELS_CODE_TRANSPOSE_H_
-#define MAGICPIG_ATTN_NODE_CORE_KERNELS_CODE_TRANSPOSE_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_KERNELS_CODE_TRANSPOSE_H_
+#define MAGICPIG_COMMON_ATTENTION_KERNELS_CODE_TRANSPOSE_H_
 
 #include <cstdint>
 
-namespace magicpig::attn_internal {
+namespace magicpig::attention::internal {
 
 struct CodeTransposeArgs {
   const uint16_t* codes = nullptr;  // [n][l], key-major
@@ -29,6 +29,6 @@ struct CodeTransposeArgs {
 uint32_t TransposeCodesScalar(const CodeTransposeArgs& args);
 uint32_t TransposeCodesAvx2(const CodeTransposeArgs& args);
 
-}  // namespace magicpig::attn_internal
+}  // namespace magicpig::attention::internal
 
-#endif  // MAGICPIG_ATTN_NODE_CORE_KERNELS_CODE_TRANSPOSE_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_KERNELS_CODE_TRANSPOSE_H_

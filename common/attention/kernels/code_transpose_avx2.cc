@@ -2,9 +2,9 @@
 // at a time, transposed in registers.
 #include <immintrin.h>
 
-#include "attn_node/core/kernels/code_transpose.h"
+#include "common/attention/kernels/code_transpose.h"
 
-namespace magicpig::attn_internal {
+namespace magicpig::attention::internal {
 namespace {
 
 // r[k] holds the 16 codes of key k (tables t .. t+15) on entry and the 16 keys' codes of table
@@ -80,4 +80,4 @@ uint32_t TransposeCodesAvx2(const CodeTransposeArgs& a) {
   return acc;
 }
 
-}  // namespace magicpig::attn_internal
+}  // namespace magicpig::attention::internal

@@ -1,7 +1,7 @@
 // Portable build of the code transpose (x86-64 baseline; the reference for the AVX2 kernel).
-#include "attn_node/core/kernels/code_transpose.h"
+#include "common/attention/kernels/code_transpose.h"
 
-namespace magicpig::attn_internal {
+namespace magicpig::attention::internal {
 
 uint32_t TransposeCodesScalar(const CodeTransposeArgs& a) {
   // Blocks of 32 keys: their rows stay in L1 while each table receives one 64-byte run.
@@ -21,4 +21,4 @@ uint32_t TransposeCodesScalar(const CodeTransposeArgs& a) {
   return seen;
 }
 
-}  // namespace magicpig::attn_internal
+}  // namespace magicpig::attention::internal

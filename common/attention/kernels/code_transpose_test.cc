@@ -2,7 +2,7 @@
 // element-by-element reference, over table counts below, at and around the 16-table register block
 // (the overlapped last group), key ranges that start and end off the 16-key block and the 512-key
 // cache block, and the OR of the codes that the build's validation relies on.
-#include "attn_node/core/kernels/code_transpose.h"
+#include "common/attention/kernels/code_transpose.h"
 
 #include <random>
 #include <string>
@@ -11,7 +11,7 @@
 #include "common/cpu_features.h"
 #include "gtest/gtest.h"
 
-namespace magicpig::attn_internal {
+namespace magicpig::attention::internal {
 namespace {
 
 using TransposeFn = uint32_t (*)(const CodeTransposeArgs&);
@@ -79,4 +79,4 @@ TEST(CodeTransposeTest, OrSeesAnInvalidCodeAnywhere) {
 }
 
 }  // namespace
-}  // namespace magicpig::attn_internal
+}  // namespace magicpig::attention::internal

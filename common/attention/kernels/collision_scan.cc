@@ -1,8 +1,8 @@
-#include "attn_node/core/kernels/collision_scan.h"
+#include "common/attention/kernels/collision_scan.h"
 
 #include <emmintrin.h>
 
-namespace magicpig::attn_internal {
+namespace magicpig::attention::internal {
 namespace {
 
 // Bit b of the result: byte b of c is >= 2.
@@ -54,4 +54,4 @@ int64_t ScanCollisionCounters(uint32_t* counters, int64_t n, int shift, int32_t*
   return c;
 }
 
-}  // namespace magicpig::attn_internal
+}  // namespace magicpig::attention::internal

@@ -1,6 +1,6 @@
 // Template body of the group attention kernel (group_attention_kernel.h); included once per ISA
 // translation unit after that unit brings one of common/simd/vec16_<isa>-inl.h's vector
-// namespaces into magicpig::attn_internal::MAGICPIG_GROUP_NS.
+// namespaces into magicpig::attention::internal::MAGICPIG_GROUP_NS.
 //
 // Two paths:
 // - A contiguous range that every head attends to with exact logits (FullEstimator): tiles of
@@ -24,9 +24,9 @@
 // kPrefetchRows entries ahead.
 #include <cstdint>
 
-#include "attn_node/core/kernels/group_attention_kernel.h"
+#include "common/attention/kernels/group_attention_kernel.h"
 
-namespace magicpig::attn_internal {
+namespace magicpig::attention::internal {
 namespace MAGICPIG_GROUP_NS {
 
 // Gathered rows ahead. A row's key and value are 8 cache lines at d = 128 (bf16) and a core keeps
@@ -420,4 +420,4 @@ inline void Scores(const GroupAttentionArgs& a, float* x) {
 }
 
 }  // namespace MAGICPIG_GROUP_NS
-}  // namespace magicpig::attn_internal
+}  // namespace magicpig::attention::internal

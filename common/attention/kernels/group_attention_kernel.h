@@ -8,7 +8,8 @@
 // For head h and row r (r in the row list, and bit h of the row's mask set):
 //   s = q_h . k_r                                (fp32, keys/values stored as bf16 or fp32)
 //   x = scale * s                                (exact)
-//   x = scale * s - LnU(s / (|q_h| |k_r|))       (with lnu_table: the MagicPIG logit, spec §10.3;
+//   x = scale * s - LnU(s / (|q_h| |k_r|))       (with lnu_table: the MagicPIG logit,
+//   docs/architecture.md §4.4;
 //                                                 cos clamped to [-1, 1], a zero norm gives cos 0)
 // and per head the normalised o_h = sum p v / sum p and lse_h = m + ln sum exp(x - m) (natural
 // log); a head that attends to no row gets o = 0, lse = -inf. Online softmax (no buffer
@@ -19,12 +20,12 @@
 //
 // Kernel units must not instantiate std templates (their COMDAT copies, compiled with AVX flags,
 // could be picked by the linker for baseline code), so the caller provides all memory.
-#ifndef MAGICPIG_ATTN_NODE_CORE_KERNELS_GROUP_ATTENTION_KERNEL_H_
-#define MAGICPIG_ATTN_NODE_CORE_KERNELS_GROUP_ATTENTION_KERNEL_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_KERNELS_GROUP_ATTENTION_KERNEL_H_
+#define MAGICPIG_COMMON_ATTENTION_KERNELS_GROUP_ATTENTION_KERNEL_H_
 
 #include <cstdint>
 
-namespace magicpig::attn_internal {
+namespace magicpig::attention::internal {
 
 inline constexpr int kGroupTile = 64;
 inline constexpr int kMaxGroup = 32;  // heads per call (row masks are uint32)
@@ -71,6 +72,6 @@ void GroupScoresScalar(const GroupAttentionArgs& args, float* x);
 void GroupScoresAvx2(const GroupAttentionArgs& args, float* x);
 void GroupScoresAvx512(const GroupAttentionArgs& args, float* x);
 
-}  // namespace magicpig::attn_internal
+}  // namespace magicpig::attention::internal
 
-#endif  // MAGICPIG_ATTN_NODE_CORE_KERNELS_GROUP_ATTENTION_KERNEL_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_KERNELS_GROUP_ATTENTION_KERNEL_H_

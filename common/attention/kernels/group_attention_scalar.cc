@@ -1,14 +1,14 @@
 // Baseline (x86-64) build of the group attention kernel.
 #include "common/simd/vec16_scalar-inl.h"
 
-namespace magicpig::attn_internal::scalar {
+namespace magicpig::attention::internal::scalar {
 using namespace ::magicpig::simd16::scalar;  // NOLINT(build/namespaces): the kernel's vector ops
-}  // namespace magicpig::attn_internal::scalar
+}  // namespace magicpig::attention::internal::scalar
 
 #define MAGICPIG_GROUP_NS scalar
-#include "attn_node/core/kernels/group_attention_kernel-inl.h"
+#include "common/attention/kernels/group_attention_kernel-inl.h"
 
-namespace magicpig::attn_internal {
+namespace magicpig::attention::internal {
 void GroupAttentionScalar(const GroupAttentionArgs& args) { scalar::Run(args); }
 void GroupScoresScalar(const GroupAttentionArgs& args, float* x) { scalar::Scores(args, x); }
-}  // namespace magicpig::attn_internal
+}  // namespace magicpig::attention::internal

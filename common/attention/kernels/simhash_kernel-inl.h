@@ -1,6 +1,6 @@
 // Template body of the SimHash projection kernel (simhash_kernel.h); included once per ISA unit
 // after it brings a common/simd/vec16_<isa>-inl.h namespace into
-// magicpig::attn_internal::MAGICPIG_PROJECT_NS and defines there the register blocking:
+// magicpig::attention::internal::MAGICPIG_PROJECT_NS and defines there the register blocking:
 //   kProjectRows    vectors per block,
 //   kProjectChunks  16-column chunks per block,
 // so that kProjectRows x kProjectChunks accumulators, kProjectChunks W chunks and a broadcast fit
@@ -11,9 +11,9 @@
 // call. Each accumulator goes straight to its sign bits; the projections are never stored.
 #include <cstdint>
 
-#include "attn_node/core/kernels/simhash_kernel.h"
+#include "common/attention/kernels/simhash_kernel.h"
 
-namespace magicpig::attn_internal {
+namespace magicpig::attention::internal {
 namespace MAGICPIG_PROJECT_NS {
 
 static_assert(kProjectColBlock % (kProjectChunks * kLanes) == 0,
@@ -65,4 +65,4 @@ inline void Run(const ProjectArgs& a) {
 }
 
 }  // namespace MAGICPIG_PROJECT_NS
-}  // namespace magicpig::attn_internal
+}  // namespace magicpig::attention::internal

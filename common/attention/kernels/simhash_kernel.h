@@ -5,12 +5,12 @@
 // §12.10: harmless, but sample sets are then compared only at one precision).
 //
 // Kernel units must not instantiate std templates; the caller provides all memory.
-#ifndef MAGICPIG_ATTN_NODE_CORE_KERNELS_SIMHASH_KERNEL_H_
-#define MAGICPIG_ATTN_NODE_CORE_KERNELS_SIMHASH_KERNEL_H_
+#ifndef MAGICPIG_COMMON_ATTENTION_KERNELS_SIMHASH_KERNEL_H_
+#define MAGICPIG_COMMON_ATTENTION_KERNELS_SIMHASH_KERNEL_H_
 
 #include <cstdint>
 
-namespace magicpig::attn_internal {
+namespace magicpig::attention::internal {
 
 inline constexpr int64_t kProjectColBlock = 32;  // W's columns are padded to a multiple of this
 
@@ -30,6 +30,6 @@ void ProjectScalar(const ProjectArgs& args);
 void ProjectAvx2(const ProjectArgs& args);
 void ProjectAvx512(const ProjectArgs& args);
 
-}  // namespace magicpig::attn_internal
+}  // namespace magicpig::attention::internal
 
-#endif  // MAGICPIG_ATTN_NODE_CORE_KERNELS_SIMHASH_KERNEL_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_KERNELS_SIMHASH_KERNEL_H_

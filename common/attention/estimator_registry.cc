@@ -1,0 +1,91 @@
+#include "common/attention/estimator_registry.h"
+
+#include <algorithm>
+#include <array>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace magicpig::attention {
+namespace {
+
+// top-k and oracle sampling without a budget: 2% of the offloaded prompt keys, the cost of
+// MagicPIG (10, 150) in the paper's Table 9, so the three compare at the same work.
+int64_t TwoPercent(int64_t offloaded_keys) {
+  return std::max<int64_t>(1, std::max<int64_t>(offloaded_keys, 1) / 50);
+}
+
+// The registry. proto_value must match proto/magicpig/v1/attention.proto's Estimator enum.
+const std::array<EstimatorSpec, 4> kEstimators = {{
+    {EstimatorKind::kMagicPig, "magicpig",
+     "MagicPIG: keys colliding with the query in >= 2 of L SimHash tables, importance-weighted",
+     /*proto_value=*/1, /*sparse=*/true, /*retrieves=*/true, /*default_budget=*/nullptr,
+     [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
+       return std::make_unique<MagicPigEstimator>(p.lsh_k, p.lsh_l);
+     }},
+    {EstimatorKind::kFull, "full", "exact attention over every key", /*proto_value=*/2,
+     /*sparse=*/false, /*retrieves=*/false, /*default_budget=*/nullptr,
+     [](const EstimatorParams&, int64_t) -> std::unique_ptr<const Estimator> {
+       return std::make_unique<FullEstimator>();
+     }},
+    {EstimatorKind::kTopK, "topk", "exact attention over the `budget` keys with the largest scores",
+     /*proto_value=*/3, /*sparse=*/true, /*retrieves=*/false, TwoPercent,
+     [](const EstimatorParams&, int64_t budget) -> std::unique_ptr<const Estimator> {
+       return std::make_unique<TopKEstimator>(budget);
+     }},
+    {EstimatorKind::kOracle, "oracle",
+     "oracle sampling: `budget` keys drawn from the true attention distribution", /*proto_value=*/4,
+     /*sparse=*/true, /*retrieves=*/false, TwoPercent,
+     [](const EstimatorParams& p, int64_t budget) -> std::unique_ptr<const Estimator> {
+       return std::make_unique<OracleEstimator>(budget, p.lsh_seed);
+     }},
+}};
+
+}  // namespace
+
+absl::Span<const EstimatorSpec> AllEstimators() { return kEstimators; }
+
+const EstimatorSpec& SpecOf(EstimatorKind kind) {
+  for (const EstimatorSpec& s : kEstimators) {
+    if (s.kind == kind) return s;
+  }
+  return kEstimators[0];  // unreachable: every kind has an entry (estimator_registry_test)
+}
+
+std::string_view EstimatorName(EstimatorKind kind) { return SpecOf(kind).name; }
+
+std::string EstimatorNames() {
+  return absl::StrJoin(kEstimators, ", ",
+                       [](std::string* out, const EstimatorSpec& s) { out->append(s.name); });
+}
+
+absl::StatusOr<EstimatorKind> ParseEstimator(std::string_view name) {
+  for (const EstimatorSpec& s : kEstimators) {
+    if (s.name == name) return s.kind;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown attention mode '", std::string(name),
+                                                 "' (expected one of: ", EstimatorNames(), ")"));
+}
+
+absl::StatusOr<EstimatorKind> EstimatorFromProtoValue(int value) {
+  if (value == 0) return EstimatorKind::kMagicPig;  // ESTIMATOR_UNSPECIFIED
+  for (const EstimatorSpec& s : kEstimators) {
+    if (s.proto_value == value) return s.kind;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("shape.estimator: unknown value ", value));
+}
+
+int64_t EstimatorBudget(EstimatorKind kind, const EstimatorParams& params, int64_t offloaded_keys) {
+  const EstimatorSpec& s = SpecOf(kind);
+  if (s.default_budget == nullptr) return 0;
+  return params.budget > 0 ? params.budget : s.default_budget(offloaded_keys);
+}
+
+absl::StatusOr<std::unique_ptr<const Estimator>> MakeEstimator(EstimatorKind kind,
+                                                               const EstimatorParams& params,
+                                                               int64_t offloaded_keys) {
+  if (absl::Status st = ValidateEstimatorParams(params, ""); !st.ok()) return st;
+  return SpecOf(kind).make(params, EstimatorBudget(kind, params, offloaded_keys));
+}
+
+}  // namespace magicpig::attention

@@ -1,0 +1,126 @@
+// The estimator registry against its contract: one entry per kind with distinct names and wire
+// values, names and wire values that round-trip, the budget rule recomputed here by hand, and
+// factories that build the declared class with the declared parameters. The wire values are
+// checked against the proto's own enum names in attn_node/service/attention_service_test.cc.
+#include "common/attention/estimator_registry.h"
+
+#include <set>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace magicpig::attention {
+namespace {
+
+TEST(EstimatorRegistryTest, OneEntryPerKindWithDistinctNamesAndWireValues) {
+  std::set<EstimatorKind> kinds;
+  std::set<std::string_view> names;
+  std::set<int> values;
+  for (const EstimatorSpec& s : AllEstimators()) {
+    EXPECT_TRUE(kinds.insert(s.kind).second) << s.name;
+    EXPECT_TRUE(names.insert(s.name).second) << s.name;
+    EXPECT_TRUE(values.insert(s.proto_value).second) << s.name;
+    EXPECT_GT(s.proto_value, 0) << s.name << ": 0 is ESTIMATOR_UNSPECIFIED";
+    EXPECT_NE(s.make, nullptr) << s.name;
+    EXPECT_FALSE(s.help.empty()) << s.name;
+    EXPECT_EQ(&SpecOf(s.kind), &s);
+  }
+  for (EstimatorKind k : {EstimatorKind::kFull, EstimatorKind::kMagicPig, EstimatorKind::kTopK,
+                          EstimatorKind::kOracle}) {
+    EXPECT_EQ(kinds.count(k), 1u) << static_cast<int>(k);
+  }
+}
+
+TEST(EstimatorRegistryTest, NamesAndWireValuesRoundTrip) {
+  for (const EstimatorSpec& s : AllEstimators()) {
+    auto by_name = ParseEstimator(s.name);
+    ASSERT_TRUE(by_name.ok()) << by_name.status();
+    EXPECT_EQ(*by_name, s.kind);
+    EXPECT_EQ(EstimatorName(s.kind), s.name);
+    auto by_value = EstimatorFromProtoValue(s.proto_value);
+    ASSERT_TRUE(by_value.ok()) << by_value.status();
+    EXPECT_EQ(*by_value, s.kind);
+  }
+  EXPECT_EQ(*EstimatorFromProtoValue(0), EstimatorKind::kMagicPig);  // unspecified: the default
+  EXPECT_EQ(EstimatorNames(), "magicpig, full, topk, oracle");
+  auto bad = ParseEstimator("psychic");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("psychic"), std::string::npos);
+  EXPECT_NE(bad.status().message().find(EstimatorNames()), std::string::npos);
+  auto bad_value = EstimatorFromProtoValue(99);
+  ASSERT_FALSE(bad_value.ok());
+  EXPECT_NE(bad_value.status().message().find("shape.estimator"), std::string::npos);
+}
+
+TEST(EstimatorRegistryTest, BudgetRule) {
+  EstimatorParams p;
+  for (int64_t offloaded : {-5, 0, 1, 49, 50, 99, 100, 5000, 123457}) {
+    // topk and oracle: 2% of the offloaded keys, at least 1; magicpig and full take no budget.
+    const int64_t want = offloaded / 50 > 1 ? offloaded / 50 : 1;
+    EXPECT_EQ(EstimatorBudget(EstimatorKind::kTopK, p, offloaded), want) << offloaded;
+    EXPECT_EQ(EstimatorBudget(EstimatorKind::kOracle, p, offloaded), want) << offloaded;
+    EXPECT_EQ(EstimatorBudget(EstimatorKind::kMagicPig, p, offloaded), 0);
+    EXPECT_EQ(EstimatorBudget(EstimatorKind::kFull, p, offloaded), 0);
+  }
+  p.budget = 7;
+  EXPECT_EQ(EstimatorBudget(EstimatorKind::kTopK, p, 100000), 7);
+  EXPECT_EQ(EstimatorBudget(EstimatorKind::kOracle, p, 3), 7);
+  EXPECT_EQ(EstimatorBudget(EstimatorKind::kMagicPig, p, 100000), 0);
+}
+
+TEST(EstimatorRegistryTest, FactoriesBuildTheDeclaredEstimator) {
+  EstimatorParams p{.lsh_k = 8, .lsh_l = 75, .lsh_seed = 99, .budget = 0};
+  auto m = MakeEstimator(EstimatorKind::kMagicPig, p, 1000);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const auto* mp = dynamic_cast<const MagicPigEstimator*>(m->get());
+  ASSERT_NE(mp, nullptr);
+  EXPECT_EQ(mp->k(), 8);
+  EXPECT_EQ(mp->l(), 75);
+
+  auto t = MakeEstimator(EstimatorKind::kTopK, p, 1000);
+  ASSERT_TRUE(t.ok());
+  const auto* tk = dynamic_cast<const TopKEstimator*>(t->get());
+  ASSERT_NE(tk, nullptr);
+  EXPECT_EQ(tk->budget(), 20);
+
+  auto o = MakeEstimator(EstimatorKind::kOracle, p, 1000);
+  ASSERT_TRUE(o.ok());
+  const auto* oe = dynamic_cast<const OracleEstimator*>(o->get());
+  ASSERT_NE(oe, nullptr);
+  EXPECT_EQ(oe->budget(), 20);
+  EXPECT_EQ(oe->seed(), 99u);
+
+  auto f = MakeEstimator(EstimatorKind::kFull, p, 1000);
+  ASSERT_TRUE(f.ok());
+  EXPECT_NE(dynamic_cast<const FullEstimator*>(f->get()), nullptr);
+}
+
+TEST(EstimatorRegistryTest, ParametersAreCheckedAgainstTheirOneDeclaration) {
+  struct Case {
+    EstimatorParams p;
+    std::string want;
+  };
+  const Case cases[] = {
+      {{.lsh_k = 0}, "lsh_k must be in [1, 16], got 0"},
+      {{.lsh_k = 17}, "lsh_k must be in [1, 16], got 17"},
+      {{.lsh_l = 1}, "lsh_l must be in [2, 512], got 1"},  // would sample nothing
+      {{.lsh_l = 513}, "lsh_l must be in [2, 512], got 513"},
+      {{.budget = -1}, "budget must be in [0, 2147483647], got -1"},
+  };
+  for (const Case& c : cases) {
+    for (const EstimatorSpec& s : AllEstimators()) {
+      auto e = MakeEstimator(s.kind, c.p, 100);
+      ASSERT_FALSE(e.ok()) << s.name << " " << c.want;
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(e.status().message(), c.want);
+    }
+  }
+  EXPECT_TRUE(MakeEstimator(EstimatorKind::kMagicPig, {.lsh_k = 1, .lsh_l = 2}, 0).ok());
+  EXPECT_TRUE(MakeEstimator(EstimatorKind::kMagicPig, {.lsh_k = 16, .lsh_l = 512}, 0).ok());
+  EXPECT_EQ(ValidateEstimatorParams({.lsh_l = 1}, "shape.").message(),
+            "shape.lsh_l must be in [2, 512], got 1");
+}
+
+}  // namespace
+}  // namespace magicpig::attention
