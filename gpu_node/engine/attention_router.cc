@@ -12,7 +12,6 @@
 namespace magicpig::engine {
 
 using ::magicpig::attention::AttentionShards;
-
 using ::magicpig::attention::PartialAttention;
 using ::magicpig::attention::SimHash;
 

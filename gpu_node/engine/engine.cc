@@ -15,16 +15,14 @@
 
 namespace magicpig::engine {
 
+using ::magicpig::attention::AttentionRunner;
+using ::magicpig::attention::AttentionShards;
+using ::magicpig::attention::KvStorage;
+using ::magicpig::attention::LocalAttentionShards;
+using ::magicpig::attention::SimHash;
 using ::magicpig::remote::AttendCoalescer;
 using ::magicpig::remote::AttentionNodeClient;
 using ::magicpig::remote::RemoteAttentionShards;
-
-using ::magicpig::attention::AttentionShards;
-using ::magicpig::attention::LocalAttentionShards;
-
-using ::magicpig::attention::AttentionRunner;
-using ::magicpig::attention::KvStorage;
-using ::magicpig::attention::SimHash;
 std::string_view FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kStop:

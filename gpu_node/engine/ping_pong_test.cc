@@ -16,9 +16,8 @@
 
 namespace magicpig::engine {
 
-using ::magicpig::remote::Placement;
-
 using ::magicpig::attention::KvStorage;
+using ::magicpig::remote::Placement;
 namespace {
 
 SimdLevel BatchInvariantLevel() { return std::min(ActiveSimdLevel(), SimdLevel::kAvx2); }
