@@ -13,7 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/json/utf8.h"
+#include "common/json/string_scan.h"
+#include "common/text/utf8.h"
 
 namespace magicpig::json {
 namespace {
@@ -330,9 +331,8 @@ bool Parser::ParseString(std::string* out) {
     } else if (b < 0x20) {
       return Fail(p_, absl::StrFormat("control character U+%04X in a string must be escaped", b));
     } else {
-      const int n =
-          internal::Utf8SequenceLength(reinterpret_cast<const unsigned char*>(p_),
-                                       reinterpret_cast<const unsigned char*>(end_), nullptr);
+      const int n = text::Utf8SequenceLength(reinterpret_cast<const unsigned char*>(p_),
+                                             reinterpret_cast<const unsigned char*>(end_), nullptr);
       if (n == 0) return Fail(p_, absl::StrFormat("invalid UTF-8 (byte 0x%02X) in a string", b));
       p_ += n;
     }
@@ -413,7 +413,7 @@ bool Parser::ParseEscape(std::string* out) {
     p_ += 6;
     cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
   }
-  internal::AppendUtf8(cp, out);
+  text::AppendUtf8(cp, out);
   return true;
 }
 

@@ -8,7 +8,7 @@
 #include "common/json/parse.h"
 #include "common/json/serialize.h"
 #include "common/json/test_printing.h"
-#include "common/json/utf8.h"
+#include "common/text/utf8.h"
 #include "gtest/gtest.h"
 
 namespace magicpig::json {
@@ -75,7 +75,7 @@ class RandomValues {
         default:
           cp = static_cast<uint32_t>(Uniform(0x10000, 0x10FFFF));
       }
-      internal::AppendUtf8(cp, &s);
+      text::AppendUtf8(cp, &s);
     }
     return s;
   }
@@ -176,7 +176,7 @@ TEST(RoundTripTest, ArbitraryBytesSerializeToValidJson) {
     const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
     const auto* end = p + bytes.size();
     while (valid && p < end) {
-      const int n = internal::Utf8SequenceLength(p, end, nullptr);
+      const int n = text::Utf8SequenceLength(p, end, nullptr);
       valid = n > 0;
       p += n;
     }

@@ -6,7 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common/json/utf8.h"
+#include "common/json/string_scan.h"
+#include "common/text/utf8.h"
 
 namespace magicpig::json {
 namespace {
@@ -113,13 +114,13 @@ void AppendQuoted(std::string_view text, std::string* out) {
     const unsigned char b = *p;
     if (b >= 0x80) {
       int bad = 0;
-      const int n = internal::Utf8SequenceLength(p, end, &bad);
+      const int n = text::Utf8SequenceLength(p, end, &bad);
       if (n > 0) {  // valid UTF-8 stays in the verbatim run
         p += n;
         continue;
       }
       out->append(reinterpret_cast<const char*>(run), p - run);
-      out->append("\xEF\xBF\xBD");  // U+FFFD REPLACEMENT CHARACTER
+      out->append(text::kReplacementCharacter);
       p += bad;
     } else {
       out->append(reinterpret_cast<const char*>(run), p - run);

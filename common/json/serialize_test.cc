@@ -6,8 +6,8 @@
 #include <string>
 
 #include "common/json/parse.h"
+#include "common/json/string_scan.h"
 #include "common/json/test_printing.h"
-#include "common/json/utf8.h"
 #include "gtest/gtest.h"
 
 namespace magicpig::json {

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
+#include "common/text/utf8.h"
 #include "tests/testing/gguf_writer.h"
 
 namespace magicpig::testing {
@@ -28,19 +29,6 @@ constexpr std::pair<const char*, const char*> kBaseMerges[] = {
     {"e", "r"},        {"o", "n"}, {"r", "e"}, {"\xC4\xA0t", "he"},
 };
 static_assert(std::size(kBaseMerges) == kSyntheticBaseVocab - 3 - 256);
-
-void AppendUtf8(std::string* out, uint32_t cp) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 void PutU16(std::string* s, size_t at, uint16_t v) {
   (*s)[at] = static_cast<char>(v & 0xFF);
@@ -141,7 +129,7 @@ std::string Gpt2ByteToken(uint8_t b) {
     cp = 0x100 + n;
   }
   std::string s;
-  AppendUtf8(&s, cp);
+  text::AppendUtf8(cp, &s);
   return s;
 }
 
