@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
   s->store_ = std::make_unique<ShardStore>(options.memory_budget_bytes);
   s->executor_ = std::make_unique<TaskExecutor>(threads);
   s->service_ = std::make_unique<AttentionServiceImpl>(s->store_.get(), s->executor_.get(),
-                                                       s->metrics_.get());
+                                                       s->metrics_.get(), options.logger);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -126,6 +126,7 @@ void AttentionServer::Shutdown(std::chrono::system_clock::time_point deadline) {
     server_->Shutdown(deadline);
     server_->Wait();
     executor_->WaitIdle();
+    service_->LogHeldSequences();  // what the compute nodes did not release goes with the store
   }
   // Last: readiness answers 503 while the gRPC calls drain.
   if (http_ != nullptr) http_->Shutdown(absl::Seconds(1));

@@ -28,6 +28,9 @@
 // The metrics go to options.metrics_registry, or to a registry the server owns when it is null.
 // The HTTP server stops last, after the gRPC server has drained, so readiness reads 503 throughout.
 //
+// Log: with options.logger set, the service writes one line per released sequence and one per
+// failed call (attention_service.h), and Shutdown one line per sequence it drops. Null: no log.
+//
 // Thread-safety: StartDraining, Shutdown and the accessors may be called from any thread;
 // Shutdown is idempotent (the destructor calls it with an immediate deadline).
 #ifndef MAGICPIG_ATTN_NODE_SERVICE_ATTENTION_SERVER_H_
@@ -46,6 +49,7 @@
 #include "attn_node/service/shard_store.h"
 #include "attn_node/service/task_executor.h"
 #include "common/http/server.h"
+#include "common/logging/logger.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/registry.h"
 #include "tbb/global_control.h"
@@ -61,6 +65,9 @@ struct AttentionServerOptions {
   // Where the node's metrics are registered (borrowed; must outlive the server). Null: a registry
   // owned by the server.
   prometheus::Registry* metrics_registry = nullptr;
+  // Where the per-sequence and failed-call lines go (borrowed; must outlive the server). Null: no
+  // logging.
+  logging::Logger* logger = nullptr;
 };
 
 class AttentionServer {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/attention/estimator_registry.h"
+#include "common/logging/logger.h"
 
 namespace magicpig {
 
@@ -20,12 +21,51 @@ using ::magicpig::attention::KvStorage;
 
 namespace {
 
+using logging::LogLevel;
+
 std::string_view View(const std::string& s) { return std::string_view(s.data(), s.size()); }
 
-// The grpc::Status of a call's outcome, counted in `metrics` (nullable) first.
-grpc::Status Report(NodeMetrics* metrics, const absl::Status& status) {
-  if (metrics != nullptr) metrics->Finished(status);
-  return ToGrpcStatus(status);
+// Where the outcome of a call goes: the metrics and the log (both nullable).
+struct Reporter {
+  NodeMetrics* metrics = nullptr;
+  const logging::Logger* logger = nullptr;
+
+  // The WARNING line of a call of `method` that failed (sequence_id: "" when it names none);
+  // nothing for OK or CANCELLED (the client's cancellation).
+  void LogFailure(std::string_view method, std::string_view sequence_id,
+                  const absl::Status& status) const {
+    if (status.ok() || status.code() == absl::StatusCode::kCancelled) return;
+    if (!logging::ShouldLog(logger, LogLevel::kWarning)) return;
+    const absl::string_view message = status.message();
+    logger->Log(LogLevel::kWarning,
+                logging::KeyValues(
+                    {{"rpc", std::string(method)},
+                     {"sequence", sequence_id.empty() ? "-" : logging::Truncated(sequence_id, 128)},
+                     {"code", absl::StatusCodeToString(status.code())},
+                     {"error",
+                      logging::Truncated(std::string_view(message.data(), message.size()), 512)}}));
+  }
+
+  // The grpc::Status of a call's outcome, counted in the metrics and, when it failed, logged.
+  grpc::Status Report(std::string_view method, std::string_view sequence_id,
+                      const absl::Status& status) const {
+    if (metrics != nullptr) metrics->Finished(status);
+    LogFailure(method, sequence_id, status);
+    return ToGrpcStatus(status);
+  }
+};
+
+// The INFO (released) or WARNING (dropped) line of a sequence leaving the node.
+void LogSequence(const logging::Logger* logger, LogLevel level, const SequenceSummary& s,
+                 std::string_view status) {
+  if (!logging::ShouldLog(logger, level)) return;
+  logger->Log(level, logging::KeyValues({{"sequence", logging::Truncated(s.id, 128)},
+                                         {"layers", absl::StrCat(s.layers)},
+                                         {"tokens", absl::StrCat(s.tokens)},
+                                         {"attend_calls", absl::StrCat(s.attend_calls)},
+                                         {"lifetime_ms", absl::StrCat(s.lifetime_ms)},
+                                         {"bytes", absl::StrCat(s.bytes)},
+                                         {"status", std::string(status)}}));
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
@@ -48,12 +88,12 @@ ChunkView ChunkViewOf(const v1::KvChunk& c) {
 class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
  public:
   AppendReactor(grpc::CallbackServerContext* context, v1::AppendKvResponse* response,
-                ShardStore* store, TaskExecutor* executor, NodeMetrics* metrics)
+                ShardStore* store, TaskExecutor* executor, Reporter reporter)
       : context_(context),
         response_(response),
         store_(store),
         executor_(executor),
-        metrics_(metrics) {
+        reporter_(reporter) {
     StartRead(&chunk_);
   }
 
@@ -70,18 +110,26 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
         if (result.ok()) {
           response_->set_tokens(result->tokens);
           response_->set_bytes(result->bytes);
-          if (metrics_ != nullptr) metrics_->Committed(SecondsSince(start));
+          if (reporter_.metrics != nullptr) reporter_.metrics->Committed(SecondsSince(start));
         }
-        Finish(Report(metrics_, result.status()));  // last touch of this reactor
+        // Last touch of this reactor.
+        Finish(reporter_.Report("AppendKV", sequence_id_, result.status()));
       });
       return;
     }
     absl::Status status = store_->Stage(ChunkViewOf(chunk_), &staging_);
     if (!status.ok()) {
       // The staged chunks die with the reactor: nothing is committed.
-      Finish(Report(metrics_, status));
+      Finish(reporter_.Report("AppendKV", View(chunk_.sequence_id()), status));
       return;
     }
+    // The stream's sequence for the log: "" once it has carried several.
+    if (chunks_ == 0) {
+      sequence_id_ = chunk_.sequence_id();
+    } else if (!sequence_id_.empty() && sequence_id_ != chunk_.sequence_id()) {
+      sequence_id_.clear();
+    }
+    ++chunks_;
     StartRead(&chunk_);
   }
 
@@ -92,9 +140,11 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
   v1::AppendKvResponse* response_;
   ShardStore* store_;
   TaskExecutor* executor_;
-  NodeMetrics* metrics_;
+  const Reporter reporter_;
   v1::KvChunk chunk_;
   AppendStaging staging_;
+  int64_t chunks_ = 0;       // staged so far
+  std::string sequence_id_;  // of the staged chunks ("" for several)
 };
 
 // Attend: read ahead, process one request at a time on the executor, write in order.
@@ -106,8 +156,8 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
 // reference (refs_) so the reactor outlives OnDone until the task has returned.
 class AttendReactor final : public grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse> {
  public:
-  AttendReactor(ShardStore* store, TaskExecutor* executor, NodeMetrics* metrics)
-      : store_(store), executor_(executor), metrics_(metrics) {
+  AttendReactor(ShardStore* store, TaskExecutor* executor, Reporter reporter)
+      : store_(store), executor_(executor), reporter_(reporter) {
     {
       absl::MutexLock lock(&mu_);
       reading_ = true;
@@ -203,16 +253,21 @@ class AttendReactor final : public grpc::ServerBidiReactor<v1::AttendRequest, v1
     absl::Status status = store_->Attend(request.layer(), request.scale(), queries, &results);
     const double seconds = SecondsSince(start);
     write_.Clear();
-    if (metrics_ != nullptr && status.ok()) {
+    NodeMetrics* const metrics = reporter_.metrics;
+    if (metrics != nullptr && status.ok()) {
       // Sampled fraction over the message's (sequence, query head) pairs.
       int64_t touched = 0, held = 0;
       for (const SequencePartialResult& r : results) {
         for (int64_t t : r.n_touched) touched += t;
         held += r.n_keys * static_cast<int64_t>(r.n_touched.size());
       }
-      metrics_->Attended(seconds, touched, held);
-    } else if (metrics_ != nullptr) {
-      metrics_->Finished(status);
+      metrics->Attended(seconds, touched, held);
+    } else if (metrics != nullptr) {
+      metrics->Finished(status);
+    }
+    if (!status.ok()) {
+      reporter_.LogFailure(
+          "Attend", queries.size() == 1 ? queries[0].sequence_id : std::string_view(), status);
     }
     if (status.ok()) {
       write_.set_step_id(request.step_id());
@@ -256,7 +311,7 @@ class AttendReactor final : public grpc::ServerBidiReactor<v1::AttendRequest, v1
 
   ShardStore* store_;
   TaskExecutor* executor_;
-  NodeMetrics* metrics_;
+  const Reporter reporter_;
   v1::AttendRequest read_;    // the outstanding read's buffer
   v1::AttendResponse write_;  // the outstanding write's buffer (one at a time)
 
@@ -321,27 +376,28 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSequence(
     grpc::CallbackServerContext* context, const v1::CreateSequenceRequest* request,
     v1::CreateSequenceResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const Reporter reporter{metrics_, logger_};
   absl::StatusOr<SequenceSpec> spec = SequenceSpecFromProto(*request);
   if (!spec.ok()) {
-    reactor->Finish(Report(metrics_, spec.status()));
+    reactor->Finish(reporter.Report("CreateSequence", View(request->sequence_id()), spec.status()));
     return reactor;
   }
-  executor_->Submit([this, reactor, response, spec = std::move(*spec)] {
+  executor_->Submit([this, reporter, reactor, response, spec = std::move(*spec)] {
     absl::StatusOr<int64_t> reserved = store_->CreateSequence(spec);
     if (reserved.ok()) response->set_bytes_reserved(*reserved);
-    reactor->Finish(Report(metrics_, reserved.status()));
+    reactor->Finish(reporter.Report("CreateSequence", spec.id, reserved.status()));
   });
   return reactor;
 }
 
 grpc::ServerReadReactor<v1::KvChunk>* AttentionServiceImpl::AppendKV(
     grpc::CallbackServerContext* context, v1::AppendKvResponse* response) {
-  return new AppendReactor(context, response, store_, executor_, metrics_);
+  return new AppendReactor(context, response, store_, executor_, Reporter{metrics_, logger_});
 }
 
 grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttentionServiceImpl::Attend(
     grpc::CallbackServerContext* context) {
-  return new AttendReactor(store_, executor_, metrics_);
+  return new AttendReactor(store_, executor_, Reporter{metrics_, logger_});
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::ReleaseSequence(
@@ -350,11 +406,24 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ReleaseSequence(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Freeing a large sequence's buffers is not instant: off the reaction thread.
   executor_->Submit([this, reactor, request, response] {
-    absl::StatusOr<int64_t> freed = store_->ReleaseSequence(View(request->sequence_id()));
-    if (freed.ok()) response->set_bytes_freed(*freed);
-    reactor->Finish(Report(metrics_, freed.status()));
+    absl::StatusOr<SequenceSummary> released =
+        store_->ReleaseSequence(View(request->sequence_id()));
+    if (released.ok()) {
+      response->set_bytes_freed(released->bytes);
+      LogSequence(logger_, LogLevel::kInfo, *released, "released");
+    }
+    const Reporter reporter{metrics_, logger_};
+    reactor->Finish(
+        reporter.Report("ReleaseSequence", View(request->sequence_id()), released.status()));
   });
   return reactor;
+}
+
+void AttentionServiceImpl::LogHeldSequences() const {
+  if (!logging::ShouldLog(logger_, LogLevel::kWarning)) return;
+  for (const SequenceSummary& s : store_->HeldSequences()) {
+    LogSequence(logger_, LogLevel::kWarning, s, "dropped");
+  }
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::NodeStatus(grpc::CallbackServerContext* context,

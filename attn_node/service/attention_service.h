@@ -20,6 +20,14 @@
 // sampled fraction), every committed AppendKV (its ShardStore::Commit time), and every call
 // finished with a refusal (NodeMetrics::Finished).
 //
+// Log (optional logging::Logger): one INFO line per released sequence
+//   sequence=ID layers=N tokens=N attend_calls=N lifetime_ms=N bytes=N status=released
+// (LogHeldSequences writes the same line with status=dropped, at WARNING, for the sequences a
+// shutdown drops), and one WARNING line per call that fails with anything but CANCELLED
+//   rpc=METHOD sequence=ID code=NOT_FOUND error="..."
+// (sequence "-" when the call names none, or several). A successful Attend logs nothing: it only
+// increments its sequence's counter in the store.
+//
 // Thread-safety: the object is shared by all of gRPC's callback threads; it holds no per-call
 // state (reactors own theirs and delete themselves in OnDone). The store and the executor must
 // outlive the server that serves this service.
@@ -31,6 +39,7 @@
 #include "attn_node/service/node_metrics.h"
 #include "attn_node/service/shard_store.h"
 #include "attn_node/service/task_executor.h"
+#include "common/logging/logger.h"
 #include "grpcpp/grpcpp.h"
 #include "magicpig/v1/attention.grpc.pb.h"
 
@@ -48,9 +57,11 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 class AttentionServiceImpl final : public v1::AttentionService::CallbackService {
  public:
-  // store, executor and metrics (nullable: none) are borrowed and must outlive every call served.
-  AttentionServiceImpl(ShardStore* store, TaskExecutor* executor, NodeMetrics* metrics = nullptr)
-      : store_(store), executor_(executor), metrics_(metrics) {}
+  // store, executor, metrics and logger (the last two nullable: none) are borrowed and must
+  // outlive every call served.
+  AttentionServiceImpl(ShardStore* store, TaskExecutor* executor, NodeMetrics* metrics = nullptr,
+                       const logging::Logger* logger = nullptr)
+      : store_(store), executor_(executor), metrics_(metrics), logger_(logger) {}
 
   grpc::ServerUnaryReactor* CreateSequence(grpc::CallbackServerContext* context,
                                            const v1::CreateSequenceRequest* request,
@@ -69,12 +80,17 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
   // CreateSequence answers UNAVAILABLE from now on (ShardStore::StartDraining).
   void StartDraining() { store_->StartDraining(); }
 
+  // Logs the sequences the store still holds as dropped (call once no call is running, before the
+  // store goes away). Nothing without a logger.
+  void LogHeldSequences() const;
+
   ShardStore* store() const { return store_; }
 
  private:
   ShardStore* store_;
   TaskExecutor* executor_;
   NodeMetrics* metrics_;
+  const logging::Logger* logger_;
 };
 
 }  // namespace magicpig

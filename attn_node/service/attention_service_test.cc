@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "common/attention/estimators.h"
 #include "common/attention/kv_shard.h"
 #include "common/attention/simhash.h"
+#include "common/logging/logger.h"
 #include "gtest/gtest.h"
 #include "tests/testing/service_test_util.h"
 
@@ -725,6 +727,99 @@ TEST(AttentionServiceTest, ConcurrentClientsAttendWhileAppending) {
       MakeQuery("c0", testing::Randn(static_cast<size_t>(n_kv) * group * d, rng), *hash, nullptr);
   ASSERT_TRUE(setup.Attend({r}, &out).ok());
   EXPECT_EQ(out[0].partials(0).n_keys(), n);
+}
+
+// The node's log: nothing for successful calls (Attend included), one INFO line per released
+// sequence with its id, layers, tokens, attend calls and bytes, one WARNING line per failed call
+// (method, sequence, code, message), and a WARNING line per sequence a shutdown drops.
+TEST(AttentionServiceTest, LogsReleasesAndFailedCalls) {
+  logging::MemoryLogSink sink;
+  logging::Logger logger("attn", logging::LogLevel::kInfo, &sink);
+  AttentionServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.memory_budget_bytes = kBudget;
+  options.threads = 2;
+  options.logger = &logger;
+  absl::StatusOr<std::unique_ptr<AttentionServer>> server = AttentionServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client((*server)->address());
+  const int n_kv = 1, group = 2, d = 16, k = 4, l = 6;
+  auto hash = SimHash::Create(d, k, l, 3);
+  ASSERT_TRUE(hash.ok());
+  const LayerData data = MakeLayer(*hash, n_kv, 40, 4);
+  ASSERT_TRUE(client
+                  .Create(MakeCreate("seq-7", {2, 5}, n_kv, group, d, k, l, v1::KV_DTYPE_F32,
+                                     v1::ESTIMATOR_FULL, 0, 64))
+                  .ok());
+  ASSERT_TRUE(client.Append({MakeChunk("seq-7", 2, data, 0, 0, 40)}).ok());
+  ASSERT_TRUE(client.Append({MakeChunk("seq-7", 5, data, 0, 0, 25)}).ok());
+  std::mt19937 rng(5);
+  std::vector<v1::AttendRequest> requests;
+  for (int i = 0; i < 3; ++i) {
+    requests.push_back(MakeAttend(i, i == 2 ? 5 : 2, 0.25f));
+    *requests.back().add_queries() =
+        MakeQuery("seq-7", testing::Randn(size_t{n_kv} * group * d, rng), *hash, nullptr);
+  }
+  std::vector<v1::AttendResponse> out;
+  ASSERT_TRUE(client.Attend(requests, &out).ok());
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_TRUE(sink.lines().empty()) << sink.lines()[0];
+
+  // One INFO line for the release: the fullest layer's 40 tokens, 3 attend calls, the bytes freed.
+  v1::ReleaseSequenceResponse released;
+  ASSERT_TRUE(client.Release("seq-7", &released).ok());
+  std::vector<std::string> lines = sink.lines();
+  ASSERT_EQ(lines.size(), 1u);
+  const std::string kStamp = R"(^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z )";
+  EXPECT_TRUE(std::regex_match(
+      lines[0], std::regex(kStamp + "I attn sequence=seq-7 layers=2 tokens=40 attend_calls=3 " +
+                           R"(lifetime_ms=\d+ bytes=)" + std::to_string(released.bytes_freed()) +
+                           " status=released$")))
+      << lines[0];
+
+  // A failed release: one WARNING line naming the method, the sequence, the code and the message.
+  ExpectStatus(client.Release("seq-7"), grpc::StatusCode::NOT_FOUND, "seq-7");
+  lines = sink.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_TRUE(std::regex_match(
+      lines[1], std::regex(kStamp + "W attn rpc=ReleaseSequence sequence=seq-7 code=NOT_FOUND " +
+                           R"(error="sequence_id 'seq-7' is not on this node"$)")))
+      << lines[1];
+
+  // Other failures: a bad CreateSequence, an Attend on an unknown sequence, a bad chunk.
+  v1::CreateSequenceRequest bad =
+      MakeCreate("odd", {0}, n_kv, group, 15, k, l, v1::KV_DTYPE_F32, v1::ESTIMATOR_FULL, 0, 64);
+  EXPECT_EQ(client.Create(bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::AttendRequest unknown = MakeAttend(9, 2, 0.25f);
+  *unknown.add_queries() =
+      MakeQuery("gone", testing::Randn(size_t{n_kv} * group * d, rng), *hash, nullptr);
+  EXPECT_EQ(client.Attend({unknown}, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(client.Append({MakeChunk("gone", 2, data, 0, 0, 5)}).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  lines = sink.lines();
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_NE(lines[2].find(" W attn rpc=CreateSequence sequence=odd code=INVALID_ARGUMENT error="),
+            std::string::npos)
+      << lines[2];
+  EXPECT_NE(lines[3].find(" W attn rpc=Attend sequence=gone code=NOT_FOUND error="),
+            std::string::npos)
+      << lines[3];
+  EXPECT_NE(lines[4].find(" W attn rpc=AppendKV sequence=gone code=NOT_FOUND error="),
+            std::string::npos)
+      << lines[4];
+
+  // A sequence still held at shutdown is logged as dropped.
+  ASSERT_TRUE(client
+                  .Create(MakeCreate("kept", {2}, n_kv, group, d, k, l, v1::KV_DTYPE_F32,
+                                     v1::ESTIMATOR_FULL, 0, 64))
+                  .ok());
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  lines = sink.lines();
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_TRUE(std::regex_match(
+      lines[5], std::regex(kStamp + "W attn sequence=kept layers=1 tokens=0 attend_calls=0 " +
+                           R"(lifetime_ms=\d+ bytes=\d+ status=dropped$)")))
+      << lines[5];
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -32,8 +33,9 @@ using ::magicpig::attention::UnpackCodes;
 
 namespace service_internal {
 
-// One admitted sequence. spec, reserved, estimator and layer_index are immutable after creation;
-// the shards are guarded by mu (shared for Attend / Stage, exclusive for Commit).
+// One admitted sequence. spec, reserved, estimator, layer_index and created are immutable after
+// creation; the shards are guarded by mu (shared for Attend / Stage, exclusive for Commit);
+// attend_calls is a counter of its own.
 struct StoredSequence {
   struct Layer {
     int64_t tokens = 0;
@@ -44,6 +46,8 @@ struct StoredSequence {
   int64_t reserved = 0;
   std::unique_ptr<const Estimator> estimator;
   absl::flat_hash_map<int32_t, int> layer_index;  // layer id -> index into layers
+  std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
+  std::atomic<int64_t> attend_calls{0};  // Attend queries answered (relaxed: a statistic)
 
   mutable absl::Mutex mu;
   bool released ABSL_GUARDED_BY(mu) = false;
@@ -305,7 +309,26 @@ absl::StatusOr<int64_t> ShardStore::CreateSequence(const SequenceSpec& spec) {
   return estimate;
 }
 
-absl::StatusOr<int64_t> ShardStore::ReleaseSequence(std::string_view id) {
+namespace {
+
+// The summary of `seq` charged `charge` bytes; takes seq.mu shared.
+SequenceSummary Summarize(const StoredSequence& seq, int64_t charge) {
+  SequenceSummary s;
+  s.id = seq.spec.id;
+  s.layers = static_cast<int>(seq.spec.layers.size());
+  s.attend_calls = seq.attend_calls.load(std::memory_order_relaxed);
+  s.bytes = charge;
+  s.lifetime_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - seq.created)
+                      .count();
+  absl::ReaderMutexLock lock(&seq.mu);
+  for (const auto& layer : seq.layers) s.tokens = std::max(s.tokens, layer.tokens);
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<SequenceSummary> ShardStore::ReleaseSequence(std::string_view id) {
   std::shared_ptr<Sequence> seq;
   int64_t freed = 0;
   {
@@ -319,9 +342,11 @@ absl::StatusOr<int64_t> ShardStore::ReleaseSequence(std::string_view id) {
     used_ -= freed;
     sequences_.erase(it);
   }
-  absl::MutexLock lock(&seq->mu);
-  seq->released = true;
-  return freed;
+  {
+    absl::MutexLock lock(&seq->mu);
+    seq->released = true;
+  }
+  return Summarize(*seq, freed);
 }
 
 std::shared_ptr<ShardStore::Sequence> ShardStore::Find(std::string_view id) const {
@@ -701,6 +726,7 @@ absl::Status ShardStore::Attend(int32_t layer, float scale, std::span<const Quer
       r.n_touched[h] = part.n_touched;
     }
     r.n_keys = LayersOf(*p.seq)[static_cast<size_t>(p.layer)].tokens;
+    p.seq->attend_calls.fetch_add(1, std::memory_order_relaxed);
   }
   return absl::OkStatus();
 }
@@ -736,6 +762,18 @@ StoreStats ShardStore::Stats() const {
   }
   stats.kv_bytes = stats.memory_actual_bytes - stats.table_bytes;
   return stats;
+}
+
+std::vector<SequenceSummary> ShardStore::HeldSequences() const {
+  std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>> held;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, entry] : sequences_) held.emplace_back(entry.seq, entry.charged);
+  }
+  std::vector<SequenceSummary> out;
+  out.reserve(held.size());
+  for (const auto& [seq, charged] : held) out.push_back(Summarize(*seq, charged));
+  return out;
 }
 
 }  // namespace magicpig

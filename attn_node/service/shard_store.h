@@ -16,7 +16,8 @@
 // Memory: CreateSequence reserves EstimateSequenceBytes(spec) (the sequence at max_tokens) and
 // refuses with RESOURCE_EXHAUSTED when reserved + estimate > budget. A sequence is charged
 // max(reserved, actual) where actual = sum of its shards' KvShard::bytes(); memory_used_bytes is
-// the sum of the charges. ReleaseSequence returns the charge.
+// the sum of the charges. ReleaseSequence returns the charge (with what the log reports of the
+// sequence: SequenceSummary).
 //
 // Thread-safety: every method may be called concurrently from any thread. Commit and Attend run
 // isolated oneTBB parallel loops (this_task_arena::isolate) in the CALLER's task arena (the service
@@ -142,6 +143,16 @@ struct SequencePartialResult {
   int64_t n_keys = 0;
 };
 
+// One sequence as ReleaseSequence forgets it (or HeldSequences finds it), for the node's log.
+struct SequenceSummary {
+  std::string id;
+  int layers = 0;            // layers in its shape
+  int64_t tokens = 0;        // tokens held by its fullest layer
+  int64_t attend_calls = 0;  // Attend queries answered for it
+  int64_t bytes = 0;         // its charge, max(reserved, actual): what ReleaseSequence frees
+  int64_t lifetime_ms = 0;   // since CreateSequence admitted it
+};
+
 struct StoreStats {
   int64_t memory_budget_bytes = 0;
   int64_t memory_used_bytes = 0;    // sum over sequences of max(reserved, actual)
@@ -169,9 +180,9 @@ class ShardStore {
   // Returns the bytes reserved.
   absl::StatusOr<int64_t> CreateSequence(const SequenceSpec& spec);
 
-  // Forgets a sequence and returns its charge; NOT_FOUND for an unknown id. Calls still using it
-  // finish on their own reference.
-  absl::StatusOr<int64_t> ReleaseSequence(std::string_view id);
+  // Forgets a sequence and returns its summary (bytes: the charge returned); NOT_FOUND for an
+  // unknown id. Calls still using it finish on their own reference.
+  absl::StatusOr<SequenceSummary> ReleaseSequence(std::string_view id);
 
   // Decodes and checks one chunk (NOT_FOUND for an unknown sequence; INVALID_ARGUMENT naming the
   // field for a layer the sequence does not hold, n_tokens outside 1 .. 4096, first_pos not
@@ -195,7 +206,8 @@ class ShardStore {
   // layer with no keys gives lse = -inf, o = 0, n_touched = 0. INVALID_ARGUMENT naming the field
   // for no queries or more than 4096, a non-finite or non-positive scale, a layer not in a
   // sequence's shape, wrong byte lengths of q / codes, non-finite q, missing codes for magicpig;
-  // NOT_FOUND for an unknown sequence (checked in query order, before any attention runs).
+  // NOT_FOUND for an unknown sequence (checked in query order, before any attention runs). Each
+  // answered query adds one to its sequence's attend_calls (a relaxed atomic increment).
   absl::Status Attend(int32_t layer, float scale, std::span<const QueryView> queries,
                       std::vector<SequencePartialResult>* out) ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
@@ -204,6 +216,8 @@ class ShardStore {
   bool draining() const;
 
   StoreStats Stats() const;
+  // The summaries of the sequences held now, in id order (e.g. those a shutdown drops).
+  std::vector<SequenceSummary> HeldSequences() const;
   int64_t memory_budget_bytes() const { return budget_; }
 
  private:

@@ -6,8 +6,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/metrics/metrics.h"
@@ -19,6 +21,7 @@ namespace {
 using engine::FinishReason;
 using engine::GenerateResult;
 using json::Value;
+using logging::LogLevel;
 
 constexpr std::string_view kJson = "application/json";
 
@@ -35,6 +38,7 @@ struct Channel {
   std::vector<std::optional<absl::StatusOr<GenerateResult>>> results ABSL_GUARDED_BY(mu);
   std::deque<int> finished ABSL_GUARDED_BY(mu);  // indices, in the order they finished
   int remaining ABSL_GUARDED_BY(mu) = 0;
+  int64_t generated_tokens ABSL_GUARDED_BY(mu) = 0;  // over all prompts (for the log)
 
   bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return !tokens.empty() || !finished.empty();
@@ -50,7 +54,31 @@ bool SecretEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// The finish reason of a prompt's outcome for the log.
+std::string FinishForLog(const absl::StatusOr<GenerateResult>& r) {
+  if (!r.ok()) return "error";
+  return std::string(engine::FinishReasonName(r->finish));
+}
+
+// The log's finish field: the prompts' reasons joined by commas ("-" for one that did not finish,
+// and for none at all).
+std::string FinishField(const std::vector<std::string>& finish) {
+  if (finish.empty()) return "-";
+  return absl::StrJoin(finish, ",", [](std::string* out, const std::string& f) {
+    out->append(f.empty() ? "-" : f);
+  });
+}
+
 }  // namespace
+
+struct ApiServer::RequestLog {
+  std::string id = "-";  // the response id, once assigned
+  bool stream = false;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  std::vector<std::string> finish;  // per prompt, in prompt order ("" until it finished)
+  std::string error;                // the public error message of a failure
+};
 
 ApiServer::ApiServer(engine::Engine* engine, engine::Scheduler* scheduler,
                      prometheus::Registry* registry, ApiServerOptions options)
@@ -82,38 +110,56 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(engine::Engine* engi
   ApiServer* self = s.get();
   http::Router router;
   router.Handle("POST", "/v1/completions",
-                s->Wrap("/v1/completions", true, [self](const auto& req, auto& res) {
-                  return self->Generate(Endpoint::kCompletions, req, res);
-                }));
+                s->Wrap("/v1/completions", RouteKind::kGeneration,
+                        [self](const auto& req, auto& res, RequestLog* log) {
+                          return self->Generate(Endpoint::kCompletions, req, res, log);
+                        }));
   router.Handle("POST", "/v1/chat/completions",
-                s->Wrap("/v1/chat/completions", true, [self](const auto& req, auto& res) {
-                  return self->Generate(Endpoint::kChat, req, res);
+                s->Wrap("/v1/chat/completions", RouteKind::kGeneration,
+                        [self](const auto& req, auto& res, RequestLog* log) {
+                          return self->Generate(Endpoint::kChat, req, res, log);
+                        }));
+  router.Handle("GET", "/v1/models",
+                s->Wrap("/v1/models", RouteKind::kApi,
+                        [self](const auto&, auto& res, RequestLog*) { return self->Models(res); }));
+  router.Handle(
+      "POST", "/tokenize",
+      s->Wrap("/tokenize", RouteKind::kApi, [self](const auto& req, auto& res, RequestLog* log) {
+        return self->Tokenize(req, res, log);
+      }));
+  router.Handle(
+      "POST", "/detokenize",
+      s->Wrap("/detokenize", RouteKind::kApi, [self](const auto& req, auto& res, RequestLog* log) {
+        return self->Detokenize(req, res, log);
+      }));
+  router.Handle(
+      "GET", "/tokenizer_info",
+      s->Wrap("/tokenizer_info", RouteKind::kApi,
+              [self](const auto&, auto& res, RequestLog*) { return self->TokenizerInfo(res); }));
+  router.Handle("GET", "/healthz",
+                s->Wrap("/healthz", RouteKind::kProbe, [self](const auto&, auto& res, RequestLog*) {
+                  return self->SendJson(res, 200, R"({"status":"ok"})");
                 }));
-  router.Handle("GET", "/v1/models", s->Wrap("/v1/models", true, [self](const auto&, auto& res) {
-    return self->Models(res);
-  }));
-  router.Handle("POST", "/tokenize", s->Wrap("/tokenize", true, [self](const auto& req, auto& res) {
-    return self->Tokenize(req, res);
-  }));
-  router.Handle("POST", "/detokenize",
-                s->Wrap("/detokenize", true,
-                        [self](const auto& req, auto& res) { return self->Detokenize(req, res); }));
-  router.Handle("GET", "/tokenizer_info",
-                s->Wrap("/tokenizer_info", true,
-                        [self](const auto&, auto& res) { return self->TokenizerInfo(res); }));
-  router.Handle("GET", "/healthz", s->Wrap("/healthz", false, [self](const auto&, auto& res) {
-    return self->SendJson(res, 200, R"({"status":"ok"})");
-  }));
   for (const char* path : {"/readyz", "/health"}) {
-    router.Handle("GET", path, s->Wrap(path, false, [self](const auto&, auto& res) {
-      return self->Ready(res);
-    }));
+    router.Handle("GET", path,
+                  s->Wrap(path, RouteKind::kProbe, [self](const auto&, auto& res, RequestLog* log) {
+                    return self->Ready(res, log);
+                  }));
   }
-  router.Handle("GET", "/metrics", s->Wrap("/metrics", false, [self](const auto&, auto& res) {
-    return self->Metrics(res);
-  }));
+  router.Handle("GET", "/metrics",
+                s->Wrap("/metrics", RouteKind::kProbe, [self](const auto&, auto& res, RequestLog*) {
+                  return self->Metrics(res);
+                }));
   http::ServerOptions http_options = s->options_.http;
-  http_options.error_body = [](int status, std::string_view message) {
+  http_options.error_body = [logger = s->options_.logger](int status, std::string_view message) {
+    // The errors the HTTP layer answers without a handler (no route, malformed request, too many
+    // connections) get their line here. Its 500s follow a handler, whose line Wrap wrote.
+    const LogLevel level = status >= 500 ? LogLevel::kWarning : LogLevel::kInfo;
+    if (status != 500 && logging::ShouldLog(logger, level)) {
+      logger->Log(level, logging::KeyValues({{"endpoint", "-"},
+                                             {"status", absl::StrCat(status)},
+                                             {"error", logging::Truncated(message, 512)}}));
+    }
     ApiError e;
     e.status = status;
     e.message = std::string(message);
@@ -127,21 +173,67 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(engine::Engine* engi
   return s;
 }
 
-http::Handler ApiServer::Wrap(std::string name, bool authenticated, ApiHandler handler) {
-  return [this, name = std::move(name), authenticated, handler = std::move(handler)](
+http::Handler ApiServer::Wrap(std::string name, RouteKind kind, ApiHandler handler) {
+  return [this, name = std::move(name), kind, handler = std::move(handler)](
              const http::Request& request, http::Responder& responder) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto elapsed_ms = [&start] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::steady_clock::now() - start)
+          .count();
+    };
+    RequestLog log;
     int status;
-    if (authenticated && !Authorized(request)) {
+    if (kind != RouteKind::kProbe && !Authorized(request)) {
       ApiError e;
       e.status = 401;
       e.message = "Incorrect or missing API key: send 'Authorization: Bearer <key>'";
       e.code = "invalid_api_key";
-      status = SendError(responder, e);
+      status = SendError(responder, e, &log);
     } else {
-      status = handler(request, responder);
+      try {
+        status = handler(request, responder, &log);
+      } catch (...) {
+        // The HTTP server answers 500 (or cuts the response off); the line is written here.
+        log.error = "the handler failed";
+        LogRequest(name, kind, 500, log, elapsed_ms());
+        throw;
+      }
     }
     http_requests_.Add({{"handler", name}, {"status", std::to_string(status)}}).Increment();
+    LogRequest(name, kind, status, log, elapsed_ms());
   };
+}
+
+void ApiServer::LogRequest(std::string_view name, RouteKind kind, int status, const RequestLog& log,
+                           int64_t ms) const {
+  // A 2xx with an error: a stream that failed after its status line was sent.
+  const bool failed = status >= 500 || (status < 400 && !log.error.empty());
+  const LogLevel level = kind == RouteKind::kProbe ? LogLevel::kDebug
+                         : failed                  ? LogLevel::kWarning
+                                                   : LogLevel::kInfo;
+  if (!logging::ShouldLog(options_.logger, level)) return;
+  std::string line;
+  if (kind == RouteKind::kGeneration) {
+    line = logging::KeyValues({{"id", log.id},
+                               {"endpoint", std::string(name)},
+                               {"stream", log.stream ? "yes" : "no"},
+                               {"prompt_tokens", absl::StrCat(log.prompt_tokens)},
+                               {"generated_tokens", absl::StrCat(log.generated_tokens)},
+                               {"finish", FinishField(log.finish)},
+                               {"ms", absl::StrCat(ms)},
+                               {"status", absl::StrCat(status)}});
+  } else {
+    line = logging::KeyValues({{"endpoint", std::string(name)},
+                               {"ms", absl::StrCat(ms)},
+                               {"status", absl::StrCat(status)}});
+  }
+  if (!log.error.empty()) {
+    // Error messages may quote what the client sent (a model name, a role): bounded.
+    absl::StrAppend(&line, " ",
+                    logging::KeyValues({{"error", logging::Truncated(log.error, 512)}}));
+  }
+  options_.logger->Log(level, line);
 }
 
 bool ApiServer::Authorized(const http::Request& request) const {
@@ -163,21 +255,29 @@ int ApiServer::SendJson(http::Responder& responder, int status, const std::strin
   return status;
 }
 
-int ApiServer::SendError(http::Responder& responder, const ApiError& error) {
+int ApiServer::SendError(http::Responder& responder, const ApiError& error, RequestLog* log) {
+  log->error = error.message;
   return SendJson(responder, error.status, ErrorBody(error));
 }
 
-int ApiServer::Generate(Endpoint endpoint, const http::Request& request,
-                        http::Responder& responder) {
+int ApiServer::Generate(Endpoint endpoint, const http::Request& request, http::Responder& responder,
+                        RequestLog* log) {
   const auto arrival = engine::Scheduler::Clock::now();
-  ApiError error;
-  std::optional<ApiRequest> parsed = ParseRequest(endpoint, request.body, context_, &error);
-  if (!parsed.has_value()) return SendError(responder, error);
-  const ApiRequest& api = *parsed;
-  const int n = static_cast<int>(api.prompts.size());
   ResponseMeta meta;
+  // Assigned before parsing, so that a refused request's log line has an id too.
   meta.id = absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", started_, "-",
                          next_id_.fetch_add(1));
+  log->id = meta.id;
+  ApiError error;
+  std::optional<ApiRequest> parsed = ParseRequest(endpoint, request.body, context_, &error);
+  if (!parsed.has_value()) return SendError(responder, error, log);
+  const ApiRequest& api = *parsed;
+  const int n = static_cast<int>(api.prompts.size());
+  log->stream = api.stream;
+  for (const engine::GenerateRequest& prompt : api.prompts) {
+    log->prompt_tokens += static_cast<int64_t>(prompt.prompt.size());
+  }
+  log->finish.resize(n);
   meta.created = absl::ToUnixSeconds(absl::Now());
   meta.model = options_.model_name;
 
@@ -187,6 +287,11 @@ int ApiServer::Generate(Endpoint endpoint, const http::Request& request,
     channel->results.resize(n);
     channel->remaining = n;
   }
+  // However the request ends, the log gets the tokens generated so far.
+  absl::Cleanup count_generated = [&channel, log] {
+    absl::MutexLock lock(&channel->mu);
+    log->generated_tokens = channel->generated_tokens;
+  };
   const bool want_logprobs = api.logprobs >= 0;
   std::vector<std::shared_ptr<engine::RequestHandle>> handles;
   auto cancel_all = [&handles] {
@@ -196,6 +301,7 @@ int ApiServer::Generate(Endpoint endpoint, const http::Request& request,
     engine::RequestCallbacks callbacks;
     callbacks.on_token = [channel, i, want_logprobs](const engine::TokenOutput& t) {
       absl::MutexLock lock(&channel->mu);
+      if (t.token >= 0) ++channel->generated_tokens;  // (-1: text flushed at the end)
       Channel::Token token{i, std::string(t.text), std::nullopt};
       if (want_logprobs && t.logprob != nullptr) token.logprob = *t.logprob;
       if (token.text.empty() && !token.logprob.has_value()) return;
@@ -211,7 +317,7 @@ int ApiServer::Generate(Endpoint endpoint, const http::Request& request,
         scheduler_->Submit(api.prompts[i], std::move(callbacks), arrival);
     if (!handle.ok()) {
       cancel_all();
-      return SendError(responder, ErrorFromStatus(handle.status()));
+      return SendError(responder, ErrorFromStatus(handle.status()), log);
     }
     handles.push_back(*std::move(handle));
   }
@@ -257,9 +363,13 @@ int ApiServer::Generate(Endpoint endpoint, const http::Request& request,
     }
     std::vector<GenerateResult> results;
     for (int i = 0; i < n; ++i) {
+      absl::MutexLock lock(&channel->mu);
+      log->finish[i] = FinishForLog(*channel->results[i]);
+    }
+    for (int i = 0; i < n; ++i) {
       absl::StatusOr<GenerateResult> r = result_of(i);
-      if (!r.ok()) return SendError(responder, ErrorFromStatus(r.status()));
-      if (r->finish == FinishReason::kAbort) return SendError(responder, aborted_error());
+      if (!r.ok()) return SendError(responder, ErrorFromStatus(r.status()), log);
+      if (r->finish == FinishReason::kAbort) return SendError(responder, aborted_error(), log);
       results.push_back(*std::move(r));
     }
     return SendJson(responder, 200, FinalResponse(*engine_, api, meta, results));
@@ -309,10 +419,13 @@ int ApiServer::Generate(Endpoint endpoint, const http::Request& request,
     for (int i : finished) {
       ++done;
       absl::StatusOr<GenerateResult> r = result_of(i);
+      log->finish[i] = FinishForLog(r);
       if (!open_choice(i)) return 200;
       if (!r.ok() || r->finish == FinishReason::kAbort) {
         // The status line is sent: the error goes inside the stream.
-        write(StreamError(r.ok() ? aborted_error() : ErrorFromStatus(r.status())));
+        const ApiError e = r.ok() ? aborted_error() : ErrorFromStatus(r.status());
+        log->error = e.message;
+        write(StreamError(e));
         cancel_all();
         responder.End();
         return 200;
@@ -345,7 +458,7 @@ int ApiServer::Models(http::Responder& responder) {
   return SendJson(responder, 200, json::Serialize(v));
 }
 
-int ApiServer::Tokenize(const http::Request& request, http::Responder& responder) {
+int ApiServer::Tokenize(const http::Request& request, http::Responder& responder, RequestLog* log) {
   ApiError error;
   absl::StatusOr<Value> body = json::Parse(request.body);
   const Value* prompt = body.ok() ? body->Find("prompt") : nullptr;
@@ -354,7 +467,7 @@ int ApiServer::Tokenize(const http::Request& request, http::Responder& responder
         body.ok() ? "'prompt' must be a string"
                   : absl::StrCat("the request body is not valid JSON: ", body.status().message());
     error.param = body.ok() ? "prompt" : "";
-    return SendError(responder, error);
+    return SendError(responder, error, log);
   }
   bool add_special = false;
   if (const Value* a = body->Find("add_special_tokens"); a != nullptr && a->is_bool()) {
@@ -372,7 +485,8 @@ int ApiServer::Tokenize(const http::Request& request, http::Responder& responder
   return SendJson(responder, 200, json::Serialize(v));
 }
 
-int ApiServer::Detokenize(const http::Request& request, http::Responder& responder) {
+int ApiServer::Detokenize(const http::Request& request, http::Responder& responder,
+                          RequestLog* log) {
   ApiError error;
   absl::StatusOr<Value> body = json::Parse(request.body);
   const Value* tokens = body.ok() ? body->Find("tokens") : nullptr;
@@ -389,7 +503,7 @@ int ApiServer::Detokenize(const http::Request& request, http::Responder& respond
                                  engine_->config().n_vocab, ")")
                   : absl::StrCat("the request body is not valid JSON: ", body.status().message());
     error.param = body.ok() ? "tokens" : "";
-    return SendError(responder, error);
+    return SendError(responder, error, log);
   }
   Value v = Value::Object();
   v.Set("prompt", engine_->tokenizer().Decode(ids, /*render_special=*/true));
@@ -408,7 +522,7 @@ int ApiServer::TokenizerInfo(http::Responder& responder) {
   return SendJson(responder, 200, json::Serialize(v));
 }
 
-int ApiServer::Ready(http::Responder& responder) {
+int ApiServer::Ready(http::Responder& responder, RequestLog* log) {
   // Every attention node must answer NodeStatus within a second.
   Value nodes = Value::Array();
   bool ready = true;
@@ -426,6 +540,7 @@ int ApiServer::Ready(http::Responder& responder) {
     nodes.Push(std::move(n));
   }
   Value v = Value::Object();
+  if (!ready) log->error = "attention nodes unreachable";
   v.Set("status", ready ? "ok" : "attention nodes unreachable");
   v.Set("model", options_.model_name);
   v.Set("attention_nodes", std::move(nodes));

@@ -9,18 +9,33 @@
 // configured, every endpoint except the probes and /metrics requires "Authorization: Bearer
 // <key>" (compared in constant time).
 //
+// Log: with options.logger set, every request gets exactly one line when it ends (never the
+// prompt, the output or the API key). Generation requests:
+//   id=chatcmpl-1732700000-7 endpoint=/v1/chat/completions stream=yes prompt_tokens=12
+//   generated_tokens=30 finish=stop ms=456 status=200
+// (finish: one reason per prompt, comma-separated; "-" when none finished; id "-" for a request
+// refused before it got one), with error="<the public error message>" added for a failure. The
+// other API endpoints write "endpoint=... ms=... status=..." (and error=...), the probes and
+// /metrics the same at DEBUG, and the errors the HTTP layer answers itself (no route, malformed
+// request, too many connections) "endpoint=- status=... error=...". The level is WARNING for a
+// 5xx status and INFO otherwise (DEBUG for the probes and /metrics).
+//
 // Thread-safety: handlers run concurrently on the HTTP server's connection threads; the server
 // state they share is immutable or thread-safe (scheduler, metrics). Shutdown from one thread.
 #ifndef MAGICPIG_GPU_NODE_SERVER_API_SERVER_H_
 #define MAGICPIG_GPU_NODE_SERVER_API_SERVER_H_
 
 #include <atomic>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/http/server.h"
+#include "common/logging/logger.h"
 #include "gpu_node/engine/engine.h"
 #include "gpu_node/engine/scheduler.h"
 #include "gpu_node/server/openai_protocol.h"
@@ -35,6 +50,8 @@ struct ApiServerOptions {
   std::string model_name = "magicpig";
   std::string api_key;  // empty: no authentication
   bool allow_attention_override = false;
+  // Where the per-request lines go (borrowed; must outlive the server). Null: no logging.
+  logging::Logger* logger = nullptr;
 };
 
 class ApiServer {
@@ -54,17 +71,28 @@ class ApiServer {
  private:
   ApiServer(engine::Engine* engine, engine::Scheduler* scheduler, prometheus::Registry* registry,
             ApiServerOptions options);
-  using ApiHandler = std::function<int(const http::Request&, http::Responder&)>;
-  http::Handler Wrap(std::string name, bool authenticated, ApiHandler handler);
+  // What one request's log line reports besides its endpoint, status and time (filled in by the
+  // handler, written by Wrap).
+  struct RequestLog;
+  // kGeneration: /v1/completions and /v1/chat/completions; kApi: the other authenticated routes;
+  // kProbe: the probes and /metrics (no authentication, logged at DEBUG).
+  enum class RouteKind { kGeneration, kApi, kProbe };
+  // A handler returns the HTTP status it answered (499: the client went away first).
+  using ApiHandler = std::function<int(const http::Request&, http::Responder&, RequestLog*)>;
+  http::Handler Wrap(std::string name, RouteKind kind, ApiHandler handler);
+  void LogRequest(std::string_view name, RouteKind kind, int status, const RequestLog& log,
+                  int64_t ms) const;
 
-  int Generate(Endpoint endpoint, const http::Request& request, http::Responder& responder);
+  int Generate(Endpoint endpoint, const http::Request& request, http::Responder& responder,
+               RequestLog* log);
   int Models(http::Responder& responder);
-  int Tokenize(const http::Request& request, http::Responder& responder);
-  int Detokenize(const http::Request& request, http::Responder& responder);
+  int Tokenize(const http::Request& request, http::Responder& responder, RequestLog* log);
+  int Detokenize(const http::Request& request, http::Responder& responder, RequestLog* log);
   int TokenizerInfo(http::Responder& responder);
-  int Ready(http::Responder& responder);
+  int Ready(http::Responder& responder, RequestLog* log);
   int Metrics(http::Responder& responder);
-  int SendError(http::Responder& responder, const ApiError& error);
+  // Sends the error body; records the message in *log.
+  int SendError(http::Responder& responder, const ApiError& error, RequestLog* log);
   int SendJson(http::Responder& responder, int status, const std::string& body);
   bool Authorized(const http::Request& request) const;
 
