@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "attn_node/service/attention_server.h"
 #include "attn_node/service/node_flags.h"
+#include "common/logging/logger.h"
 #include "common/metrics/metrics.h"
 #include "common/process_runtime.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -63,8 +64,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<magicpig::NodeFlags> flags =
       magicpig::ParseNodeFlags(std::vector<std::string>(argv + 1, argv + argc));
   if (!flags.ok()) {
-    std::cerr << "magicpig_attn_node: " << flags.status().message() << "\n"
-              << magicpig::NodeUsage();
+    std::cerr << "magicpig_attn_node: " << flags.status().message()
+              << "\n(magicpig_attn_node --help lists the flags)\n";
     return 2;
   }
   if (flags->help) {
@@ -81,6 +82,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
   prometheus::Registry registry;  // outlives the server
+  // One line per released sequence and per failed call (attention_service.h); outlives the server.
+  magicpig::logging::Logger logger("attn", *magicpig::logging::ParseLogLevel(flags->log_level));
   magicpig::metrics::AddBuildInfo(registry, "attention");
   magicpig::AttentionServerOptions options;
   options.listen_address = flags->listen;
@@ -88,6 +91,7 @@ int main(int argc, char** argv) {
   options.threads = flags->threads;
   options.metrics_listen = flags->metrics_listen;
   options.metrics_registry = &registry;
+  options.logger = &logger;
   absl::StatusOr<std::unique_ptr<magicpig::AttentionServer>> server =
       magicpig::AttentionServer::Start(options);
   if (!server.ok()) {

@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/attention/code_packing.h"
 #include "common/attention/simhash.h"
-#include "common/cli_args.h"
+#include "common/flags/flag_table.h"
 #include "gpu_node/remote/remote_attention_shards.h"
 
 namespace magicpig {
@@ -70,20 +70,16 @@ double Micros(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int Run(const CliArgs& args) {
-  if (!args.Has("node")) {
-    std::fprintf(stderr,
-                 "usage: magicpig_attend_rtt_bench --node HOST:PORT [--steps 2000] "
-                 "[--tokens 1024]\n");
-    return 2;
-  }
-  const auto steps = args.GetInt("steps", 2000);
-  const auto tokens = args.GetInt("tokens", 1024);
-  if (!steps.ok() || !tokens.ok() || *steps < 10 || *tokens < 1) {
-    std::fprintf(stderr, "--steps must be >= 10 and --tokens >= 1\n");
-    return 2;
-  }
-  remote::AttentionNodeClient node(args.Get("node"));
+struct Flags {
+  std::string node;
+  int64_t steps = 2000;
+  int64_t tokens = 1024;
+};
+
+int Run(const Flags& flags) {
+  const int64_t* steps = &flags.steps;
+  const int64_t* tokens = &flags.tokens;
+  remote::AttentionNodeClient node(flags.node);
   std::mt19937 rng(7);
   auto hash = SimHash::Create(kD, kK, kL, 1234);
   if (!hash.ok()) return 1;
@@ -164,11 +160,22 @@ int Run(const CliArgs& args) {
 }  // namespace magicpig
 
 int main(int argc, char** argv) {
-  auto args = magicpig::CliArgs::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                                       {"node", "steps", "tokens"}, {});
-  if (!args.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(args.status().message()).c_str());
+  magicpig::Flags flags;
+  magicpig::flags::FlagTable table(
+      "magicpig_attend_rtt_bench",
+      "Round-trip time of Attend against a running attention node: the raw stub on an empty "
+      "sequence, then the compute node's client over one block of keys.");
+  table.Text("node", &flags.node, "HOST:PORT", "the attention node");
+  table.Require("node");
+  table.Number("steps", &flags.steps, "Attend calls per case", int64_t{10}, int64_t{1} << 30);
+  table.Number("tokens", &flags.tokens, "keys in the block", int64_t{1}, int64_t{1} << 30);
+  if (absl::Status s = table.Parse(std::vector<std::string>(argv + 1, argv + argc)); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 2;
   }
-  return magicpig::Run(*args);
+  if (table.help_requested()) {
+    std::fputs(table.Help().c_str(), stdout);
+    return 0;
+  }
+  return magicpig::Run(flags);
 }

@@ -19,12 +19,14 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/flags/flag_table.h"
 
 namespace magicpig::eval {
 
@@ -98,6 +100,12 @@ absl::Status RunAttnError(const AttnErrorOptions& options, std::ostream& out);
 
 // `magicpig eval <ruler|ppl|attn-error> [flags]`; returns the process exit code.
 int EvalCommand(const std::vector<std::string>& args);
+
+// The evaluators' flag tables (eval_command.cc), writing into the options (whose current values
+// are the defaults).
+std::unique_ptr<flags::FlagTable> RulerFlagTable(RulerOptions* options);
+std::unique_ptr<flags::FlagTable> PplFlagTable(PplOptions* options);
+std::unique_ptr<flags::FlagTable> AttnErrorFlagTable(AttnErrorOptions* options);
 
 }  // namespace magicpig::eval
 

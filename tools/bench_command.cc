@@ -10,7 +10,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/cli_args.h"
 #include "gpu_node/engine/engine.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
@@ -19,10 +18,6 @@
 
 namespace magicpig::tools {
 namespace {
-
-constexpr char kUsage[] =
-    "usage: magicpig bench --model FILE.gguf [--depths 0,1024,4096,8192] [--decode-tokens 32]\n"
-    "                      [--threads N] [--repeat R] [--csv FILE]\n";
 
 // GB/s of a read-only sum over a 1 GiB buffer on `threads` threads (best of 3).
 double MemoryBandwidthProbe(int threads) {
@@ -68,37 +63,43 @@ double MemoryBandwidthProbe(int threads) {
 
 }  // namespace
 
+std::unique_ptr<flags::FlagTable> BenchFlagTable(BenchFlags* f) {
+  auto table = std::make_unique<flags::FlagTable>(
+      "magicpig bench",
+      "Prefill and decode throughput of the embedded engine (exact attention) at several context "
+      "depths, beside a read-only memory-bandwidth probe measured in the same run.");
+  table->Text("model", &f->model, "FILE.gguf", "the model");
+  table->Require("model");
+  table->Number("threads", &f->threads, "CPU threads; 0 = all cores", 0, 4096);
+  table->NumberList("depths", &f->depths, "context depths to measure at", int64_t{0},
+                    int64_t{1} << 40);
+  table->Number("decode-tokens", &f->decode_tokens, "tokens decoded per depth", int64_t{2},
+                int64_t{1} << 20);
+  table->Number("repeat", &f->repeat, "runs per depth (the best is shown)", int64_t{1},
+                int64_t{1000});
+  table->Text("csv", &f->csv, "FILE", "also write the rows to FILE");
+  return table;
+}
+
 int BenchCommand(const std::vector<std::string>& args) {
-  auto parsed = CliArgs::Parse(
-      args, {"model", "depths", "decode-tokens", "threads", "repeat", "csv"}, {"help"});
-  if (!parsed.ok() || parsed->Has("help") || !parsed->Has("model")) {
-    if (!parsed.ok()) std::cerr << "magicpig bench: " << parsed.status().message() << "\n";
-    std::cerr << kUsage;
-    return parsed.ok() && parsed->Has("help") ? 0 : 2;
-  }
-  const CliArgs& a = *parsed;
-  std::vector<int64_t> depths;
-  for (absl::string_view part : absl::StrSplit(a.Get("depths", "0,1024,4096,8192"), ',')) {
-    int64_t d;
-    if (!absl::SimpleAtoi(part, &d) || d < 0) {
-      std::cerr << "magicpig bench: --depths must be a comma-separated list of integers >= 0\n";
-      return 2;
-    }
-    depths.push_back(d);
-  }
-  auto decode_tokens = a.GetInt("decode-tokens", 32);
-  auto threads = a.GetInt("threads", 0);
-  auto repeat = a.GetInt("repeat", 1);
-  if (!decode_tokens.ok() || !threads.ok() || !repeat.ok() || *decode_tokens < 2 || *repeat < 1) {
-    std::cerr << "magicpig bench: --decode-tokens (>= 2), --threads and --repeat (>= 1) must be "
-                 "integers\n";
+  BenchFlags f;
+  std::unique_ptr<flags::FlagTable> table = BenchFlagTable(&f);
+  if (absl::Status s = table->Parse(args); !s.ok()) {
+    std::cerr << "magicpig bench: " << s.message() << "\n(magicpig bench --help lists the flags)\n";
     return 2;
   }
+  if (table->help_requested()) {
+    std::cout << table->Help();
+    return 0;
+  }
+  const std::vector<int64_t>& depths = f.depths;
+  const int64_t* decode_tokens = &f.decode_tokens;
+  const int64_t* repeat = &f.repeat;
   engine::EngineOptions options;
-  options.model_path = a.Get("model");
+  options.model_path = f.model;
   // Exact attention: the throughput baseline (the attention core has its own benchmark).
   options.attention.mode = attention::EstimatorKind::kFull;
-  options.num_threads = static_cast<int>(*threads);
+  options.num_threads = f.threads;
   int64_t max_depth = 1;
   for (int64_t d : depths) max_depth = std::max(max_depth, d);
   options.context_length = max_depth + *decode_tokens + 1;
@@ -120,8 +121,8 @@ int BenchCommand(const std::vector<std::string>& args) {
   std::cout << absl::StrFormat("%8s %14s %14s %16s %12s\n", "depth", "prefill tok/s",
                                "decode tok/s", "decode GB/s read", "of probe");
   std::ofstream csv;
-  if (a.Has("csv")) {
-    csv.open(a.Get("csv"));
+  if (!f.csv.empty()) {
+    csv.open(f.csv);
     csv << "depth,threads,prefill_tok_s,decode_tok_s,decode_gb_s,probe_gb_s\n";
   }
   std::mt19937 rng(42);

@@ -7,10 +7,25 @@
 #ifndef MAGICPIG_TOOLS_BENCH_COMMAND_H_
 #define MAGICPIG_TOOLS_BENCH_COMMAND_H_
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/flags/flag_table.h"
+
 namespace magicpig::tools {
+
+struct BenchFlags {
+  std::string model;
+  int threads = 0;
+  std::vector<int64_t> depths = {0, 1024, 4096, 8192};
+  int64_t decode_tokens = 32;
+  int64_t repeat = 1;
+  std::string csv;
+};
+
+std::unique_ptr<flags::FlagTable> BenchFlagTable(BenchFlags* flags);
 
 int BenchCommand(const std::vector<std::string>& args);
 

@@ -3,39 +3,18 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/cli_args.h"
 #include "gpu_node/engine/engine.h"
 #include "gpu_node/engine/engine_flags.h"
 #include "tbb/task_arena.h"
 
 namespace magicpig::tools {
 namespace {
-
-std::string Usage() {
-  return absl::StrCat(
-      "usage: magicpig run --model FILE.gguf (--prompt TEXT | --prompt-file FILE) [options]\n"
-      "  --chat                 wrap the prompt as a user message in the model's chat template\n"
-      "  --system TEXT          system message (with --chat)\n"
-      "  --max-tokens N         tokens to generate (default 128)\n"
-      "  --temperature T        0 = greedy (default 0)\n"
-      "  --top-k K  --top-p P   sampling filters (default off)\n"
-      "  --seed S               sampling seed (default 0)\n"
-      "  --stop TEXT            stop string (repeatable)\n"
-      "  --ignore-eos           keep generating past end-of-sequence\n",
-      engine::EngineFlagsUsage());
-}
-
-std::set<std::string> ValueFlags() {
-  std::set<std::string> flags = engine::EngineValueFlags();
-  flags.insert({"prompt", "prompt-file", "system", "max-tokens", "temperature", "top-k", "top-p",
-                "seed", "stop"});
-  return flags;
-}
 
 int Fail(const absl::Status& s) {
   std::cerr << "magicpig run: " << s.message() << "\n";
@@ -44,56 +23,65 @@ int Fail(const absl::Status& s) {
 
 }  // namespace
 
+std::unique_ptr<flags::FlagTable> RunFlagTable(RunFlags* f) {
+  auto table = std::make_unique<flags::FlagTable>(
+      "magicpig run",
+      "Generate text with the embedded engine: load the model, prefill the prompt (--prompt or "
+      "--prompt-file), stream the completion to stdout and a one-line summary to stderr.");
+  engine::DeclareModelFlags(*table, &f->engine);
+  table->Section("prompt and generation");
+  table->Text("prompt", &f->prompt, "TEXT", "the prompt");
+  table->Text("prompt-file", &f->prompt_file, "FILE", "read the prompt from FILE");
+  table->Switch("chat", &f->chat, "wrap the prompt as a user message in the model's chat template");
+  table->Text("system", &f->system, "TEXT", "system message (with --chat)");
+  table->Number("max-tokens", &f->max_tokens, "tokens to generate", int64_t{0},
+                std::numeric_limits<int64_t>::max());
+  table->Number("temperature", &f->sampling.temperature, "0 = greedy", 0.0f, 1e6f);
+  table->Number("top-k", &f->sampling.top_k, "keep the K most likely tokens; 0 = off", 0,
+                std::numeric_limits<int32_t>::max());
+  table->Number("top-p", &f->sampling.top_p, "nucleus sampling mass; 1 = off", 0.0f, 1.0f);
+  table->Number("seed", &f->sampling.seed, "sampling seed", uint64_t{0},
+                std::numeric_limits<uint64_t>::max());
+  table->Repeated("stop", &f->stop, "TEXT", "stop string");
+  table->Switch("ignore-eos", &f->ignore_eos, "keep generating past end-of-sequence");
+  engine::DeclareAttentionFlags(*table, &f->engine.attention);
+  engine::DeclareAttentionNodeFlags(*table, &f->engine);
+  return table;
+}
+
 int RunCommand(const std::vector<std::string>& args) {
-  auto parsed = CliArgs::Parse(args, ValueFlags(), {"chat", "ignore-eos", "help"});
-  if (!parsed.ok()) {
-    std::cerr << "magicpig run: " << parsed.status().message() << "\n" << Usage();
+  RunFlags f;
+  std::unique_ptr<flags::FlagTable> table = RunFlagTable(&f);
+  if (absl::Status s = table->Parse(args); !s.ok()) {
+    std::cerr << "magicpig run: " << s.message() << "\n(magicpig run --help lists the flags)\n";
     return 2;
   }
-  const CliArgs& a = *parsed;
-  if (a.Has("help")) {
-    std::cout << Usage();
+  if (table->help_requested()) {
+    std::cout << table->Help();
     return 0;
   }
-  if (!a.Has("model") || (a.Has("prompt") == a.Has("prompt-file"))) {
-    std::cerr << Usage();
-    return 2;
+  if (f.prompt.empty() == f.prompt_file.empty()) {
+    return Fail(absl::InvalidArgumentError("give one of --prompt and --prompt-file"));
   }
-  std::string prompt = a.Get("prompt");
-  if (a.Has("prompt-file")) {
-    std::ifstream in(a.Get("prompt-file"), std::ios::binary);
-    if (!in) return Fail(absl::NotFoundError("cannot read --prompt-file " + a.Get("prompt-file")));
+  std::string prompt = f.prompt;
+  if (!f.prompt_file.empty()) {
+    std::ifstream in(f.prompt_file, std::ios::binary);
+    if (!in) return Fail(absl::NotFoundError("cannot read --prompt-file " + f.prompt_file));
     std::stringstream ss;
     ss << in.rdbuf();
     prompt = ss.str();
   }
-  auto options = engine::EngineOptionsFromArgs(a);
-  if (!options.ok()) return Fail(options.status());
-  auto max_tokens = a.GetInt("max-tokens", 128);
-  auto temperature = a.GetDouble("temperature", 0.0);
-  auto top_k = a.GetInt("top-k", 0);
-  auto top_p = a.GetDouble("top-p", 1.0);
-  auto seed = a.GetInt("seed", 0);
-  for (const absl::Status& s :
-       {max_tokens.status(), temperature.status(), top_k.status(), top_p.status(), seed.status()}) {
-    if (!s.ok()) return Fail(s);
-  }
-  engine::SamplingParams sampling;
-  sampling.temperature = static_cast<float>(*temperature);
-  sampling.top_k = static_cast<int32_t>(*top_k);
-  sampling.top_p = static_cast<float>(*top_p);
-  sampling.seed = static_cast<uint64_t>(*seed);
   // Reject bad flags before the (slow) model load.
-  if (absl::Status s = engine::ValidateSamplingParams(sampling); !s.ok()) return Fail(s);
-  if (*max_tokens < 0) return Fail(absl::InvalidArgumentError("--max-tokens must be >= 0"));
+  if (absl::Status s = engine::ValidateSamplingParams(f.sampling); !s.ok()) return Fail(s);
+  const engine::EngineOptions* options = &f.engine;
   auto engine = engine::Engine::Load(*options);
   if (!engine.ok()) return Fail(engine.status());
   engine::Engine& e = **engine;
 
   engine::GenerateRequest request;
-  if (a.Has("chat")) {
+  if (f.chat) {
     std::vector<model::ChatMessage> messages;
-    if (a.Has("system")) messages.push_back({"system", a.Get("system")});
+    if (!f.system.empty()) messages.push_back({"system", f.system});
     messages.push_back({"user", prompt});
     auto ids = e.EncodeChat(messages);
     if (!ids.ok()) return Fail(ids.status());
@@ -101,10 +89,10 @@ int RunCommand(const std::vector<std::string>& args) {
   } else {
     request.prompt = e.tokenizer().Encode(prompt, /*parse_special=*/true);
   }
-  request.max_tokens = *max_tokens;
-  request.sampling = sampling;
-  request.stop = a.GetAll("stop");
-  request.ignore_eos = a.Has("ignore-eos");
+  request.max_tokens = f.max_tokens;
+  request.sampling = f.sampling;
+  request.stop = f.stop;
+  request.ignore_eos = f.ignore_eos;
 
   const bool show_progress = request.prompt.size() >= 512;
   engine::GenerateCallbacks callbacks;

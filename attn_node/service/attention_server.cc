@@ -4,7 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/cli_args.h"
+#include "common/flags/flag_values.h"
 #include "common/metrics/metrics.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "tbb/info.h"
@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
     health->SetServingStatus(kServiceName, true);
   }
   if (!options.metrics_listen.empty()) {
-    absl::StatusOr<HostPort> host_port = ParseHostPort(options.metrics_listen);
+    absl::StatusOr<flags::HostPort> host_port = flags::ParseHostPort(options.metrics_listen);
     if (!host_port.ok()) return host_port.status();
     http::ServerOptions http_options;
     http_options.host = host_port->host;

@@ -2,13 +2,8 @@
 
 #include <unistd.h>
 
-#include <cctype>
-#include <cmath>
-#include <limits>
-
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/flags/flag_values.h"
 
 namespace magicpig {
 
@@ -19,89 +14,58 @@ int64_t DefaultMemoryBudget() {
   return static_cast<int64_t>(pages) * page / 2;
 }
 
-std::string NodeUsage() {
-  return "usage: magicpig_attn_node [--listen HOST:PORT] [--memory-budget BYTES[K|M|G|T]]\n"
-         "                          [--threads N] [--shutdown-grace SECONDS]\n"
-         "                          [--metrics-listen HOST:PORT|off] [--health]\n"
-         "  --listen          address to serve on (default 0.0.0.0:50051; port 0 picks one)\n"
-         "  --memory-budget   KV + LSH tables the node may admit (default: half the RAM)\n"
-         "  --threads         attention / table-build threads (default: one per core)\n"
-         "  --shutdown-grace  seconds in-flight calls may run after SIGTERM (default 10)\n"
-         "  --metrics-listen  HTTP port for /metrics, /healthz, /readyz (default 0.0.0.0:9091;\n"
-         "                    'off' or '' disables it)\n"
-         "  --health          probe the node at --listen; exit 0 iff it is SERVING\n";
+std::unique_ptr<flags::FlagTable> NodeFlagTable(NodeFlags* f) {
+  auto owned = std::make_unique<flags::FlagTable>(
+      "magicpig_attn_node",
+      "The attention node: holds KV shards and LSH tables in host memory and answers Attend.");
+  flags::FlagTable& table = *owned;
+  table.Custom("listen", "HOST:PORT", "the gRPC address to serve on (port 0 picks a free one)",
+               f->listen, [f](absl::string_view text) -> absl::Status {
+                 if (absl::Status s = flags::ParseHostPort(text).status(); !s.ok()) return s;
+                 f->listen = std::string(text);
+                 return absl::OkStatus();
+               });
+  table.Bytes("memory-budget", &f->memory_budget_bytes, "KV and LSH tables the node may admit");
+  table.ShowDefault("memory-budget", "half the RAM");
+  table.Number("threads", &f->threads, "attention and table-build threads; 0 = one per core", 0,
+               4096);
+  table.Number("shutdown-grace", &f->shutdown_grace_seconds,
+               "seconds in-flight calls may run after SIGTERM", 0.0, 1e9, "SECONDS");
+  table.Custom("metrics-listen", "HOST:PORT|off",
+               "HTTP port for /metrics, /healthz and /readyz; off (or empty) disables it",
+               f->metrics_listen, [f](absl::string_view text) -> absl::Status {
+                 if (text.empty() || text == "off") {
+                   f->metrics_listen.clear();
+                   return absl::OkStatus();
+                 }
+                 if (absl::Status s = flags::ParseHostPort(text).status(); !s.ok()) return s;
+                 f->metrics_listen = std::string(text);
+                 return absl::OkStatus();
+               });
+  table.Choice("log-level", &f->log_level, "the least severe log lines written to stderr",
+               {{"debug", "debug"},
+                {"info", "info"},
+                {"warning", "warning"},
+                {"error", "error"},
+                {"off", "off"}});
+  table.Switch("health", &f->health,
+               "probe mode: ask the node at --listen for its gRPC health status, print it and "
+               "exit 0 iff SERVING (for exec probes and scripts)");
+  return owned;
 }
 
 absl::StatusOr<NodeFlags> ParseNodeFlags(const std::vector<std::string>& args) {
-  NodeFlags flags;
-  bool budget_given = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
-    }
-    std::string name = arg.substr(2);
-    std::string value;
-    bool has_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-      has_value = true;
-    }
-    if (name == "health" || name == "help") {
-      if (has_value) return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
-      (name == "health" ? flags.health : flags.help) = true;
-      continue;
-    }
-    if (name != "listen" && name != "memory-budget" && name != "threads" &&
-        name != "shutdown-grace" && name != "metrics-listen") {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    }
-    if (!has_value) {
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-      }
-      value = args[++i];
-    }
-    if (name == "listen") {
-      if (value.find(':') == std::string::npos) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--listen: expected HOST:PORT, got '", value, "'"));
-      }
-      flags.listen = value;
-    } else if (name == "metrics-listen") {
-      if (value.empty() || value == "off") {
-        flags.metrics_listen.clear();
-        continue;
-      }
-      if (!ParseHostPort(value).ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--metrics-listen: expected HOST:PORT or 'off', got '", value, "'"));
-      }
-      flags.metrics_listen = value;
-    } else if (name == "memory-budget") {
-      absl::StatusOr<int64_t> bytes = ParseByteSize(value);
-      if (!bytes.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--memory-budget: ", bytes.status().message()));
-      }
-      flags.memory_budget_bytes = *bytes;
-      budget_given = true;
-    } else if (name == "threads") {
-      if (!absl::SimpleAtoi(value, &flags.threads) || flags.threads < 0 || flags.threads > 4096) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--threads: expected an integer in [0, 4096], got '", value, "'"));
-      }
-    } else {
-      if (!absl::SimpleAtod(value, &flags.shutdown_grace_seconds) ||
-          !std::isfinite(flags.shutdown_grace_seconds) || flags.shutdown_grace_seconds < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--shutdown-grace: expected seconds >= 0, got '", value, "'"));
-      }
-    }
-  }
-  if (!budget_given) flags.memory_budget_bytes = DefaultMemoryBudget();
-  return flags;
+  NodeFlags f;
+  f.memory_budget_bytes = DefaultMemoryBudget();
+  std::unique_ptr<flags::FlagTable> table = NodeFlagTable(&f);
+  if (absl::Status s = table->Parse(args); !s.ok()) return s;
+  f.help = table->help_requested();
+  return f;
+}
+
+std::string NodeUsage() {
+  NodeFlags f;
+  return NodeFlagTable(&f)->Help();
 }
 
 }  // namespace magicpig

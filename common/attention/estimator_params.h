@@ -16,12 +16,11 @@
 namespace magicpig::attention {
 
 // One integer parameter. `name` is the HTTP override's field and the node's proto field (shape.*);
-// `flag` the command-line option without its dashes; `env` the environment variable that sets the
-// flag. Bounds are inclusive.
+// `flag` the command-line option without its dashes (its environment variable is derived from it:
+// common/flags/flag_table.h). Bounds are inclusive.
 struct ParamSpec {
   std::string_view name;
   std::string_view flag;
-  std::string_view env;
   std::string_view help;
   int64_t default_value;
   int64_t min;
@@ -32,29 +31,20 @@ struct ParamSpec {
 };
 
 // SimHash bits per table (K). Codes are stored as uint16, hence at most 16.
-inline constexpr ParamSpec kLshK{
-    "lsh_k", "lsh-k", "MAGICPIG_LSH_K", "MagicPIG SimHash bits per table (K)", 10, 1, 16};
+inline constexpr ParamSpec kLshK{"lsh_k", "lsh-k", "MagicPIG SimHash bits per table (K)",
+                                 10,      1,       16};
 // Hash tables (L). A key is sampled when it collides with the query in at least two tables, so
 // L = 1 would sample nothing: the lower bound is 2.
-inline constexpr ParamSpec kLshL{
-    "lsh_l", "lsh-l", "MAGICPIG_LSH_L", "MagicPIG hash tables (L)", 150, 2, 512};
+inline constexpr ParamSpec kLshL{"lsh_l", "lsh-l", "MagicPIG hash tables (L)", 150, 2, 512};
 // The SimHash projection seed; also the draw seed of oracle sampling.
-inline constexpr ParamSpec kLshSeed{"lsh_seed",
-                                    "lsh-seed",
-                                    "MAGICPIG_LSH_SEED",
-                                    "SimHash projection seed (and oracle sampling's draw seed)",
-                                    1234,
-                                    0,
-                                    INT64_MAX};
+inline constexpr ParamSpec kLshSeed{
+    "lsh_seed", "lsh-seed", "SimHash projection seed (and oracle sampling's draw seed)",
+    1234,       0,          INT64_MAX};
 // Keys per head for the budgeted estimators; 0 = the estimator's budget rule (EstimatorSpec). At
 // most INT32_MAX: a shard holds fewer keys than that, and oracle sampling draws `budget` indices.
-inline constexpr ParamSpec kBudget{"budget",
-                                   "budget",
-                                   "MAGICPIG_BUDGET",
-                                   "keys per head for topk / oracle (0: 2% of the offloaded keys)",
-                                   0,
-                                   0,
-                                   INT32_MAX};
+inline constexpr ParamSpec kBudget{
+    "budget", "budget", "keys per head for topk / oracle (0: 2% of the offloaded keys)",
+    0,        0,        INT32_MAX};
 
 // Kept for the storage code's static bounds (a code is a uint16; the table count bounds arrays).
 inline constexpr int kSimHashMaxK = static_cast<int>(kLshK.max);

@@ -36,5 +36,7 @@ RUN if ldd /usr/local/bin/magicpig_attn_node | grep 'not found'; then exit 1; fi
 USER 10001:10001
 # 50051: gRPC AttentionService + grpc.health.v1; 9091: /metrics, /healthz, /readyz.
 EXPOSE 50051 9091
+# Defaults as MAGICPIG_* variables, not CMD flags: flags on the command line would override the
+# variables a Kubernetes ConfigMap sets (docs/flags.md).
+ENV MAGICPIG_LISTEN=0.0.0.0:50051 MAGICPIG_METRICS_LISTEN=0.0.0.0:9091
 ENTRYPOINT ["/usr/local/bin/magicpig_attn_node"]
-CMD ["--listen", "0.0.0.0:50051", "--metrics-listen", "0.0.0.0:9091"]

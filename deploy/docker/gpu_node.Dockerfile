@@ -77,5 +77,8 @@ ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001
 # 8000: /v1/* (OpenAI-compatible), /healthz, /readyz, /health, /metrics.
 EXPOSE 8000
+# Defaults as MAGICPIG_* variables, not CMD flags: flags on the command line would override the
+# variables a Kubernetes ConfigMap sets (docs/flags.md).
+ENV MAGICPIG_MODEL=/opt/magicpig/models/SmolLM2-135M-Instruct.Q4_1.gguf \
+    MAGICPIG_LISTEN=0.0.0.0:8000
 ENTRYPOINT ["/usr/local/bin/magicpig_gpu_node"]
-CMD ["--model", "/opt/magicpig/models/SmolLM2-135M-Instruct.Q4_1.gguf", "--listen", "0.0.0.0:8000"]

@@ -1,30 +1,30 @@
-// Command-line flags shared by every program that loads an Engine (`magicpig run`, the compute
-// node server): the model, threads, context, decode attention and attention nodes.
+// The engine's command-line flags (the model, threads, context, decode attention and attention
+// nodes), declared once in a flags::FlagTable for every program that loads an Engine: `magicpig
+// run`, `magicpig bench` and the compute node server (`magicpig serve`, magicpig_gpu_node). The
+// attention flags come from the estimator registry and the parameters' declarations
+// (common/attention/estimator_registry.h, estimator_params.h).
 //
-// Thread-safety: pure functions.
+// Thread-safety: call from the thread that parses.
 #ifndef MAGICPIG_GPU_NODE_ENGINE_ENGINE_FLAGS_H_
 #define MAGICPIG_GPU_NODE_ENGINE_ENGINE_FLAGS_H_
 
-#include <set>
-#include <string>
-#include <string_view>
-
-#include "absl/status/statusor.h"
-#include "common/cli_args.h"
+#include "common/flags/flag_table.h"
 #include "gpu_node/engine/engine.h"
 
 namespace magicpig::engine {
 
-// The flags (all take a value) EngineOptionsFromArgs reads.
-std::set<std::string> EngineValueFlags();
+// Declares --model (required), --threads and --ctx, writing into `*options`, whose current values
+// are the defaults.
+void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options);
 
-// Their usage lines.
-std::string EngineFlagsUsage();
+// Declares --attention, --lsh-k, --lsh-l, --lsh-seed and --budget.
+void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* attention);
 
-// EngineOptions from --model, --threads, --ctx, --attention, --lsh-k, --lsh-l, --lsh-seed,
-// --budget, --attention-nodes. INVALID_ARGUMENT naming the flag for bad values (checked before
-// any slow model load).
-absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const CliArgs& args);
+// Declares --attention-nodes, --ping-pong, --coalesce-attend, --attend-timeout-ms, --placement.
+void DeclareAttentionNodeFlags(flags::FlagTable& table, EngineOptions* options);
+
+// All three.
+void DeclareEngineFlags(flags::FlagTable& table, EngineOptions* options);
 
 }  // namespace magicpig::engine
 

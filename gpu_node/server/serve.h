@@ -1,25 +1,36 @@
 // The compute node's program: flags -> Engine + Scheduler + ApiServer, SIGTERM drain. Shared by
-// the `magicpig_gpu_node` binary and `magicpig serve`, so their mains stay one line.
-//
-//   --listen HOST:PORT           HTTP API, probes and /metrics (default 0.0.0.0:8000; port 0:
-//                                pick a free one; "listening on HOST:PORT" is printed)
-//   --served-model-name NAME     the model id of the API (default: the GGUF file name stem)
-//   --api-key KEY                require "Authorization: Bearer KEY" (or env MAGICPIG_API_KEY)
-//   --max-batch N                sequences decoded together (default 8)
-//   --max-queue N                requests waiting beyond the batch (default 64; more get 429)
-//   --max-body BYTES             request body limit (default 8M)
-//   --shutdown-grace SECONDS     how long in-flight requests may finish after SIGTERM (30)
-//   --allow-attention-override   accept the per-request "attention" field (evaluation)
-//   and the engine flags (engine_flags.h).
+// the `magicpig_gpu_node` binary and `magicpig serve`, so their mains stay one line. The flags
+// (ServeFlagTable: the server's and the engine's) are listed by --help and in docs/flags.md.
+// "listening on HOST:PORT" is printed on stdout once the port is bound.
 //
 // Thread-safety: call once from main.
 #ifndef MAGICPIG_GPU_NODE_SERVER_SERVE_H_
 #define MAGICPIG_GPU_NODE_SERVER_SERVE_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/flags/flag_table.h"
+#include "gpu_node/engine/engine.h"
+
 namespace magicpig::server {
+
+struct ServeFlags {
+  engine::EngineOptions engine;
+  std::string listen = "0.0.0.0:8000";
+  std::string served_model_name;  // empty: the GGUF file name stem
+  std::string api_key;
+  int max_batch = 8;
+  int max_queue = 64;
+  int64_t max_body_bytes = int64_t{8} << 20;
+  double shutdown_grace_seconds = 30;
+  bool allow_attention_override = false;
+  std::string log_level = "info";
+};
+
+// The server's flag table, writing into `*flags` (whose current values are the defaults).
+std::unique_ptr<flags::FlagTable> ServeFlagTable(ServeFlags* flags);
 
 // args exclude the program name. Returns the process exit code (0 after a clean drain, 2 for bad
 // flags, 1 for a failure to start).

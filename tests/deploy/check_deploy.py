@@ -11,7 +11,8 @@ Sections, each PASS or FAIL with its problems listed:
                    tests/deploy/schemas/; any other kind fails
   semantics        what the schemas cannot see: probes, QoS, memory budget vs limit, the
                    compute node's attention-node list vs the StatefulSet, selectors, ports, $(VAR)
-                   references, GPU requests per overlay, image tags, the fetch-model copy
+                   references, MAGICPIG_* variables that are flags of the container's binary
+                   (docs/flags.md), GPU requests per overlay, image tags, the fetch-model copy
   monitoring       ServiceMonitors select the Services and name their ports; dashboard ConfigMap
   prometheus       promtool check config / check rules / test rules; PromQL of the dashboard and
                    the examples parsed by promtool; the scrape configs' selectors match the pods
@@ -343,6 +344,41 @@ def expand_args(container, env):
     return args, undefined
 
 
+def env_name(flag_name):
+    """The variable that sets a flag when the command line does not (common/flags/flag_table.h)."""
+    return "MAGICPIG_" + flag_name.lstrip("-").upper().replace("-", "_")
+
+
+def setting(args, env, name):
+    """A flag's value as the binary sees it: the command line, else its MAGICPIG_* variable."""
+    value = flag(args, name)
+    if value is not None:
+        return value
+    value = env.get(env_name(name))
+    return f"<{env_name(name)}>" if value is None and env_name(name) in env else value
+
+
+# The binary each container runs (the images' ENTRYPOINT) and the flags doc it is listed under.
+CONTAINER_PROGRAMS = {"gpu-node": "magicpig_gpu_node", "attn-node": "magicpig_attn_node"}
+FLAGS_DOC = "docs/flags.md"
+
+
+def load_flag_envs(root):
+    """{program: set of MAGICPIG_* variables} from docs/flags.md (generated from the flag tables;
+    the CTest flags_doc_test keeps it current)."""
+    envs, program = {}, None
+    with open(os.path.join(root, FLAGS_DOC)) as f:
+        for line in f:
+            m = re.match(r"^## `([^`]+)`", line)
+            if m:
+                program = m.group(1)
+                envs[program] = set()
+            m = re.match(r"^\| `--[^`]*` \| `(MAGICPIG_[A-Z0-9_]+)` \|", line)
+            if m and program:
+                envs[program].add(m.group(1))
+    return envs
+
+
 def flag(args, name):
     for i, a in enumerate(args):
         if a == name and i + 1 < len(args):
@@ -366,8 +402,9 @@ def probe_budget(probe):
             + probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3))
 
 
-def check_workload_common(where, objs, wl, problems):
-    """Checks every workload gets: refs resolve, $(VAR)s defined, thread env backed by a limit."""
+def check_workload_common(where, objs, wl, problems, flag_envs):
+    """Checks every workload gets: refs resolve, $(VAR)s defined, thread env backed by a limit,
+    every MAGICPIG_* variable a flag of the container's binary."""
     ns = wl["metadata"].get("namespace")
     spec = wl["spec"]["template"]["spec"]
     labels = wl["spec"]["template"]["metadata"].get("labels") or {}
@@ -403,6 +440,17 @@ def check_workload_common(where, objs, wl, problems):
         for name in undefined:
             problems.append(f"{where}: {obj_id(wl)}: container {c['name']} args use $({name}), "
                             "which no env or ConfigMap key defines (it would be passed literally)")
+        program = CONTAINER_PROGRAMS.get(c["name"])
+        if program is not None and c in spec["containers"]:
+            known = flag_envs.get(program)
+            if known is None:
+                problems.append(f"{where}: {FLAGS_DOC} has no section for {program}")
+                continue
+            for name in sorted(env):
+                if name.startswith("MAGICPIG_") and name not in known:
+                    problems.append(f"{where}: {obj_id(wl)}: container {c['name']} sets {name}, "
+                                    f"which is not a flag of {program} ({FLAGS_DOC}); it would "
+                                    "be ignored")
 
 
 def check_services(where, objs, problems):
@@ -470,8 +518,8 @@ def check_attention(where, objs, problems, fetch_script):
     c = pod["containers"][0]
     env = container_env(c, objs, ns)
     args, _ = expand_args(c, env)
-    listen = flag(args, "--listen") or ""
-    metrics_listen = flag(args, "--metrics-listen") or ""
+    listen = setting(args, env, "--listen") or ""
+    metrics_listen = setting(args, env, "--metrics-listen") or ""
     grpc_port = int(listen.rsplit(":", 1)[1]) if ":" in listen else None
     metrics_port = int(metrics_listen.rsplit(":", 1)[1]) if ":" in metrics_listen else None
     if port_of(c, "grpc") != grpc_port:
@@ -493,13 +541,13 @@ def check_attention(where, objs, problems, fetch_script):
             problems.append(f"{where}: {obj_id(sts)}: {probe_name} must be HTTP {path} on the "
                             f"metrics port {metrics_port}")
     # Drain: the grace period covers --shutdown-grace.
-    grace = float(flag(args, "--shutdown-grace") or 10)
+    grace = float(setting(args, env, "--shutdown-grace") or 10)
     tgps = pod.get("terminationGracePeriodSeconds", 30)
     if tgps < grace + 5:
         problems.append(f"{where}: {obj_id(sts)}: terminationGracePeriodSeconds {tgps} does not "
                         f"cover --shutdown-grace {grace} s plus 5 s")
     # Memory budget vs limit.
-    budget_text = flag(args, "--memory-budget")
+    budget_text = setting(args, env, "--memory-budget")
     limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
     if budget_text is None or limit is None:
         problems.append(f"{where}: {obj_id(sts)}: --memory-budget and a memory limit are both "
@@ -537,7 +585,7 @@ def check_compute(where, objs, problems, expected_nodes, expect_gpu, fetch_scrip
     c = pod["containers"][0]
     env = container_env(c, objs, ns)
     args, _ = expand_args(c, env)
-    listen = flag(args, "--listen") or ""
+    listen = setting(args, env, "--listen") or ""
     http_port = int(listen.rsplit(":", 1)[1]) if ":" in listen else None
     if port_of(c, "http") != http_port:
         problems.append(f"{where}: {obj_id(dep)}: container port http ({port_of(c, 'http')}) is "
@@ -566,13 +614,13 @@ def check_compute(where, objs, problems, expected_nodes, expect_gpu, fetch_scrip
     # Drain: preStop pause + --shutdown-grace (the server's default: 30 s) + 5 s to stop.
     pre_stop = ((c.get("lifecycle") or {}).get("preStop") or {}).get("exec", {}).get("command", [])
     pause = float(pre_stop[1]) if len(pre_stop) == 2 and pre_stop[0] == "sleep" else 0.0
-    grace = float(flag(args, "--shutdown-grace") or 30)
+    grace = float(setting(args, env, "--shutdown-grace") or 30)
     tgps = pod.get("terminationGracePeriodSeconds", 30)
     if tgps < pause + grace + 5:
         problems.append(f"{where}: {obj_id(dep)}: terminationGracePeriodSeconds {tgps} does not "
                         f"cover the preStop pause ({pause:g} s) + --shutdown-grace ({grace:g} s) "
                         "+ 5 s")
-    nodes = flag(args, "--attention-nodes")
+    nodes = setting(args, env, "--attention-nodes")
     if expected_nodes is not None:
         got = [n for n in (nodes or "").split(",") if n]
         if got != expected_nodes:
@@ -597,7 +645,7 @@ def check_compute(where, objs, problems, expected_nodes, expect_gpu, fetch_scrip
     elif expect_gpu is False and any(gpus):
         problems.append(f"{where}: {obj_id(dep)}: requests a GPU in a CPU deployment")
     # The model: fetched by the init container into the volume the flag points into.
-    model = flag(args, "--model") or ""
+    model = setting(args, env, "--model") or ""
     mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts") or []}
     fetch = [i for i in pod.get("initContainers") or [] if i["name"] == "fetch-model"]
     if fetch:
@@ -628,6 +676,7 @@ def check_semantics(root, report, rendered):
     problems = []
     with open(os.path.join(root, "scripts/fetch-model")) as f:
         fetch_script = f.read()
+    flag_envs = load_flag_envs(root)
     for where in ["deploy/base"] + list(OVERLAYS):
         objs = rendered.get(where)
         if objs is None:
@@ -639,7 +688,7 @@ def check_semantics(root, report, rendered):
         elif not find(objs, "Namespace", next(iter(namespaces))):
             problems.append(f"{where}: no Namespace object for {next(iter(namespaces))}")
         for wl in find(objs, "Deployment") + find(objs, "StatefulSet"):
-            check_workload_common(where, objs, wl, problems)
+            check_workload_common(where, objs, wl, problems, flag_envs)
         check_services(where, objs, problems)
         expected_nodes = check_attention(where, objs, problems, fetch_script)
         check_compute(where, objs, problems, expected_nodes, OVERLAYS.get(where), fetch_script)
@@ -1103,11 +1152,13 @@ def check_docker(root, report, binaries):
             if word == "FROM":
                 image = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)),
                                rest.split()[0])
-                stages.append({"image": image, "user": None, "entrypoint": None})
+                stages.append({"image": image, "user": None, "entrypoint": None, "cmd": None})
             elif stages and word == "USER":
                 stages[-1]["user"] = rest
             elif stages and word == "ENTRYPOINT":
                 stages[-1]["entrypoint"] = rest
+            elif stages and word == "CMD":
+                stages[-1]["cmd"] = rest
             elif word in ("COPY", "ADD") and "--from=" not in rest:
                 srcs = [s for s in rest.split()[:-1] if not s.startswith("--")]
                 for s in srcs:
@@ -1144,6 +1195,10 @@ def check_docker(root, report, binaries):
             problems.append(f"{df}: the runtime stage must switch to a non-root USER")
         if not final["entrypoint"] or target not in final["entrypoint"]:
             problems.append(f"{df}: ENTRYPOINT does not run {target}")
+        if final["cmd"] and "--" in final["cmd"]:
+            problems.append(f"{df}: CMD passes flags ({final['cmd']}); Kubernetes uses them when a "
+                            "container sets no args, and a flag overrides the MAGICPIG_* "
+                            "variable of the ConfigMap: set defaults with ENV instead")
         if len(stages) < 2:
             problems.append(f"{df}: expected a build stage and a runtime stage")
     for binary in binaries:
