@@ -23,6 +23,7 @@
 #include "common/http/test_client.h"
 #include "common/metrics/metrics.h"
 #include "gtest/gtest.h"
+#include "tests/testing/exposition.h"
 #include "tests/testing/service_test_util.h"
 
 namespace magicpig {
@@ -40,12 +41,8 @@ using testing::MakeQuery;
 constexpr int kKv = 2, kGroup = 2, kD = 32, kK = 5, kL = 12;
 constexpr int64_t kBudget = int64_t{64} << 20;
 
-// The value of the sample line `series` ("name" or "name{labels}") in an exposition; NaN if absent.
 double Sample(const std::string& text, const std::string& series) {
-  const std::string needle = "\n" + series + " ";
-  const size_t at = ("\n" + text).find(needle);
-  if (at == std::string::npos) return std::numeric_limits<double>::quiet_NaN();
-  return std::stod(text.substr(at + needle.size() - 1));
+  return magicpig::testing::ExpositionSample(text, series);
 }
 
 std::unique_ptr<AttentionServer> StartServer(prometheus::Registry* registry) {

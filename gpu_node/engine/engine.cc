@@ -1,7 +1,5 @@
 #include "gpu_node/engine/engine.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,13 +14,10 @@
 namespace magicpig::engine {
 
 using ::magicpig::attention::AttentionRunner;
-using ::magicpig::attention::AttentionShards;
 using ::magicpig::attention::KvStorage;
 using ::magicpig::attention::LocalAttentionShards;
 using ::magicpig::attention::SimHash;
-using ::magicpig::remote::AttendCoalescer;
-using ::magicpig::remote::AttentionNodeClient;
-using ::magicpig::remote::RemoteAttentionShards;
+
 std::string_view FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kStop:
@@ -79,8 +74,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   e->prefill_chunk_ = options.prefill_chunk;
   e->num_threads_ = options.num_threads;
   e->ping_pong_ = options.ping_pong;
-  e->attend_timeout_ = options.attend_timeout;
-  e->placement_ = options.placement;
   e->attention_ = options.attention;
   if (attention::SpecOf(e->attention_.mode).sparse) {
     const model::ModelConfig& c = e->weights_->config();
@@ -94,22 +87,28 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
           " (use --attention full)"));
     }
     e->attention_runner_ = std::make_unique<AttentionRunner>(options.num_threads);
-    for (const std::string& address : options.attention_nodes) {
-      e->attention_nodes_.push_back(
-          std::make_unique<AttentionNodeClient>(address, options.metrics_registry));
-      if (options.coalesce_attend) {
-        e->attend_coalescers_.push_back(std::make_unique<AttendCoalescer>(
-            e->attention_nodes_.back().get(), options.attend_timeout));
-      }
+    if (!options.attention_nodes.empty()) {
+      e->node_pool_ = std::make_unique<remote::AttentionNodePool>(
+          options.attention_nodes,
+          remote::AttentionNodePoolOptions{.coalesce_attend = options.coalesce_attend,
+                                           .attend_timeout = options.attend_timeout,
+                                           .placement = options.placement,
+                                           .metrics_registry = options.metrics_registry});
     }
   }
   return e;
 }
 
-std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(const SparseAttentionOptions& attention,
-                                                          int64_t max_tokens, int64_t budget,
-                                                          const std::vector<int>& avoid) {
-  const model::ModelConfig& c = weights_->config();
+const std::vector<std::unique_ptr<remote::AttentionNodeClient>>& Engine::attention_nodes() const {
+  static const std::vector<std::unique_ptr<remote::AttentionNodeClient>> kNone;
+  return node_pool_ != nullptr ? node_pool_->nodes() : kNone;
+}
+
+namespace {
+
+// The shape of every shard of a sequence with these attention options.
+magicpig::v1::ShardShape ShardShapeOf(const model::ModelConfig& c,
+                                      const SparseAttentionOptions& attention, int64_t budget) {
   magicpig::v1::ShardShape shape;
   const std::vector<bool> dense = DenseLayers(c.n_layer, attention);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -126,20 +125,10 @@ std::unique_ptr<AttentionShards> Engine::MakeRemoteShards(const SparseAttentionO
       static_cast<magicpig::v1::Estimator>(attention::SpecOf(attention.mode).proto_value));
   shape.set_budget(budget);
   shape.set_seed(attention.lsh_seed);
-  std::vector<AttentionNodeClient*> nodes;
-  for (auto& n : attention_nodes_) nodes.push_back(n.get());
-  std::vector<AttendCoalescer*> coalescers;
-  for (auto& c : attend_coalescers_) coalescers.push_back(c.get());
-  // Tokens that may later leave the static window: everything generated.
-  auto shards = std::make_unique<RemoteAttentionShards>(
-      std::move(nodes),
-      absl::StrCat("seq-", getpid(), "-", reinterpret_cast<uintptr_t>(this), "-", next_sequence_++),
-      shape, max_tokens + attention.window_budget, attention.shard_block, attend_timeout_,
-      std::move(coalescers));
-  shards->AvoidNodes(avoid);
-  shards->set_placement(placement_);
-  return shards;
+  return shape;
 }
+
+}  // namespace
 
 Sequence::~Sequence() = default;
 
@@ -193,19 +182,33 @@ absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attentio
   const int64_t budget = attention::EstimatorBudget(attention.mode, params, offloaded);
   MAGICPIG_ASSIGN_OR_RETURN(seq.estimator_,
                             attention::MakeEstimator(attention.mode, params, offloaded));
-  if (attention_nodes_.empty()) {
+  if (node_pool_ == nullptr) {
     seq.shards_ = std::make_unique<LocalAttentionShards>(
         c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim,
         attention.lsh_k, attention.lsh_l, attention.storage, attention.shard_block,
         seq.estimator_.get(), attention_runner_.get());
   } else {
-    seq.shards_ = MakeRemoteShards(attention, seq.request_.max_tokens, budget, avoid);
+    // Tokens that may later leave the static window: everything generated.
+    seq.shards_ = node_pool_->MakeShards(ShardShapeOf(c, attention, budget),
+                                         seq.request_.max_tokens + attention.window_budget,
+                                         attention.shard_block, avoid);
   }
   // With attention nodes the offloaded rows leave the compute node's cache (attention_router.h).
   seq.router_ = std::make_unique<SparseAttentionRouter>(
       c, attention, hash, seq.shards_.get(), backend_.get(), seq.kv_.get(),
-      /*release_offloaded=*/!attention_nodes_.empty());
+      /*release_offloaded=*/node_pool_ != nullptr);
   return absl::OkStatus();
+}
+
+absl::Status Engine::PlaceAgain(const SparseAttentionOptions& attention, Sequence& seq) {
+  const model::ModelConfig& c = weights_->config();
+  // The failed nodes of this placement include those of the ones before (AvoidNodes).
+  const std::vector<int> avoid = remote::AttentionNodePool::FailedNodes(seq.shards_.get());
+  seq.router_.reset();
+  seq.shards_.reset();  // releases what the nodes that still answer hold
+  MAGICPIG_ASSIGN_OR_RETURN(seq.kv_,
+                            KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq.capacity_));
+  return SetUpSparseAttention(attention, seq, avoid);
 }
 
 const SparseAttentionOptions& Engine::AttentionOf(const Sequence& seq) const {
@@ -216,38 +219,16 @@ namespace {
 // Rebuilds per sequence before an attention-node failure is returned as it is.
 constexpr int64_t kMaxRebuilds = 8;
 
-std::vector<int> FailedNodes(const AttentionShards* shards) {
-  const auto* remote = dynamic_cast<const RemoteAttentionShards*>(shards);
-  return remote != nullptr ? remote->failed() : std::vector<int>{};
-}
-
-// The attention nodes that hold a sequence's blocks, as a bit set (node i: bit i % 64); 0 when
-// none does (embedded, or nothing offloaded yet).
-uint64_t NodeSet(const AttentionShards* shards) {
-  const auto* remote = dynamic_cast<const RemoteAttentionShards*>(shards);
-  uint64_t set = 0;
-  if (remote != nullptr) {
-    for (const RemoteAttentionShards::Range& r : remote->ranges())
-      set |= uint64_t{1} << (r.node % 64);
-  }
-  return set;
-}
 }  // namespace
 
 absl::Status Engine::RebuildSequence(Sequence& seq) {
-  const model::ModelConfig& c = weights_->config();
   SparseAttentionStats stats = seq.router_->stats();
-  std::vector<int> avoid = FailedNodes(seq.shards_.get());
   absl::Status status;
   do {
     if (++stats.recoveries > kMaxRebuilds) {
       return status.ok() ? absl::UnavailableError("attention nodes keep failing") : status;
     }
-    seq.router_.reset();
-    seq.shards_.reset();  // releases what the nodes that still answer hold
-    MAGICPIG_ASSIGN_OR_RETURN(seq.kv_,
-                              KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq.capacity_));
-    MAGICPIG_RETURN_IF_ERROR(SetUpSparseAttention(AttentionOf(seq), seq, avoid));
+    MAGICPIG_RETURN_IF_ERROR(PlaceAgain(AttentionOf(seq), seq));
     ForwardOptions prefill;
     prefill.attention_hook = seq.router_.get();
     prefill.logits = LogitsMode::kNone;
@@ -260,9 +241,6 @@ absl::Status Engine::RebuildSequence(Sequence& seq) {
       status = transformer_->ForwardBatch({&item, 1}, &logits, nullptr, 1);
     }
     if (!status.ok() && !seq.router_->needs_rebuild()) return status;
-    for (int n : FailedNodes(seq.shards_.get())) {
-      if (std::find(avoid.begin(), avoid.end(), n) == avoid.end()) avoid.push_back(n);
-    }
   } while (!status.ok());
   seq.router_->RestoreStats(stats);
   return absl::OkStatus();
@@ -348,12 +326,14 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
     const int top = std::max(request.top_logprobs, 0);
     std::vector<TokenLogprob>& out = seq->result_.prompt_logprobs;
     out.resize(static_cast<size_t>(n_prompt - 1));
-    prefill.on_logits = [&](int64_t first, int64_t rows, const float* logits) {
+    // `top` and `out` by value and pointer: this block ends before the prefill runs.
+    prefill.on_logits = [&c, &request, n_prompt, top, out = &out](int64_t first, int64_t rows,
+                                                                  const float* logits) {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t pos = first + r;  // predicts prompt[pos + 1]
         if (pos + 1 >= n_prompt) break;
         FillLogprob(absl::MakeConstSpan(logits + r * c.n_vocab, c.n_vocab), request.prompt[pos + 1],
-                    top, &out[pos]);
+                    top, &(*out)[pos]);
       }
     };
   }
@@ -362,12 +342,7 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
   for (int64_t attempt = 1; !status.ok() && seq->router_ != nullptr &&
                             seq->router_->needs_rebuild() && attempt <= kMaxRebuilds;
        ++attempt) {
-    std::vector<int> avoid = FailedNodes(seq->shards_.get());
-    seq->router_.reset();
-    seq->shards_.reset();
-    MAGICPIG_ASSIGN_OR_RETURN(seq->kv_,
-                              KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq->capacity_));
-    MAGICPIG_RETURN_IF_ERROR(SetUpSparseAttention(attention, *seq, avoid));
+    MAGICPIG_RETURN_IF_ERROR(PlaceAgain(attention, *seq));
     prefill.attention_hook = seq->router_.get();
     status = transformer_->Forward(request.prompt, *seq->kv_, prefill, &seq->logits_);
     if (status.ok()) {
@@ -434,7 +409,7 @@ absl::Status Engine::Step(absl::Span<Sequence* const> batch, StepTimings* timing
   if (items.empty()) return absl::OkStatus();
   std::vector<float> logits;
   const int64_t batch_size = static_cast<int64_t>(items.size());
-  const bool can_split = !attention_nodes_.empty() && batch_size >= 2;
+  const bool can_split = node_pool_ != nullptr && batch_size >= 2;
   const bool tuned = can_split && ping_pong_ == PingPong::kAuto;
   int micro_batches = 1;
   if (can_split) {
@@ -451,7 +426,7 @@ absl::Status Engine::Step(absl::Span<Sequence* const> batch, StepTimings* timing
     std::vector<uint64_t> key(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
       order[i] = i;
-      key[i] = NodeSet(going_on[i]->shards_.get());
+      key[i] = remote::AttentionNodePool::NodeSet(going_on[i]->shards_.get());
     }
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return key[a] < key[b]; });

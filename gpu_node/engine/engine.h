@@ -35,6 +35,7 @@
 #include "gpu_node/model/chat_template.h"
 #include "gpu_node/model/model_weights.h"
 #include "gpu_node/model/tokenizer.h"
+#include "gpu_node/remote/attention_node_pool.h"
 #include "gpu_node/remote/micro_batch_tuner.h"
 #include "gpu_node/remote/remote_attention_shards.h"
 #include "prometheus/registry.h"
@@ -196,9 +197,7 @@ class Engine {
   int64_t context_length() const { return context_length_; }
   const SparseAttentionOptions& attention_options() const { return attention_; }
   // The attention nodes this engine places shards on (empty: embedded).
-  const std::vector<std::unique_ptr<remote::AttentionNodeClient>>& attention_nodes() const {
-    return attention_nodes_;
-  }
+  const std::vector<std::unique_ptr<remote::AttentionNodeClient>>& attention_nodes() const;
 
   // Prompt ids for a chat: template text may hold special tokens, message content may not.
   absl::StatusOr<std::vector<int32_t>> EncodeChat(
@@ -225,11 +224,12 @@ class Engine {
  private:
   Engine() = default;
   // avoid: indices of attention nodes that failed for this sequence (left out of its placement).
-  std::unique_ptr<attention::AttentionShards> MakeRemoteShards(
-      const SparseAttentionOptions& attention, int64_t max_tokens, int64_t budget,
-      const std::vector<int>& avoid);
   absl::Status SetUpSparseAttention(const SparseAttentionOptions& attention, Sequence& seq,
                                     const std::vector<int>& avoid = {});
+  // After an attention node failed for seq: drops its shards (releasing what the nodes that still
+  // answer hold) and its cache, and sets up fresh ones that leave out every node that failed for
+  // it. The caller fills them again.
+  absl::Status PlaceAgain(const SparseAttentionOptions& attention, Sequence& seq);
   // The attention options of seq's request.
   const SparseAttentionOptions& AttentionOf(const Sequence& seq) const;
   // After a recoverable attention-node failure (seq's router needs_rebuild()): a fresh cache and
@@ -253,17 +253,13 @@ class Engine {
   SparseAttentionOptions attention_;
   std::unique_ptr<attention::SimHash> hash_;  // when attention_.mode != kFull
   std::unique_ptr<attention::AttentionRunner> attention_runner_;
-  std::vector<std::unique_ptr<remote::AttentionNodeClient>> attention_nodes_;
-  // One per attention node when coalescing (destroyed before the clients they use).
-  std::vector<std::unique_ptr<remote::AttendCoalescer>> attend_coalescers_;
-  int64_t next_sequence_ = 0;
+  // The attention nodes; null: attention in this process (embedded).
+  std::unique_ptr<remote::AttentionNodePool> node_pool_;
   int64_t context_length_ = 0;
   int64_t prefill_chunk_ = 256;
   int num_threads_ = 0;
   PingPong ping_pong_ = PingPong::kAuto;
   remote::MicroBatchTuner micro_batch_tuner_;  // with PingPong::kAuto
-  std::chrono::milliseconds attend_timeout_{10000};
-  remote::Placement placement_ = remote::Placement::kPack;
   absl::Mutex mu_;
 };
 

@@ -21,12 +21,7 @@ SparseAttentionOptions FullAttention() {
 
 std::unique_ptr<Engine> MakeEngine(int64_t context_length = 0, int64_t prefill_chunk = 256,
                                    SparseAttentionOptions attention = FullAttention()) {
-  testing::SyntheticModelOptions o;
-  o.n_layer = 2;
-  o.n_embd = 64;
-  o.n_ff = 128;
-  o.n_head = 4;
-  o.n_head_kv = 2;
+  testing::SyntheticModelOptions o = testing::SmallModel(2);
   o.context_length = 128;
   EngineOptions options;
   options.context_length = context_length;

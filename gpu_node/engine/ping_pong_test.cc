@@ -35,17 +35,6 @@ EngineOptions ExactSparse(int64_t shard_block = 16) {
   return o;
 }
 
-testing::SyntheticModelOptions Model() {
-  testing::SyntheticModelOptions m;
-  m.n_layer = 3;
-  m.n_embd = 64;
-  m.n_ff = 128;
-  m.n_head = 4;
-  m.n_head_kv = 2;
-  m.context_length = 256;
-  return m;
-}
-
 // Each text generated alone (14 tokens, EOS ignored) on `engine`: the requests and their tokens,
 // which the batched remote runs must reproduce.
 void GenerateAlone(Engine& engine, const std::vector<std::string>& texts,
@@ -102,8 +91,8 @@ TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
   for (const auto& [block, placement] : layouts) {
     SCOPED_TRACE(::testing::Message() << "shard_block " << block << " placement "
                                       << (placement == Placement::kPack ? "pack" : "spread"));
-    auto embedded =
-        testing::MakeSyntheticEngine(Model(), ExactSparse(block), BatchInvariantLevel());
+    auto embedded = testing::MakeSyntheticEngine(testing::SmallModel(), ExactSparse(block),
+                                                 BatchInvariantLevel());
     ASSERT_TRUE(embedded.ok()) << embedded.status();
     std::vector<GenerateRequest> requests;
     std::vector<std::vector<int32_t>> alone;
@@ -115,7 +104,8 @@ TEST(PingPongTest, TwoMicroBatchesOverRemoteNodesGiveTheEmbeddedTokens) {
     ASSERT_EQ(nodes.size(), 2u);
     for (PingPong ping_pong : {PingPong::kOn, PingPong::kOff, PingPong::kAuto}) {
       remote_options.ping_pong = ping_pong;
-      auto remote = testing::MakeSyntheticEngine(Model(), remote_options, BatchInvariantLevel());
+      auto remote = testing::MakeSyntheticEngine(testing::SmallModel(), remote_options,
+                                                 BatchInvariantLevel());
       ASSERT_TRUE(remote.ok()) << remote.status();
       std::vector<std::unique_ptr<Sequence>> batch;
       ASSERT_NO_FATAL_FAILURE(StartAll(**remote, requests, &batch));
@@ -161,7 +151,8 @@ TEST(PingPongTest, NodeLostDuringBatchedStepsRebuildsWithTheSameTokens) {
   EngineOptions options = ExactSparse();
   options.attention.shard_block = 4;  // every node holds blocks of every sequence
   options.placement = Placement::kSpread;
-  auto embedded = testing::MakeSyntheticEngine(Model(), options, BatchInvariantLevel());
+  auto embedded =
+      testing::MakeSyntheticEngine(testing::SmallModel(), options, BatchInvariantLevel());
   ASSERT_TRUE(embedded.ok()) << embedded.status();
   std::vector<GenerateRequest> requests;
   std::vector<std::vector<int32_t>> alone;
@@ -170,7 +161,7 @@ TEST(PingPongTest, NodeLostDuringBatchedStepsRebuildsWithTheSameTokens) {
   std::vector<std::unique_ptr<AttentionServer>> nodes = StartNodes(3, &options);
   ASSERT_EQ(nodes.size(), 3u);
   options.ping_pong = PingPong::kOn;
-  auto remote = testing::MakeSyntheticEngine(Model(), options, BatchInvariantLevel());
+  auto remote = testing::MakeSyntheticEngine(testing::SmallModel(), options, BatchInvariantLevel());
   ASSERT_TRUE(remote.ok()) << remote.status();
   std::vector<std::unique_ptr<Sequence>> batch;
   ASSERT_NO_FATAL_FAILURE(StartAll(**remote, requests, &batch));

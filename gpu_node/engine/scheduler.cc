@@ -14,8 +14,8 @@ double SecondsBetween(Scheduler::Clock::time_point a, Scheduler::Clock::time_poi
 
 }  // namespace
 
-Scheduler::Scheduler(Engine* engine, SchedulerOptions options, ServingMetrics* metrics)
-    : engine_(engine), options_(options), metrics_(metrics) {
+Scheduler::Scheduler(Engine* engine, SchedulerOptions options, SchedulerObserver* observer)
+    : engine_(engine), options_(options), observer_(observer) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -39,7 +39,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(GenerateRequest
         "the request queue is full (", options_.max_queue, " waiting requests); retry later"));
   }
   waiting_.push_back(std::move(r));
-  if (metrics_ != nullptr) metrics_->requests_waiting.Set(static_cast<double>(waiting_.size()));
+  ReportOccupancy();
   return handle;
 }
 
@@ -71,16 +71,16 @@ void Scheduler::Shutdown(absl::Duration grace) {
   if (thread_.joinable()) thread_.join();
 }
 
+void Scheduler::ReportOccupancy() {
+  if (observer_ != nullptr)
+    observer_->OnOccupancy(static_cast<int>(waiting_.size()), running_count_);
+}
+
 void Scheduler::OnToken(Request& r, const TokenOutput& t) {
   if (t.token >= 0) {
     const Clock::time_point now = Clock::now();
-    if (metrics_ != nullptr) {
-      if (!r.got_token) {
-        metrics_->time_to_first_token.Observe(SecondsBetween(r.arrival, now));
-      } else {
-        metrics_->inter_token_latency.Observe(SecondsBetween(r.last_token, now));
-      }
-      metrics_->generation_tokens.Increment();
+    if (observer_ != nullptr) {
+      observer_->OnToken(!r.got_token, SecondsBetween(r.got_token ? r.last_token : r.arrival, now));
     }
     r.got_token = true;
     r.last_token = now;
@@ -89,13 +89,8 @@ void Scheduler::OnToken(Request& r, const TokenOutput& t) {
 }
 
 void Scheduler::Complete(Request& r, absl::StatusOr<GenerateResult> result) {
-  if (metrics_ != nullptr && result.ok()) {
-    metrics_->Finished(result->finish).Increment();
-    metrics_->e2e_latency.Observe(SecondsBetween(r.arrival, Clock::now()));
-    if (result->stats.attention_keys_offloaded > 0) {
-      metrics_->sampled_fraction.Observe(result->stats.sampled_fraction());
-    }
-    metrics_->recoveries.Increment(static_cast<double>(result->stats.attention_recoveries));
+  if (observer_ != nullptr && result.ok()) {
+    observer_->OnFinished(*result, SecondsBetween(r.arrival, Clock::now()));
   }
   r.seq.reset();  // frees the cache and releases the shards before the client hears back
   if (r.callbacks.on_done) r.callbacks.on_done(std::move(result));
@@ -110,12 +105,9 @@ void Scheduler::Admit() {
       r = std::move(waiting_.front());
       waiting_.pop_front();
       ++running_count_;
-      if (metrics_ != nullptr) {
-        metrics_->requests_waiting.Set(static_cast<double>(waiting_.size()));
-        metrics_->requests_running.Set(running_count_);
-      }
+      ReportOccupancy();
     }
-    if (metrics_ != nullptr) metrics_->queue_time.Observe(SecondsBetween(r->arrival, Clock::now()));
+    if (observer_ != nullptr) observer_->OnDequeued(SecondsBetween(r->arrival, Clock::now()));
     if (r->handle->cancelled()) {
       GenerateResult aborted;
       aborted.finish = FinishReason::kAbort;
@@ -132,10 +124,12 @@ void Scheduler::Admit() {
       Complete(*r, seq.status());
       absl::MutexLock lock(&mu_);
       --running_count_;
-      if (metrics_ != nullptr) metrics_->requests_running.Set(running_count_);
+      ReportOccupancy();
       continue;
     }
-    if (metrics_ != nullptr) metrics_->prompt_tokens.Increment(r->request.prompt.size());
+    if (observer_ != nullptr) {
+      observer_->OnStarted(static_cast<int64_t>(r->request.prompt.size()));
+    }
     r->seq = *std::move(seq);
     running_.push_back(std::move(r));
   }
@@ -165,14 +159,9 @@ void Scheduler::Loop() {
       double sampling = 0;
       const Clock::time_point start = Clock::now();
       absl::Status status = engine_->Step(batch, &timings, &sampling);
-      if (metrics_ != nullptr) {
-        metrics_->batch_size.Observe(static_cast<double>(batch.size()));
-        metrics_->decode_step.Observe(SecondsBetween(start, Clock::now()));
-        metrics_->phase_dense.Increment(timings.dense);
-        metrics_->phase_attention.Increment(timings.attention);
-        metrics_->phase_sampling.Increment(sampling);
-        if (timings.micro_batches == 1) metrics_->steps_one_batch.Increment();
-        if (timings.micro_batches == 2) metrics_->steps_two_micro_batches.Increment();
+      if (observer_ != nullptr) {
+        observer_->OnStep(static_cast<int>(batch.size()), SecondsBetween(start, Clock::now()),
+                          timings, sampling);
       }
       if (!status.ok()) {
         // A failed step (e.g. attention nodes gone beyond recovery) fails the batch it ran.
@@ -199,7 +188,7 @@ void Scheduler::Loop() {
     }
     absl::MutexLock lock(&mu_);
     running_count_ = static_cast<int>(running_.size());
-    if (metrics_ != nullptr) metrics_->requests_running.Set(running_count_);
+    ReportOccupancy();
   }
   // Shutting down: whatever is left is aborted.
   std::deque<std::unique_ptr<Request>> waiting;
@@ -219,10 +208,7 @@ void Scheduler::Loop() {
   }
   absl::MutexLock lock(&mu_);
   running_count_ = 0;
-  if (metrics_ != nullptr) {
-    metrics_->requests_running.Set(0);
-    metrics_->requests_waiting.Set(0);
-  }
+  ReportOccupancy();
 }
 
 }  // namespace magicpig::engine

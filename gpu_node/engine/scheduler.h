@@ -3,7 +3,7 @@
 // each running sequence one token; finished, failed and cancelled requests leave the batch and
 // free their memory (cache and attention shards) at once.
 //
-//   Scheduler s(engine, {.max_batch = 8, .max_queue = 64}, &metrics);
+//   Scheduler s(engine, {.max_batch = 8, .max_queue = 64}, &observer);
 //   auto handle = s.Submit(request, {.on_token = ..., .on_done = ...}, arrival);
 //   ... handle->Cancel();  // e.g. the HTTP client went away
 //
@@ -29,7 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gpu_node/engine/engine.h"
-#include "gpu_node/engine/serving_metrics.h"
+#include "gpu_node/engine/scheduler_observer.h"
 
 namespace magicpig::engine {
 
@@ -59,8 +59,8 @@ class Scheduler {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // engine outlives the scheduler; metrics may be null.
-  Scheduler(Engine* engine, SchedulerOptions options, ServingMetrics* metrics);
+  // engine and observer outlive the scheduler; observer may be null.
+  Scheduler(Engine* engine, SchedulerOptions options, SchedulerObserver* observer);
   ~Scheduler();  // Shutdown(zero grace)
 
   // Queues a request that arrived at `arrival` (for the latency metrics). RESOURCE_EXHAUSTED when
@@ -96,10 +96,12 @@ class Scheduler {
   void Admit();
   void Complete(Request& r, absl::StatusOr<GenerateResult> result);
   void OnToken(Request& r, const TokenOutput& t);
+  // Reports the queue and batch sizes to the observer.
+  void ReportOccupancy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Engine* const engine_;
   const SchedulerOptions options_;
-  ServingMetrics* const metrics_;
+  SchedulerObserver* const observer_;
 
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<Request>> waiting_ ABSL_GUARDED_BY(mu_);

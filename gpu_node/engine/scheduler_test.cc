@@ -8,7 +8,6 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "common/metrics/metrics.h"
 #include "gtest/gtest.h"
 #include "tests/testing/synthetic_engine.h"
 
@@ -16,14 +15,8 @@ namespace magicpig::engine {
 namespace {
 
 std::unique_ptr<Engine> MakeEngine() {
-  testing::SyntheticModelOptions o;
-  o.n_layer = 2;
-  o.n_embd = 64;
-  o.n_ff = 128;
-  o.n_head = 4;
-  o.n_head_kv = 2;
-  o.context_length = 256;
-  auto engine = testing::MakeSyntheticEngine(o, testing::FullAttentionOptions());
+  auto engine =
+      testing::MakeSyntheticEngine(testing::SmallModel(2), testing::FullAttentionOptions());
   EXPECT_TRUE(engine.ok()) << engine.status();
   return std::move(*engine);
 }
@@ -57,12 +50,56 @@ struct Outcome {
   }
 };
 
-double Value(const prometheus::Registry& registry, const std::string& series) {
-  const std::string text = metrics::Render(registry);
-  const size_t at = text.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + series.size() + 2));
-}
+// Totals of what the scheduler reported (the server turns the same calls into Prometheus
+// metrics: gpu_node/server/serving_metrics_test.cc).
+class CountingObserver : public SchedulerObserver {
+ public:
+  void OnOccupancy(int waiting, int running) override {
+    absl::MutexLock lock(&mu_);
+    waiting_ = waiting;
+    running_ = running;
+  }
+  void OnDequeued(double) override {}
+  void OnStarted(int64_t prompt_tokens) override {
+    absl::MutexLock lock(&mu_);
+    prompt_tokens_ += prompt_tokens;
+  }
+  void OnToken(bool first, double) override {
+    absl::MutexLock lock(&mu_);
+    ++(first ? first_tokens_ : later_tokens_);
+  }
+  void OnFinished(const GenerateResult& result, double) override {
+    absl::MutexLock lock(&mu_);
+    ++finished_[static_cast<int>(result.finish)];
+  }
+  void OnStep(int batch_size, double, const StepTimings&, double) override {
+    absl::MutexLock lock(&mu_);
+    ++steps_;
+    step_sequences_ += batch_size;
+  }
+
+  int64_t prompt_tokens() const { return Read(&CountingObserver::prompt_tokens_); }
+  int64_t first_tokens() const { return Read(&CountingObserver::first_tokens_); }
+  int64_t later_tokens() const { return Read(&CountingObserver::later_tokens_); }
+  int64_t steps() const { return Read(&CountingObserver::steps_); }
+  int64_t step_sequences() const { return Read(&CountingObserver::step_sequences_); }
+  int64_t waiting() const { return Read(&CountingObserver::waiting_); }
+  int64_t running() const { return Read(&CountingObserver::running_); }
+  int64_t finished(FinishReason reason) const {
+    absl::MutexLock lock(&mu_);
+    return finished_[static_cast<int>(reason)];
+  }
+
+ private:
+  int64_t Read(int64_t CountingObserver::*field) const {
+    absl::MutexLock lock(&mu_);
+    return this->*field;
+  }
+  mutable absl::Mutex mu_;
+  int64_t waiting_ = -1, running_ = -1, prompt_tokens_ = 0, first_tokens_ = 0, later_tokens_ = 0,
+          steps_ = 0, step_sequences_ = 0;
+  int64_t finished_[8] = {};
+};
 
 // Wraps `cb` so that the request's first token notifies `started` and then waits for `release`:
 // the request stays running at a known point while the test arranges what it checks (the tiny
@@ -104,9 +141,8 @@ TEST(SchedulerTest, ConcurrentRequestsGetTheirOwnTokensAndMetricsCountThem) {
     prompt_total += static_cast<int64_t>(requests.back().prompt.size());
     generated_total += static_cast<int64_t>(r->tokens.size());
   }
-  prometheus::Registry registry;
-  ServingMetrics metrics(registry);
-  Scheduler scheduler(engine.get(), {.max_batch = 4, .max_queue = 16}, &metrics);
+  CountingObserver observer;
+  Scheduler scheduler(engine.get(), {.max_batch = 4, .max_queue = 16}, &observer);
   std::vector<std::unique_ptr<Outcome>> outcomes;
   for (const GenerateRequest& req : requests) {
     outcomes.push_back(std::make_unique<Outcome>());
@@ -121,25 +157,22 @@ TEST(SchedulerTest, ConcurrentRequestsGetTheirOwnTokensAndMetricsCountThem) {
     EXPECT_EQ(outcomes[i]->done_calls, 1);
   }
   scheduler.Shutdown(absl::Seconds(5));
-  EXPECT_EQ(Value(registry, "magicpig_prompt_tokens_total"), prompt_total);
-  EXPECT_EQ(Value(registry, "magicpig_generation_tokens_total"), generated_total);
-  EXPECT_EQ(Value(registry, "magicpig_request_success_total{finished_reason=\"length\"}"), 6);
-  EXPECT_EQ(Value(registry, "magicpig_time_to_first_token_seconds_count"), 6);
-  EXPECT_EQ(Value(registry, "magicpig_inter_token_latency_seconds_count"), generated_total - 6);
-  EXPECT_EQ(Value(registry, "magicpig_num_requests_running"), 0);
-  EXPECT_EQ(Value(registry, "magicpig_num_requests_waiting"), 0);
+  EXPECT_EQ(observer.prompt_tokens(), prompt_total);
+  EXPECT_EQ(observer.first_tokens() + observer.later_tokens(), generated_total);
+  EXPECT_EQ(observer.finished(FinishReason::kLength), 6);
+  EXPECT_EQ(observer.first_tokens(), 6);
+  EXPECT_EQ(observer.running(), 0);
+  EXPECT_EQ(observer.waiting(), 0);
   // Decode steps ran with more than one sequence: fewer steps than tokens.
-  const double steps = Value(registry, "magicpig_batch_size_count");
-  EXPECT_GT(steps, 0);
-  EXPECT_LT(steps, generated_total);
-  EXPECT_EQ(Value(registry, "magicpig_batch_size_sum"), generated_total);
+  EXPECT_GT(observer.steps(), 0);
+  EXPECT_LT(observer.steps(), generated_total);
+  EXPECT_EQ(observer.step_sequences(), generated_total);
 }
 
 TEST(SchedulerTest, QueueLimitCancellationErrorsAndShutdown) {
   auto engine = MakeEngine();
-  prometheus::Registry registry;
-  ServingMetrics metrics(registry);
-  Scheduler scheduler(engine.get(), {.max_batch = 1, .max_queue = 2}, &metrics);
+  CountingObserver observer;
+  Scheduler scheduler(engine.get(), {.max_batch = 1, .max_queue = 2}, &observer);
   // A long request holds the only batch place; two wait; the fourth is refused. The long request
   // holds its first token until the refusal has been checked (a loaded CI machine once saw it
   // finish all 200 tokens before the fourth submission).
@@ -196,7 +229,7 @@ TEST(SchedulerTest, QueueLimitCancellationErrorsAndShutdown) {
   Outcome after;
   EXPECT_EQ(scheduler.Submit(Request(*engine, "late", 5, 0, 1), after.Callbacks()).status().code(),
             absl::StatusCode::kUnavailable);
-  EXPECT_GE(Value(registry, "magicpig_request_success_total{finished_reason=\"abort\"}"), 3);
+  EXPECT_GE(observer.finished(FinishReason::kAbort), 3);
 }
 
 }  // namespace

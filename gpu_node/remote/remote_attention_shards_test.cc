@@ -15,6 +15,7 @@
 #include "common/attention/simhash.h"
 #include "common/metrics/metrics.h"
 #include "gtest/gtest.h"
+#include "tests/testing/exposition.h"
 #include "tests/testing/service_test_util.h"
 
 namespace magicpig::remote {
@@ -28,12 +29,7 @@ constexpr int kHeads = kKv * kGroup;
 
 // The value of the sample line `series` in the registry's exposition; NaN if absent.
 double Sample(const prometheus::Registry& registry, const std::string& series) {
-  std::string text = "\n";
-  text += metrics::Render(registry);
-  const std::string needle = "\n" + series + " ";
-  const size_t at = text.find(needle);
-  if (at == std::string::npos) return std::numeric_limits<double>::quiet_NaN();
-  return std::stod(text.substr(at + needle.size()));
+  return magicpig::testing::ExpositionSample(metrics::Render(registry), series);
 }
 
 // Sum of every sample of `name` whose labels contain `label` (e.g. node="127.0.0.1:5").

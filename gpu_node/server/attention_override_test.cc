@@ -16,17 +16,6 @@
 namespace magicpig::server {
 namespace {
 
-testing::SyntheticModelOptions Model() {
-  testing::SyntheticModelOptions m;
-  m.n_layer = 3;
-  m.n_embd = 64;
-  m.n_ff = 128;
-  m.n_head = 4;
-  m.n_head_kv = 2;  // head_dim 16
-  m.context_length = 256;
-  return m;
-}
-
 // MagicPIG decoding with most of a short prompt offloaded (layers 1 and 2 sparse).
 engine::EngineOptions Sparse() {
   engine::EngineOptions o;
@@ -40,8 +29,8 @@ engine::EngineOptions Sparse() {
 
 std::unique_ptr<engine::Engine> Load(const engine::EngineOptions& options) {
   // AVX2 at most: its products do not depend on the batch (tests/testing/synthetic_engine.h).
-  auto e =
-      testing::MakeSyntheticEngine(Model(), options, std::min(ActiveSimdLevel(), SimdLevel::kAvx2));
+  auto e = testing::MakeSyntheticEngine(testing::SmallModel(), options,
+                                        std::min(ActiveSimdLevel(), SimdLevel::kAvx2));
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? std::move(*e) : nullptr;
 }

@@ -13,7 +13,7 @@
 #include "common/metrics/metrics.h"
 #include "gpu_node/engine/engine_flags.h"
 #include "gpu_node/engine/scheduler.h"
-#include "gpu_node/engine/serving_metrics.h"
+#include "gpu_node/server/serving_metrics.h"
 #include "gpu_node/server/api_server.h"
 
 namespace magicpig::server {
@@ -100,7 +100,7 @@ int ServeMain(const std::vector<std::string>& args) {
   engine_options->metrics_registry = &registry;
   auto engine = engine::Engine::Load(*engine_options);
   if (!engine.ok()) return Fail(engine.status(), 1);
-  engine::ServingMetrics serving_metrics(registry);
+  ServingMetrics serving_metrics(registry);
   engine::Scheduler scheduler(engine->get(), {.max_batch = f.max_batch, .max_queue = f.max_queue},
                               &serving_metrics);
   auto server = ApiServer::Start(engine->get(), &scheduler, &registry, api);

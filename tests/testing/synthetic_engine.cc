@@ -21,4 +21,15 @@ engine::EngineOptions FullAttentionOptions() {
   return options;
 }
 
+SyntheticModelOptions SmallModel(int64_t n_layer) {
+  SyntheticModelOptions m;
+  m.n_layer = n_layer;
+  m.n_embd = 64;
+  m.n_ff = 128;
+  m.n_head = 4;
+  m.n_head_kv = 2;  // head_dim 16
+  m.context_length = 256;
+  return m;
+}
+
 }  // namespace magicpig::testing

@@ -21,6 +21,11 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> MakeSyntheticEngine(
 // Engine options with exact (full) attention for every decode step.
 engine::EngineOptions FullAttentionOptions();
 
+// `n_layer` layers (3: with dense_layers = {0} two are sparse) of width 64, 4 query heads over 2
+// KV heads of dimension 16, context 256: the small model the engine, scheduler and server tests
+// run.
+SyntheticModelOptions SmallModel(int64_t n_layer = 3);
+
 }  // namespace magicpig::testing
 
 #endif  // MAGICPIG_TESTS_TESTING_SYNTHETIC_ENGINE_H_

@@ -1,10 +1,12 @@
-#include "gpu_node/engine/serving_metrics.h"
+#include "gpu_node/server/serving_metrics.h"
 
 #include <string>
 
 #include "common/metrics/metrics.h"
 
-namespace magicpig::engine {
+namespace magicpig::server {
+
+using engine::FinishReason;
 
 using metrics::NewCounter;
 using metrics::NewGauge;
@@ -65,7 +67,43 @@ ServingMetrics::ServingMetrics(prometheus::Registry& r)
 }
 
 prometheus::Counter& ServingMetrics::Finished(FinishReason reason) {
-  return request_success.Add({{"finished_reason", std::string(FinishReasonName(reason))}});
+  return request_success.Add({{"finished_reason", std::string(engine::FinishReasonName(reason))}});
 }
 
-}  // namespace magicpig::engine
+void ServingMetrics::OnOccupancy(int waiting, int running) {
+  requests_waiting.Set(waiting);
+  requests_running.Set(running);
+}
+
+void ServingMetrics::OnDequeued(double queue_seconds) { queue_time.Observe(queue_seconds); }
+
+void ServingMetrics::OnStarted(int64_t prompt_tokens) {
+  this->prompt_tokens.Increment(static_cast<double>(prompt_tokens));
+}
+
+void ServingMetrics::OnToken(bool first, double seconds) {
+  (first ? time_to_first_token : inter_token_latency).Observe(seconds);
+  generation_tokens.Increment();
+}
+
+void ServingMetrics::OnFinished(const engine::GenerateResult& result, double e2e_seconds) {
+  Finished(result.finish).Increment();
+  e2e_latency.Observe(e2e_seconds);
+  if (result.stats.attention_keys_offloaded > 0) {
+    sampled_fraction.Observe(result.stats.sampled_fraction());
+  }
+  recoveries.Increment(static_cast<double>(result.stats.attention_recoveries));
+}
+
+void ServingMetrics::OnStep(int batch_size, double seconds, const engine::StepTimings& timings,
+                            double sampling_seconds) {
+  this->batch_size.Observe(batch_size);
+  decode_step.Observe(seconds);
+  phase_dense.Increment(timings.dense);
+  phase_attention.Increment(timings.attention);
+  phase_sampling.Increment(sampling_seconds);
+  if (timings.micro_batches == 1) steps_one_batch.Increment();
+  if (timings.micro_batches == 2) steps_two_micro_batches.Increment();
+}
+
+}  // namespace magicpig::server

@@ -1,22 +1,32 @@
 // The compute node's request-level Prometheus metrics (names in docs/metrics.md), registered in
-// the registry the process passes in. The scheduler reports through this; the HTTP layer adds
-// its own per-handler counter.
+// the registry the process passes in. The scheduler reports through the SchedulerObserver
+// interface this implements; the HTTP layer adds its own per-handler counter.
 //
-// Thread-safety: prometheus-cpp metrics are thread-safe; the struct is immutable after creation.
-#ifndef MAGICPIG_GPU_NODE_ENGINE_SERVING_METRICS_H_
-#define MAGICPIG_GPU_NODE_ENGINE_SERVING_METRICS_H_
+// Thread-safety: prometheus-cpp metrics are thread-safe; the members are fixed after creation.
+#ifndef MAGICPIG_GPU_NODE_SERVER_SERVING_METRICS_H_
+#define MAGICPIG_GPU_NODE_SERVER_SERVING_METRICS_H_
 
 #include "gpu_node/engine/engine.h"
+#include "gpu_node/engine/scheduler_observer.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
-namespace magicpig::engine {
+namespace magicpig::server {
 
-struct ServingMetrics {
+class ServingMetrics : public engine::SchedulerObserver {
+ public:
   explicit ServingMetrics(prometheus::Registry& registry);
+
+  void OnOccupancy(int waiting, int running) override;
+  void OnDequeued(double queue_seconds) override;
+  void OnStarted(int64_t prompt_tokens) override;
+  void OnToken(bool first, double seconds) override;
+  void OnFinished(const engine::GenerateResult& result, double e2e_seconds) override;
+  void OnStep(int batch_size, double seconds, const engine::StepTimings& timings,
+              double sampling_seconds) override;
 
   prometheus::Gauge& requests_running;
   prometheus::Gauge& requests_waiting;
@@ -40,9 +50,9 @@ struct ServingMetrics {
   prometheus::Counter& recoveries;
 
   // The outcome counter for one finish reason ("stop", "length", "abort").
-  prometheus::Counter& Finished(FinishReason reason);
+  prometheus::Counter& Finished(engine::FinishReason reason);
 };
 
-}  // namespace magicpig::engine
+}  // namespace magicpig::server
 
-#endif  // MAGICPIG_GPU_NODE_ENGINE_SERVING_METRICS_H_
+#endif  // MAGICPIG_GPU_NODE_SERVER_SERVING_METRICS_H_

@@ -1,0 +1,56 @@
+#include "gpu_node/remote/attention_node_pool.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace magicpig::remote {
+
+AttentionNodePool::AttentionNodePool(const std::vector<std::string>& addresses,
+                                     AttentionNodePoolOptions options)
+    : options_(options) {
+  for (const std::string& address : addresses) {
+    nodes_.push_back(std::make_unique<AttentionNodeClient>(address, options_.metrics_registry));
+    if (options_.coalesce_attend) {
+      coalescers_.push_back(
+          std::make_unique<AttendCoalescer>(nodes_.back().get(), options_.attend_timeout));
+    }
+  }
+}
+
+AttentionNodePool::~AttentionNodePool() = default;
+
+std::unique_ptr<RemoteAttentionShards> AttentionNodePool::MakeShards(
+    const magicpig::v1::ShardShape& shape, int64_t reserve_tokens, int64_t block,
+    const std::vector<int>& avoid) {
+  std::vector<AttentionNodeClient*> nodes;
+  for (auto& n : nodes_) nodes.push_back(n.get());
+  std::vector<AttendCoalescer*> coalescers;
+  for (auto& c : coalescers_) coalescers.push_back(c.get());
+  auto shards = std::make_unique<RemoteAttentionShards>(
+      std::move(nodes),
+      absl::StrCat("seq-", getpid(), "-", reinterpret_cast<uintptr_t>(this), "-",
+                   next_sequence_.fetch_add(1)),
+      shape, reserve_tokens, block, options_.attend_timeout, std::move(coalescers));
+  shards->AvoidNodes(avoid);
+  shards->set_placement(options_.placement);
+  return shards;
+}
+
+std::vector<int> AttentionNodePool::FailedNodes(const attention::AttentionShards* shards) {
+  const auto* remote = dynamic_cast<const RemoteAttentionShards*>(shards);
+  return remote != nullptr ? remote->failed() : std::vector<int>{};
+}
+
+uint64_t AttentionNodePool::NodeSet(const attention::AttentionShards* shards) {
+  const auto* remote = dynamic_cast<const RemoteAttentionShards*>(shards);
+  uint64_t set = 0;
+  if (remote != nullptr) {
+    for (const RemoteAttentionShards::Range& r : remote->ranges()) {
+      set |= uint64_t{1} << (r.node % 64);
+    }
+  }
+  return set;
+}
+
+}  // namespace magicpig::remote
