@@ -9,6 +9,7 @@
 #include "common/attention/local_attention_shards.h"
 #include "common/status_macros.h"
 #include "gpu_node/backend/cpu/cpu_backend.h"
+#include "gpu_node/engine/sequence_recovery.h"
 #include "gpu_node/engine/text_stream.h"
 
 namespace magicpig::engine {
@@ -72,6 +73,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   e->context_length_ =
       options.context_length > 0 ? options.context_length : e->weights_->config().context_length;
   e->prefill_chunk_ = options.prefill_chunk;
+  Engine* self = e.get();
+  e->recovery_ = std::make_unique<SequenceRecovery>(
+      e->transformer_.get(), options.prefill_chunk,
+      [self](const SparseAttentionOptions& attention, Sequence& seq) {
+        return self->PlaceAgain(attention, seq);
+      });
   e->num_threads_ = options.num_threads;
   e->ping_pong_ = options.ping_pong;
   e->attention_ = options.attention;
@@ -131,6 +138,8 @@ magicpig::v1::ShardShape ShardShapeOf(const model::ModelConfig& c,
 }  // namespace
 
 Sequence::~Sequence() = default;
+
+Engine::~Engine() = default;
 
 void Sequence::Abort() {
   if (!finished_) Finish(FinishReason::kAbort);
@@ -213,37 +222,6 @@ absl::Status Engine::PlaceAgain(const SparseAttentionOptions& attention, Sequenc
 
 const SparseAttentionOptions& Engine::AttentionOf(const Sequence& seq) const {
   return seq.request_.attention.has_value() ? *seq.request_.attention : attention_;
-}
-
-namespace {
-// Rebuilds per sequence before an attention-node failure is returned as it is.
-constexpr int64_t kMaxRebuilds = 8;
-
-}  // namespace
-
-absl::Status Engine::RebuildSequence(Sequence& seq) {
-  SparseAttentionStats stats = seq.router_->stats();
-  absl::Status status;
-  do {
-    if (++stats.recoveries > kMaxRebuilds) {
-      return status.ok() ? absl::UnavailableError("attention nodes keep failing") : status;
-    }
-    MAGICPIG_RETURN_IF_ERROR(PlaceAgain(AttentionOf(seq), seq));
-    ForwardOptions prefill;
-    prefill.attention_hook = seq.router_.get();
-    prefill.logits = LogitsMode::kNone;
-    prefill.max_chunk = prefill_chunk_;
-    status = transformer_->Forward(seq.request_.prompt, *seq.kv_, prefill, nullptr);
-    std::vector<float> logits;
-    for (int64_t i = 0; status.ok() && i + 1 < seq.generated(); ++i) {
-      const DecodeItem item{seq.result_.tokens[static_cast<size_t>(i)], seq.kv_.get(),
-                            seq.router_.get()};
-      status = transformer_->ForwardBatch({&item, 1}, &logits, nullptr, 1);
-    }
-    if (!status.ok() && !seq.router_->needs_rebuild()) return status;
-  } while (!status.ok());
-  seq.router_->RestoreStats(stats);
-  return absl::OkStatus();
 }
 
 namespace {
@@ -339,17 +317,8 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
   }
   absl::Status status = transformer_->Forward(request.prompt, *seq->kv_, prefill, &seq->logits_);
   // An attention node failed during the prefill: fresh shards on the others, prefill again.
-  for (int64_t attempt = 1; !status.ok() && seq->router_ != nullptr &&
-                            seq->router_->needs_rebuild() && attempt <= kMaxRebuilds;
-       ++attempt) {
-    MAGICPIG_RETURN_IF_ERROR(PlaceAgain(attention, *seq));
-    prefill.attention_hook = seq->router_.get();
-    status = transformer_->Forward(request.prompt, *seq->kv_, prefill, &seq->logits_);
-    if (status.ok()) {
-      SparseAttentionStats stats = seq->router_->stats();
-      stats.recoveries = attempt;
-      seq->router_->RestoreStats(stats);
-    }
+  if (SequenceRecovery::Recoverable(*seq, status)) {
+    status = recovery_->RetryPrefill(attention, *seq, prefill, std::move(status));
   }
   MAGICPIG_RETURN_IF_ERROR(status);
   seq->result_.stats.prefill_seconds =
@@ -454,8 +423,8 @@ absl::Status Engine::Step(absl::Span<Sequence* const> batch, StepTimings* timing
     bool rebuilt = false;
     for (size_t i = 0; i < going_on.size(); ++i) {
       Sequence& seq = *going_on[i];
-      if (seq.router_ == nullptr || !seq.router_->needs_rebuild()) continue;
-      MAGICPIG_RETURN_IF_ERROR(RebuildSequence(seq));
+      if (!SequenceRecovery::Recoverable(seq, status)) continue;
+      MAGICPIG_RETURN_IF_ERROR(recovery_->Rebuild(AttentionOf(seq), seq));
       items[i].kv = seq.kv_.get();
       items[i].attention_hook = seq.router_.get();
       rebuilt = true;

@@ -148,6 +148,8 @@ class Engine;
 // One request being generated: its cache, sampler, text stream and (sparse decoding) attention
 // router. Created by Engine::Start, advanced by Engine::Step; destroying it frees its memory and
 // releases its attention shards.
+class SequenceRecovery;
+
 class Sequence {
  public:
   ~Sequence();
@@ -162,6 +164,7 @@ class Sequence {
 
  private:
   friend class Engine;
+  friend class SequenceRecovery;
   Sequence() = default;
   void Finish(FinishReason reason);
 
@@ -188,6 +191,7 @@ class Engine {
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<const model::GgufFile> f,
                                                         std::unique_ptr<backend::Backend> backend,
                                                         const EngineOptions& options);
+  ~Engine();
 
   const model::ModelConfig& config() const { return weights_->config(); }
   const model::Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -232,17 +236,9 @@ class Engine {
   absl::Status PlaceAgain(const SparseAttentionOptions& attention, Sequence& seq);
   // The attention options of seq's request.
   const SparseAttentionOptions& AttentionOf(const Sequence& seq) const;
-  // After a recoverable attention-node failure (seq's router needs_rebuild()): a fresh cache and
-  // fresh shards on the nodes that still answer, filled from the token history
-  // (docs/architecture.md §9.3): the prompt prefilled, then every generated token but the last
-  // decoded again (teacher-forced, alone). The last is the input of the step being retried. With
-  // the same hash seed and the same blocks the shards and the cache end as they were, so generation
-  // goes on unchanged.
-  absl::Status RebuildSequence(Sequence& seq);
   // Samples seq's next token, records it and its logprobs, runs the callbacks and finishes the
   // sequence when a stop condition holds. Returns true when the sequence goes on.
   bool SampleNext(Sequence& seq);
-  void Finalize(Sequence& seq);
 
   std::unique_ptr<backend::Backend> backend_;
   std::shared_ptr<const model::GgufFile> file_;
@@ -255,6 +251,8 @@ class Engine {
   std::unique_ptr<attention::AttentionRunner> attention_runner_;
   // The attention nodes; null: attention in this process (embedded).
   std::unique_ptr<remote::AttentionNodePool> node_pool_;
+  // Rebuilds sequences whose attention node failed (sequence_recovery.h).
+  std::unique_ptr<SequenceRecovery> recovery_;
   int64_t context_length_ = 0;
   int64_t prefill_chunk_ = 256;
   int num_threads_ = 0;
