@@ -8,9 +8,12 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/attention/estimator_registry.h"
 #include "gpu_node/engine/engine.h"
+#include "gpu_node/engine/engine_flags.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
 #include "tbb/parallel_reduce.h"
@@ -61,23 +64,113 @@ double MemoryBandwidthProbe(int threads) {
   return best;
 }
 
+// One (depth, mode) run: prefill, then decode step by step with the step's timings.
+struct Run {
+  double prefill_tps = 0;
+  double decode_tps = 0;
+  int64_t steps = 0;  // decode steps that ran a forward pass
+  engine::GenerateStats stats;
+  engine::StepTimings timings;
+  double sampling = 0;
+  double step_wall = 0;
+  attention::AttentionRunner::PhaseSeconds estimator;
+};
+
+absl::StatusOr<Run> RunOnce(engine::Engine& e, const std::vector<int32_t>& prompt,
+                            int64_t decode_tokens,
+                            const engine::SparseAttentionOptions& attention) {
+  engine::GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = decode_tokens + 1;
+  req.ignore_eos = true;
+  req.attention = attention;
+  (void)e.TakeEstimatorPhaseSeconds();
+  absl::StatusOr<std::unique_ptr<engine::Sequence>> seq = e.Start(req, {});
+  if (!seq.ok()) return seq.status();
+  Run run;
+  engine::Sequence* one[1] = {seq->get()};
+  while (!(*seq)->finished()) {
+    const auto start = std::chrono::steady_clock::now();
+    if (absl::Status s = e.Step(one, &run.timings, &run.sampling); !s.ok()) return s;
+    run.step_wall +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!(*seq)->finished()) ++run.steps;
+  }
+  run.estimator = e.TakeEstimatorPhaseSeconds();
+  run.stats = (*seq)->TakeResult().stats;
+  run.prefill_tps = run.stats.prefill_tokens_per_second();
+  run.decode_tps = run.stats.decode_tokens_per_second();
+  return run;
+}
+
+std::string ModeName(const engine::SparseAttentionOptions& a) {
+  std::string name(attention::EstimatorName(a.mode));
+  if (attention::SpecOf(a.mode).retrieves) absl::StrAppend(&name, "(", a.lsh_k, ",", a.lsh_l, ")");
+  return name;
+}
+
 }  // namespace
+
+StepBytes DecodeStepBytes(const model::ModelConfig& c, int64_t weight_bytes,
+                          const engine::SparseAttentionOptions& attention, int64_t pos,
+                          int64_t generated, double keys_touched_per_step) {
+  StepBytes b;
+  b.weights = static_cast<double>(weight_bytes);
+  const double kv_row = 2.0 * 2.0 * static_cast<double>(c.kv_dim());  // fp16 K and V
+  const attention::EstimatorSpec& spec = attention::SpecOf(attention.mode);
+  const int64_t window =
+      attention.n_sinks + std::min(attention.n_local + generated, attention.window_budget);
+  if (!spec.sparse || pos <= window) {
+    b.exact_kv = static_cast<double>(c.n_layer) * static_cast<double>(pos) * kv_row;
+    return b;
+  }
+  const std::vector<bool> dense = engine::DenseLayers(c.n_layer, attention);
+  const int64_t n_dense = std::count(dense.begin(), dense.end(), true);
+  const int64_t n_sparse = c.n_layer - n_dense;
+  const int64_t offloaded = pos - window;
+  b.exact_kv = (static_cast<double>(n_dense) * static_cast<double>(pos) +
+                static_cast<double>(n_sparse) * static_cast<double>(window)) *
+               kv_row;
+  const double element = attention.storage == attention::KvStorage::kF32 ? 4.0 : 2.0;
+  const double hd = static_cast<double>(c.head_dim);
+  if (spec.retrieves) {
+    b.sampled = keys_touched_per_step * 2.0 * hd * element;  // K and V of each touched row
+    const double index_bytes = offloaded < 65536 ? 2.0 : 4.0;
+    b.buckets =
+        static_cast<double>(n_sparse * c.n_head) * attention.lsh_l *
+        (static_cast<double>(offloaded) / static_cast<double>(int64_t{1} << attention.lsh_k)) *
+        index_bytes;
+  } else {
+    // Top-k and oracle sampling score every offloaded key, then read the chosen rows' values.
+    b.sampled = static_cast<double>(n_sparse * c.n_head_kv) * static_cast<double>(offloaded) * hd *
+                    element +
+                keys_touched_per_step * hd * element;
+  }
+  return b;
+}
 
 std::unique_ptr<flags::FlagTable> BenchFlagTable(BenchFlags* f) {
   auto table = std::make_unique<flags::FlagTable>(
       "magicpig bench",
-      "Prefill and decode throughput of the embedded engine (exact attention) at several context "
-      "depths, beside a read-only memory-bandwidth probe measured in the same run.");
-  table->Text("model", &f->model, "FILE.gguf", "the model");
-  table->Require("model");
-  table->Number("threads", &f->threads, "CPU threads; 0 = all cores", 0, 4096);
+      "Prefill and decode throughput at several context depths in the chosen decode attention, "
+      "against exact attention measured in the same run, with the bytes a decode step must read "
+      "and the bound they set at the bandwidth of a memory probe measured in the same run.");
+  engine::DeclareModelFlags(*table, &f->engine);
+  table->Section("benchmark");
   table->NumberList("depths", &f->depths, "context depths to measure at", int64_t{0},
                     int64_t{1} << 40);
   table->Number("decode-tokens", &f->decode_tokens, "tokens decoded per depth", int64_t{2},
                 int64_t{1} << 20);
-  table->Number("repeat", &f->repeat, "runs per depth (the best is shown)", int64_t{1},
+  table->Number("repeat", &f->repeat, "rounds per depth (the best is shown)", int64_t{1},
                 int64_t{1000});
+  table->Choice("baseline", &f->baseline,
+                "also measure exact attention (full) at every depth, alternating with the mode",
+                {{"full", true}, {"none", false}});
+  table->Switch("breakdown", &f->breakdown,
+                "time the decode step's phases (dense, hashing, window, shards, merge, sampling)");
   table->Text("csv", &f->csv, "FILE", "also write the rows to FILE");
+  engine::DeclareAttentionFlags(*table, &f->engine.attention);
+  engine::DeclareAttentionNodeFlags(*table, &f->engine);
   return table;
 }
 
@@ -92,17 +185,11 @@ int BenchCommand(const std::vector<std::string>& args) {
     std::cout << table->Help();
     return 0;
   }
-  const std::vector<int64_t>& depths = f.depths;
-  const int64_t* decode_tokens = &f.decode_tokens;
-  const int64_t* repeat = &f.repeat;
-  engine::EngineOptions options;
-  options.model_path = f.model;
-  // Exact attention: the throughput baseline (the attention core has its own benchmark).
-  options.attention.mode = attention::EstimatorKind::kFull;
-  options.num_threads = f.threads;
+  engine::EngineOptions options = f.engine;
+  options.attention.time_phases = f.breakdown;
   int64_t max_depth = 1;
-  for (int64_t d : depths) max_depth = std::max(max_depth, d);
-  options.context_length = max_depth + *decode_tokens + 1;
+  for (int64_t d : f.depths) max_depth = std::max(max_depth, d);
+  if (options.context_length == 0) options.context_length = max_depth + f.decode_tokens + 1;
   auto loaded = engine::Engine::Load(options);
   if (!loaded.ok()) {
     std::cerr << "magicpig bench: " << loaded.status().message() << "\n";
@@ -113,45 +200,90 @@ int BenchCommand(const std::vector<std::string>& args) {
   const int n_threads =
       options.num_threads > 0 ? options.num_threads : tbb::this_task_arena::max_concurrency();
   const double probe = MemoryBandwidthProbe(n_threads);
-  const double weight_mb = e.weights().weight_bytes() / 1e6;
   std::cout << absl::StrFormat(
       "model: %s | %d layers | weights read per token: %.1f MB | threads: %d | memory probe "
-      "(read-only sum, 1 GiB): %.1f GB/s\n",
-      c.name, c.n_layer, weight_mb, n_threads, probe);
-  std::cout << absl::StrFormat("%8s %14s %14s %16s %12s\n", "depth", "prefill tok/s",
-                               "decode tok/s", "decode GB/s read", "of probe");
+      "(read-only sum, 1 GiB): %.1f GB/s | attention %s\n",
+      c.name, c.n_layer, e.weights().weight_bytes() / 1e6, n_threads, probe,
+      options.attention_nodes.empty()
+          ? std::string("embedded")
+          : absl::StrCat("on ", options.attention_nodes.size(), " node(s)"));
+  // Rows: the baseline first when there is one, then the mode.
+  std::vector<engine::SparseAttentionOptions> modes;
+  engine::SparseAttentionOptions exact = options.attention;
+  exact.mode = attention::EstimatorKind::kFull;
+  if (f.baseline && options.attention.mode != attention::EstimatorKind::kFull) {
+    modes.push_back(exact);
+  }
+  modes.push_back(options.attention);
+  std::cout << absl::StrFormat("%7s %-16s %10s %10s %9s %9s %8s %8s %8s %9s %8s %8s\n", "depth",
+                               "attention", "prefill/s", "decode/s", "vs full", "MB/step", "KV MB",
+                               "rows MB", "keys %", "bound/s", "of bound", "GB/s");
   std::ofstream csv;
   if (!f.csv.empty()) {
     csv.open(f.csv);
-    csv << "depth,threads,prefill_tok_s,decode_tok_s,decode_gb_s,probe_gb_s\n";
+    csv << "depth,attention,threads,prefill_tok_s,decode_tok_s,vs_full,step_mb,exact_kv_mb,"
+           "sampled_mb,bucket_mb,keys_sampled,bound_tok_s,probe_gb_s\n";
   }
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> token(100, static_cast<int32_t>(c.n_vocab) - 1);
-  for (int64_t depth : depths) {
-    double best_prefill = 0, best_decode = 0;
-    for (int64_t rep = 0; rep < *repeat; ++rep) {
-      engine::GenerateRequest req;
-      req.prompt.resize(std::max<int64_t>(1, depth));
-      for (int32_t& t : req.prompt) t = token(rng);
-      req.max_tokens = *decode_tokens + 1;
-      req.ignore_eos = true;
-      auto r = e.Generate(req, {});
-      if (!r.ok()) {
-        std::cerr << "magicpig bench: " << r.status().message() << "\n";
-        return 1;
+  for (int64_t depth : f.depths) {
+    std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>(1, depth)));
+    for (int32_t& t : prompt) t = token(rng);
+    std::vector<Run> best(modes.size());
+    for (int64_t round = 0; round < f.repeat; ++round) {
+      for (size_t m = 0; m < modes.size(); ++m) {
+        absl::StatusOr<Run> r = RunOnce(e, prompt, f.decode_tokens, modes[m]);
+        if (!r.ok()) {
+          std::cerr << "magicpig bench: " << r.status().message() << "\n";
+          return 1;
+        }
+        if (r->decode_tps > best[m].decode_tps) best[m] = *std::move(r);
       }
-      best_prefill = std::max(best_prefill, r->stats.prefill_tokens_per_second());
-      best_decode = std::max(best_decode, r->stats.decode_tokens_per_second());
     }
-    // Bytes one decode step reads: every weight once, plus K and V (fp16) of every position.
-    const double kv_bytes = 2.0 * c.n_layer * (depth + *decode_tokens / 2.0) * c.kv_dim() * 2;
-    const double gbs = (e.weights().weight_bytes() + kv_bytes) * best_decode / 1e9;
-    std::cout << absl::StrFormat("%8d %14s %14.1f %16.1f %11.0f%%\n", depth,
-                                 depth > 0 ? absl::StrFormat("%.1f", best_prefill) : "-",
-                                 best_decode, gbs, 100 * gbs / probe);
-    if (csv.is_open()) {
-      csv << depth << "," << n_threads << "," << (depth > 0 ? best_prefill : 0) << ","
-          << best_decode << "," << gbs << "," << probe << "\n";
+    const double full_tps = modes.size() > 1 || modes[0].mode == attention::EstimatorKind::kFull
+                                ? best[0].decode_tps
+                                : 0;
+    for (size_t m = 0; m < modes.size(); ++m) {
+      const Run& r = best[m];
+      const double touched =
+          r.steps > 0 ? static_cast<double>(r.stats.attention_keys_touched) / r.steps : 0;
+      // Mid-decode: position depth + decode_tokens / 2 with half the tokens generated.
+      const StepBytes b = DecodeStepBytes(c, e.weights().weight_bytes(), modes[m],
+                                          std::max<int64_t>(1, depth) + f.decode_tokens / 2,
+                                          f.decode_tokens / 2, touched);
+      const double bound = probe * 1e9 / b.total();
+      std::cout << absl::StrFormat(
+          "%7d %-16s %10s %10.1f %9s %9.1f %8.1f %8.1f %8s %9.1f %7.0f%% %8.1f\n", depth,
+          ModeName(modes[m]), depth > 0 ? absl::StrFormat("%.1f", r.prefill_tps) : "-",
+          r.decode_tps, full_tps > 0 ? absl::StrFormat("%.2fx", r.decode_tps / full_tps) : "-",
+          b.total() / 1e6, b.exact_kv / 1e6, (b.sampled + b.buckets) / 1e6,
+          r.stats.attention_keys_offloaded > 0
+              ? absl::StrFormat("%.2f", 100.0 * r.stats.sampled_fraction())
+              : "-",
+          bound, 100.0 * r.decode_tps / bound, r.decode_tps * b.total() / 1e9);
+      if (csv.is_open()) {
+        csv << depth << "," << ModeName(modes[m]) << "," << n_threads << ","
+            << (depth > 0 ? r.prefill_tps : 0) << "," << r.decode_tps << ","
+            << (full_tps > 0 ? r.decode_tps / full_tps : 0) << "," << b.total() / 1e6 << ","
+            << b.exact_kv / 1e6 << "," << b.sampled / 1e6 << "," << b.buckets / 1e6 << ","
+            << r.stats.sampled_fraction() << "," << bound << "," << probe << "\n";
+      }
+    }
+    if (f.breakdown) {
+      for (size_t m = 0; m < modes.size(); ++m) {
+        const Run& r = best[m];
+        const double n = std::max<int64_t>(1, r.steps);
+        const engine::AttentionPhaseSeconds& p = r.stats.attention_phases;
+        const double ms = 1e3 / n;
+        std::cout << absl::StrFormat(
+            "        ms/token %-16s step %.2f = dense %.2f + attention %.2f (sparse layers: hash "
+            "%.2f, window %.2f, shards %.2f [retrieve %.2f, kernel %.2f thread-ms], merge %.2f) "
+            "+ sampling %.2f + other %.2f\n",
+            ModeName(modes[m]), r.step_wall * ms, r.timings.dense * ms, r.timings.attention * ms,
+            p.hash * ms, p.window * ms, p.shards * ms, r.estimator.retrieve * ms,
+            r.estimator.kernel * ms, p.merge * ms, r.sampling * ms,
+            (r.step_wall - r.timings.dense - r.timings.attention - r.sampling) * ms);
+      }
     }
   }
   return 0;

@@ -17,10 +17,12 @@ absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const Gr
   std::mutex mu;
   absl::Status first_error;
   std::atomic<bool> failed{false};
+  const bool time_phases = time_phases_.load(std::memory_order_relaxed);
   arena_.execute([&] {
     tbb::parallel_for(
         tbb::blocked_range<size_t>(0, work.size(), 1), [&](const tbb::blocked_range<size_t>& r) {
           EstimatorScratch& scratch = scratch_.local();
+          scratch.time_phases = time_phases;
           for (size_t i = r.begin(); i < r.end(); ++i) {
             if (failed.load(std::memory_order_relaxed)) return;
             const GroupWork& w = work[i];
@@ -38,6 +40,16 @@ absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const Gr
         });
   });
   return first_error;
+}
+
+AttentionRunner::PhaseSeconds AttentionRunner::TakePhaseSeconds() {
+  PhaseSeconds sum;
+  for (EstimatorScratch& scratch : scratch_) {
+    sum.retrieve += scratch.retrieve_seconds;
+    sum.kernel += scratch.kernel_seconds;
+    scratch.retrieve_seconds = scratch.kernel_seconds = 0;
+  }
+  return sum;
 }
 
 }  // namespace magicpig::attention

@@ -7,6 +7,7 @@
 #ifndef MAGICPIG_COMMON_ATTENTION_ATTENTION_RUNNER_H_
 #define MAGICPIG_COMMON_ATTENTION_ATTENTION_RUNNER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 
@@ -39,9 +40,20 @@ class AttentionRunner {
 
   int num_threads() const { return arena_.max_concurrency(); }
 
+  // Time the estimators' phases (EstimatorScratch::time_phases) from the next Run on.
+  void set_time_phases(bool on) { time_phases_.store(on, std::memory_order_relaxed); }
+  // Thread-seconds of MagicPIG's retrieval and kernel summed over every worker since the last
+  // call, then zeroed. Not while a Run is in flight.
+  struct PhaseSeconds {
+    double retrieve = 0;
+    double kernel = 0;
+  };
+  PhaseSeconds TakePhaseSeconds();
+
  private:
   tbb::task_arena arena_;
   tbb::enumerable_thread_specific<EstimatorScratch> scratch_;
+  std::atomic<bool> time_phases_{false};
 };
 
 }  // namespace magicpig::attention

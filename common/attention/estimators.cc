@@ -1,6 +1,7 @@
 #include "common/attention/estimators.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -251,9 +252,13 @@ absl::Status MagicPigEstimator::AttendGroup(const KvShard& shard, const float* q
   const GroupKernel kernel = SelectGroupKernel(simd_level());
   for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
     const int gc = std::min(g - h0, internal::kMaxGroup);
+    const auto start = scratch->time_phases ? std::chrono::steady_clock::now()
+                                            : std::chrono::steady_clock::time_point{};
     // The union of the heads' sample sets, sorted, with a bit per head (docs/architecture.md §6.3).
     MAGICPIG_RETURN_IF_ERROR(shard.RetrieveGroup(q_codes + h0 * l_, gc, &scratch->lsh,
                                                  &scratch->rows, &scratch->row_masks));
+    const auto retrieved = scratch->time_phases ? std::chrono::steady_clock::now()
+                                                : std::chrono::steady_clock::time_point{};
     for (int h = 0; h < gc; ++h) out[h0 + h].n_touched = 0;
     for (uint32_t m : scratch->row_masks) {
       for (; m != 0; m &= m - 1) ++out[h0 + __builtin_ctz(m)].n_touched;
@@ -261,6 +266,11 @@ absl::Status MagicPigEstimator::AttendGroup(const KvShard& shard, const float* q
     RunGroupKernel(kernel, shard, q + h0 * shard.dim(), gc, scale, scratch->rows.data(),
                    static_cast<int64_t>(scratch->rows.size()), scratch->row_masks.data(),
                    options_.force_unit_inclusion ? nullptr : lnu_table_.data(), scratch, out + h0);
+    if (scratch->time_phases) {
+      scratch->retrieve_seconds += std::chrono::duration<double>(retrieved - start).count();
+      scratch->kernel_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - retrieved).count();
+    }
   }
   return absl::OkStatus();
 }

@@ -84,6 +84,11 @@ struct EstimatorScratch {
   std::vector<float> o;             // [g][d]
   std::vector<float> lse;           // [g]
   std::vector<float> scores;        // [g][n] logits (top-k, oracle)
+  // Phase timing of MagicPIG's AttendGroup (only when time_phases is set): the LSH retrieval of the
+  // group's sample union, and the kernel (gather of the sampled rows and their attention).
+  bool time_phases = false;
+  double retrieve_seconds = 0;
+  double kernel_seconds = 0;
 };
 
 class Estimator {

@@ -1,6 +1,7 @@
 #include "gpu_node/engine/attention_router.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -10,6 +11,27 @@
 #include "common/status_macros.h"
 
 namespace magicpig::engine {
+namespace {
+
+// Adds the seconds since `*start` to `*sum` and restarts the clock; nothing when timing is off.
+class PhaseClock {
+ public:
+  explicit PhaseClock(bool on) : on_(on) {
+    if (on_) start_ = std::chrono::steady_clock::now();
+  }
+  void Lap(double* sum) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    *sum += std::chrono::duration<double>(now - start_).count();
+    start_ = now;
+  }
+
+ private:
+  const bool on_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
 
 using ::magicpig::attention::AttentionShards;
 using ::magicpig::attention::PartialAttention;
@@ -160,11 +182,14 @@ absl::StatusOr<bool> SparseAttentionRouter::StartAttend(int64_t layer, const flo
   // while this thread goes on). The static window, which does not depend on it, waits for
   // FlushStarted (or FinishAttend), after the micro-batch's queries have been sent, so that the
   // nodes' round trip also overlaps that work.
+  PhaseClock clock(options_.time_phases);
   codes_.resize(static_cast<size_t>(n_head * hash_->l()));
   MAGICPIG_RETURN_IF_ERROR(hash_->Codes(q, n_head, hd, codes_.data()));
+  clock.Lap(&stats_.phases.hash);
   parts_.assign(static_cast<size_t>(n_head), PartialAttention{});
   // A failure here is kept for FinishAttend, which recovers like any other.
   pending_.start = shards_->StartAttend(layer, q, codes_.data(), scale);
+  clock.Lap(&stats_.phases.shards);
   return true;
 }
 
@@ -179,12 +204,16 @@ void SparseAttentionRouter::AttendStaticWindow() {
                                                  {st.window_begin, p.pos + 1}};
   static_o_.resize(static_cast<size_t>(n_head * hd));
   static_lse_.resize(static_cast<size_t>(n_head));
+  PhaseClock clock(options_.time_phases);
   backend_->RangeAttention(p.q, n_head, p.scale, p.cache, ranges, static_o_.data(),
                            static_lse_.data());
+  clock.Lap(&stats_.phases.window);
 }
 
 void SparseAttentionRouter::FlushStarted() {
+  PhaseClock clock(options_.time_phases);
   if (pending_.start.ok()) pending_.start = shards_->FlushStarted();
+  clock.Lap(&stats_.phases.shards);
   // After the send: the nodes attend while this thread does the window.
   AttendStaticWindow();
 }
@@ -192,6 +221,7 @@ void SparseAttentionRouter::FlushStarted() {
 absl::Status SparseAttentionRouter::FinishAttend() {
   AttendStaticWindow();
   const PendingStep p = pending_;
+  PhaseClock clock(options_.time_phases);
   absl::Status status = p.start.ok() ? shards_->FinishAttend(parts_.data()) : p.start;
   if (!status.ok()) {
     // Recover (re-offload) and ask again, synchronously, as a plain Attend would.
@@ -205,6 +235,7 @@ absl::Status SparseAttentionRouter::FinishAttend() {
       return shards_->Attend(p.layer, p.q, codes_.data(), p.scale, parts_.data());
     }));
   }
+  clock.Lap(&stats_.phases.shards);
   const int64_t n_head = config_.n_head, n_kv = config_.n_head_kv, hd = config_.head_dim;
   const int64_t group = n_head / n_kv;
   const Layer& st = layers_[static_cast<size_t>(p.layer)];
@@ -231,6 +262,7 @@ absl::Status SparseAttentionRouter::FinishAttend() {
       dst[t] = (ws * so[t] + (wp > 0.0f ? wp * part.o[static_cast<size_t>(t)] : 0.0f)) * inv;
     }
   }
+  clock.Lap(&stats_.phases.merge);
   return absl::OkStatus();
 }
 

@@ -69,6 +69,9 @@ struct SparseAttentionOptions {
   // partials merge in position order, embedded and remote alike, so the arithmetic — hence the
   // tokens — does not depend on how blocks are spread over attention nodes.
   int64_t shard_block = 4096;
+  // Time the phases of every sparse decode step (SparseAttentionStats::phases); off, the router
+  // reads no clock.
+  bool time_phases = false;
 
   attention::EstimatorParams estimator_params() const {
     return {.lsh_k = lsh_k, .lsh_l = lsh_l, .lsh_seed = lsh_seed, .budget = budget};
@@ -78,10 +81,21 @@ struct SparseAttentionOptions {
 // dense[l]: layer l keeps exact attention (options.dense_layers, default {0, n_layer / 2}).
 std::vector<bool> DenseLayers(int64_t n_layer, const SparseAttentionOptions& options);
 
+// Wall time of the phases of the sparse layers' decode attention, summed over layers and steps
+// (only with SparseAttentionOptions::time_phases; zero otherwise).
+struct AttentionPhaseSeconds {
+  double hash = 0;    // the queries' SimHash codes
+  double window = 0;  // exact attention over the static window (sinks, local, generated)
+  double shards = 0;  // the shards' part: retrieval, gather and sampled attention (or the wait)
+  double merge = 0;   // undoing the centring and the LSE merge of the two parts
+  double total() const { return hash + window + shards + merge; }
+};
+
 struct SparseAttentionStats {
   int64_t keys_touched = 0;    // sum over sparse (layer, head, step) of keys the estimator used
   int64_t keys_offloaded = 0;  // sum over the same of the keys in the shards
   int64_t recoveries = 0;      // times the shards were rebuilt after a node failure
+  AttentionPhaseSeconds phases;
 };
 
 class SparseAttentionRouter final : public LayerAttentionHook {

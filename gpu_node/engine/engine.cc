@@ -166,6 +166,7 @@ void Sequence::Finish(FinishReason reason) {
     result_.stats.attention_keys_offloaded = router_->stats().keys_offloaded;
     result_.stats.attention_shard_bytes = shards_->bytes();
     result_.stats.attention_recoveries = router_->stats().recoveries;
+    result_.stats.attention_phases = router_->stats().phases;
     if (kv_ != nullptr) result_.stats.kv_bytes_released = kv_->released_bytes();
   }
   // The memory goes as soon as the sequence ends, not when the caller drops it.
@@ -191,6 +192,9 @@ absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attentio
   const int64_t budget = attention::EstimatorBudget(attention.mode, params, offloaded);
   MAGICPIG_ASSIGN_OR_RETURN(seq.estimator_,
                             attention::MakeEstimator(attention.mode, params, offloaded));
+  if (attention.time_phases && attention_runner_ != nullptr) {
+    attention_runner_->set_time_phases(true);
+  }
   if (node_pool_ == nullptr) {
     seq.shards_ = std::make_unique<LocalAttentionShards>(
         c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim,
@@ -457,6 +461,12 @@ absl::StatusOr<std::vector<int32_t>> Engine::EncodeChat(
     ids.insert(ids.end(), part.begin(), part.end());
   }
   return ids;
+}
+
+attention::AttentionRunner::PhaseSeconds Engine::TakeEstimatorPhaseSeconds() {
+  absl::MutexLock lock(&mu_);
+  return attention_runner_ != nullptr ? attention_runner_->TakePhaseSeconds()
+                                      : attention::AttentionRunner::PhaseSeconds{};
 }
 
 absl::StatusOr<std::vector<float>> Engine::ScoreAll(const std::vector<int32_t>& tokens) {

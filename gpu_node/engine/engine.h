@@ -109,6 +109,8 @@ struct GenerateStats {
   int64_t attention_recoveries = 0;   // shard rebuilds after attention-node failures
   // Memory of offloaded rows given back from the compute node's KV cache (attention nodes only).
   int64_t kv_bytes_released = 0;
+  // The sparse layers' decode attention by phase (with SparseAttentionOptions::time_phases).
+  AttentionPhaseSeconds attention_phases;
   double sampled_fraction() const;
   double prefill_tokens_per_second() const;
   double decode_tokens_per_second() const;
@@ -221,6 +223,11 @@ class Engine {
   // left unfinished; the caller decides). timings (optional) accumulate the step's breakdown.
   absl::Status Step(absl::Span<Sequence* const> batch, StepTimings* timings = nullptr,
                     double* sampling_seconds = nullptr);
+
+  // With time_phases: thread-seconds of the in-process estimators' retrieval and kernel since the
+  // last call (zero with attention nodes, whose estimators run there). For benchmarks; call
+  // between steps.
+  attention::AttentionRunner::PhaseSeconds TakeEstimatorPhaseSeconds();
 
   // Teacher-forced logits for every position of `tokens` ([n][n_vocab]); for evaluation and tests.
   absl::StatusOr<std::vector<float>> ScoreAll(const std::vector<int32_t>& tokens);

@@ -80,6 +80,43 @@ TEST(EngineTest, SparseDecodeSplitAndMergeIsExact) {
   EXPECT_GT(c->stats.attention_shard_bytes, 0);
 }
 
+// Phase timers: off they read no clock (all zero); on they time every sparse decode step, and
+// the tokens do not change.
+TEST(EngineTest, PhaseTimersAreOffByDefaultAndChangeNoToken) {
+  SparseAttentionOptions pig;
+  pig.dense_layers = {0};
+  pig.lsh_k = 4;
+  pig.lsh_l = 8;
+  pig.n_local = 8;
+  pig.window_budget = 12;
+  SparseAttentionOptions timed = pig;
+  timed.time_phases = true;
+  auto quiet = MakeEngine(0, 256, pig);
+  auto loud = MakeEngine(0, 256, timed);
+  GenerateRequest req;
+  req.prompt = quiet->tokenizer().Encode(
+      "the phases of a sparse decode step: hashing, the window, the shards and the merge of the "
+      "two parts, timed only when asked",
+      false);
+  req.max_tokens = 12;
+  req.ignore_eos = true;
+  auto a = quiet->Generate(req, {});
+  auto b = loud->Generate(req, {});
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status();
+  EXPECT_EQ(a->tokens, b->tokens);
+  EXPECT_EQ(a->stats.attention_phases.total(), 0);
+  EXPECT_EQ(quiet->TakeEstimatorPhaseSeconds().kernel, 0);
+  const AttentionPhaseSeconds& p = b->stats.attention_phases;
+  EXPECT_GT(p.hash, 0);
+  EXPECT_GT(p.window, 0);
+  EXPECT_GT(p.shards, 0);
+  EXPECT_GT(p.merge, 0);
+  const attention::AttentionRunner::PhaseSeconds est = loud->TakeEstimatorPhaseSeconds();
+  EXPECT_GT(est.retrieve, 0);
+  EXPECT_GT(est.kernel, 0);
+  EXPECT_EQ(loud->TakeEstimatorPhaseSeconds().kernel, 0);  // taken: zeroed
+}
+
 TEST(EngineTest, GreedyIsDeterministicAndRespectsMaxTokens) {
   auto e = MakeEngine();
   GenerateRequest req;

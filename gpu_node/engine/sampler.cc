@@ -19,11 +19,17 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
 }
 
 int32_t Argmax(absl::Span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  if (logits.empty()) return 0;
+  // Two passes instead of one that carries the index: the max is a reduction the compiler
+  // vectorises (v > m ? v : m is exactly x86's maxps, NaNs skipped as in the comparison below),
+  // then the first index holding it. Same result as the scalar scan: the first maximum, NaNs
+  // ignored, 0 when logits[0] is NaN and nothing beats it.
+  float best = logits[0];
+  for (float v : logits) best = v > best ? v : best;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] == best) return static_cast<int32_t>(i);
   }
-  return best;
+  return 0;
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}

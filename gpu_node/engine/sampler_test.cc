@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -14,6 +15,21 @@ TEST(SamplerTest, GreedyPicksArgmaxLowestIdOnTies) {
   Sampler s(SamplingParams{});
   EXPECT_EQ(s.Sample(std::vector<float>{0.1f, 3.0f, -1.0f, 3.0f}), 1);
   EXPECT_EQ(Argmax(std::vector<float>{-5.0f}), 0);
+  // Against the one-pass scan on random vectors with ties, NaNs, infinities and signed zeros.
+  std::mt19937 rng(3);
+  const float specials[] = {std::nanf(""), INFINITY, -INFINITY, 0.0f, -0.0f, 2.5f};
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<float> v(1 + rng() % 300);
+    for (float& x : v) {
+      x = rng() % 4 == 0 ? specials[rng() % 6]
+                         : static_cast<float>(static_cast<int>(rng() % 7) - 3);
+    }
+    int32_t expected = 0;
+    for (size_t i = 1; i < v.size(); ++i) {
+      if (v[i] > v[expected]) expected = static_cast<int32_t>(i);
+    }
+    ASSERT_EQ(Argmax(v), expected) << "trial " << trial;
+  }
 }
 
 // Monte Carlo: empirical frequencies match the exact truncated, tempered softmax computed here in

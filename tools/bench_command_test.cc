@@ -1,0 +1,58 @@
+// The byte model of `magicpig bench` against sums written out by hand for SmolLM2's shape.
+#include "tools/bench_command.h"
+
+#include "gtest/gtest.h"
+
+namespace magicpig::tools {
+namespace {
+
+model::ModelConfig SmolLm2Shape() {
+  model::ModelConfig c;
+  c.n_layer = 30;
+  c.n_head = 9;
+  c.n_head_kv = 3;
+  c.head_dim = 64;
+  return c;
+}
+
+TEST(DecodeStepBytesTest, ExactAttentionReadsEveryLayersKv) {
+  const model::ModelConfig c = SmolLm2Shape();
+  engine::SparseAttentionOptions full;
+  full.mode = attention::EstimatorKind::kFull;
+  const StepBytes b = DecodeStepBytes(c, 1000, full, 4096, 16, 0);
+  EXPECT_EQ(b.weights, 1000);
+  EXPECT_EQ(b.exact_kv, 30.0 * 4096 * 192 * 2 * 2);  // layers x positions x kv_dim x {K,V} x fp16
+  EXPECT_EQ(b.sampled, 0);
+  EXPECT_EQ(b.buckets, 0);
+  EXPECT_EQ(b.total(), b.weights + b.exact_kv);
+}
+
+TEST(DecodeStepBytesTest, MagicPigReadsDenseLayersWindowsSampleAndBuckets) {
+  const model::ModelConfig c = SmolLm2Shape();
+  engine::SparseAttentionOptions mp;  // magicpig(10, 150), sinks 4, local 64, window budget 320
+  const int64_t pos = 8192, generated = 16;
+  const double window = 4 + 64 + 16;  // sinks + local prompt tokens + generated
+  const double offloaded = pos - window;
+  const StepBytes b = DecodeStepBytes(c, 0, mp, pos, generated, /*keys_touched_per_step=*/1000);
+  // Dense layers {0, 15} read every position; the 28 sparse layers their static window.
+  EXPECT_EQ(b.exact_kv, (2.0 * pos + 28.0 * window) * 192 * 2 * 2);
+  EXPECT_EQ(b.sampled, 1000.0 * 2 * 64 * 2);  // bf16 K and V rows
+  // 28 layers x 9 query heads x 150 tables x the mean bucket (offloaded / 2^10) x 2-byte indices.
+  EXPECT_DOUBLE_EQ(b.buckets, 28.0 * 9 * 150 * (offloaded / 1024) * 2);
+  // A prompt inside the window stays exact.
+  EXPECT_EQ(DecodeStepBytes(c, 0, mp, 50, 0, 0).exact_kv, 30.0 * 50 * 192 * 2 * 2);
+}
+
+TEST(DecodeStepBytesTest, TopKScoresEveryOffloadedKey) {
+  const model::ModelConfig c = SmolLm2Shape();
+  engine::SparseAttentionOptions topk;
+  topk.mode = attention::EstimatorKind::kTopK;
+  const int64_t pos = 4096;
+  const double offloaded = pos - (4 + 64);
+  const StepBytes b = DecodeStepBytes(c, 0, topk, pos, 0, 500);
+  EXPECT_EQ(b.sampled, 28.0 * 3 * offloaded * 64 * 2 + 500.0 * 64 * 2);
+  EXPECT_EQ(b.buckets, 0);
+}
+
+}  // namespace
+}  // namespace magicpig::tools
