@@ -43,6 +43,11 @@ void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* atte
   DeclareParam(table, attention::kLshL, &attention->lsh_l);
   DeclareParam(table, attention::kLshSeed, &attention->lsh_seed);
   DeclareParam(table, attention::kBudget, &attention->budget);
+  table.Number("shard-block", &attention->shard_block,
+               "tokens per block of the offloaded prompt region; each block has its own KV shard "
+               "and LSH tables, attended separately and merged in order (embedded and on attention "
+               "nodes alike)",
+               int64_t{64}, int64_t{1} << 24);
 }
 
 void DeclareAttentionNodeFlags(flags::FlagTable& table, EngineOptions* options) {

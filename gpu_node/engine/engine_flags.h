@@ -17,7 +17,7 @@ namespace magicpig::engine {
 // are the defaults.
 void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options);
 
-// Declares --attention, --lsh-k, --lsh-l, --lsh-seed and --budget.
+// Declares --attention, --lsh-k, --lsh-l, --lsh-seed, --budget and --shard-block.
 void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* attention);
 
 // Declares --attention-nodes, --ping-pong, --coalesce-attend, --attend-timeout-ms, --placement.

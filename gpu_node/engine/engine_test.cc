@@ -37,6 +37,17 @@ std::unique_ptr<Engine> MakeEngine(int64_t context_length = 0, int64_t prefill_c
 // window (backend) and the shard (attention core, centred keys) merged by LSE, so the greedy tokens
 // equal the full-attention run's. A small window budget makes generated tokens overflow into the
 // shards' append segment several times. MagicPIG itself must run and sample a fraction of keys.
+// MagicPIG (4, 8) over all but layer 0, with a window small enough that a short prompt offloads.
+SparseAttentionOptions SmallMagicPig() {
+  SparseAttentionOptions pig;
+  pig.dense_layers = {0};
+  pig.lsh_k = 4;
+  pig.lsh_l = 8;
+  pig.n_local = 8;
+  pig.window_budget = 12;
+  return pig;
+}
+
 TEST(EngineTest, SparseDecodeSplitAndMergeIsExact) {
   SparseAttentionOptions exact;
   exact.mode = attention::EstimatorKind::kTopK;
@@ -64,12 +75,7 @@ TEST(EngineTest, SparseDecodeSplitAndMergeIsExact) {
   EXPECT_GT(b->stats.attention_keys_offloaded, 0);
   EXPECT_EQ(b->stats.attention_keys_touched, b->stats.attention_keys_offloaded);  // budget >= n
 
-  SparseAttentionOptions pig;
-  pig.dense_layers = {0};
-  pig.lsh_k = 4;
-  pig.lsh_l = 8;
-  pig.n_local = 8;
-  pig.window_budget = 12;
+  const SparseAttentionOptions pig = SmallMagicPig();
   auto sparse = MakeEngine(0, 256, pig);
   auto c = sparse->Generate(req, {});
   ASSERT_TRUE(c.ok()) << c.status();
@@ -83,12 +89,7 @@ TEST(EngineTest, SparseDecodeSplitAndMergeIsExact) {
 // Phase timers: off they read no clock (all zero); on they time every sparse decode step, and
 // the tokens do not change.
 TEST(EngineTest, PhaseTimersAreOffByDefaultAndChangeNoToken) {
-  SparseAttentionOptions pig;
-  pig.dense_layers = {0};
-  pig.lsh_k = 4;
-  pig.lsh_l = 8;
-  pig.n_local = 8;
-  pig.window_budget = 12;
+  const SparseAttentionOptions pig = SmallMagicPig();
   SparseAttentionOptions timed = pig;
   timed.time_phases = true;
   auto quiet = MakeEngine(0, 256, pig);
