@@ -431,6 +431,15 @@ TEST(AttentionServiceTest, MalformedRequestsGetFieldNamedErrorsAndChangeNothing)
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(c.mutable_keys()->data() + 12, &nan, 4);
   bad_append(c, C::INVALID_ARGUMENT, "KvChunk.keys");
+  // Finite but absurd: 3e38 in a key or a value overflows the attention arithmetic (a non-finite
+  // lse came back before the bound).
+  const float huge = 3e38f;
+  c = MakeChunk("a", 4, data, 0, 40, 8);
+  std::memcpy(c.mutable_keys()->data() + 12, &huge, 4);
+  bad_append(c, C::INVALID_ARGUMENT, "KvChunk.keys");
+  c = MakeChunk("a", 4, data, 0, 40, 8);
+  std::memcpy(c.mutable_values()->data() + 8, &huge, 4);
+  bad_append(c, C::INVALID_ARGUMENT, "KvChunk.values");
   c = MakeChunk("a", 4, data, 0, 40, 24);
   c.set_first_pos(40);
   c.set_n_tokens(25);  // 65 tokens > max_tokens 64 (checked before the byte lengths)
@@ -463,6 +472,10 @@ TEST(AttentionServiceTest, MalformedRequestsGetFieldNamedErrorsAndChangeNothing)
   *r.add_queries() = MakeQuery("a", q, *hash, nullptr);
   r.mutable_queries(0)->mutable_codes()->append("x");
   bad_attend(r, C::INVALID_ARGUMENT, "AttendRequest.queries[0].codes");
+  r = MakeAttend(1, 4, scale);
+  *r.add_queries() = MakeQuery("a", q, *hash, nullptr);
+  std::memcpy(r.mutable_queries(0)->mutable_q()->data() + 4, &huge, 4);
+  bad_attend(r, C::INVALID_ARGUMENT, "AttendRequest.queries[0].q");
 
   // A stream whose second request is bad: the first is answered, then the stream ends.
   {

@@ -103,7 +103,8 @@ int64_t FixedBytesPerShard(const SequenceSpec& s) {
   return int64_t{s.lsh_l} * ((int64_t{1} << s.lsh_k) + 1) * 4 + int64_t{s.head_dim} * 4;
 }
 
-// Copies n little-endian float32 values out of `bytes` (any alignment) and checks they are finite.
+// Copies n little-endian float32 values out of `bytes` (any alignment) and checks they are finite
+// and within kMaxAbsElement.
 absl::Status DecodeFloats(std::string_view bytes, int64_t n, std::string_view field,
                           std::vector<float>* out) {
   if (static_cast<int64_t>(bytes.size()) != n * 4) {
@@ -113,8 +114,11 @@ absl::Status DecodeFloats(std::string_view bytes, int64_t n, std::string_view fi
   out->resize(static_cast<size_t>(n));
   if (n > 0) std::memcpy(out->data(), bytes.data(), static_cast<size_t>(n) * 4);
   for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite((*out)[static_cast<size_t>(i)])) {
-      return Invalid(field, absl::StrCat("element ", i, " is not finite"));
+    const float v = (*out)[static_cast<size_t>(i)];
+    if (!std::isfinite(v)) return Invalid(field, absl::StrCat("element ", i, " is not finite"));
+    if (std::fabs(v) > kMaxAbsElement) {
+      return Invalid(field, absl::StrCat("element ", i, " = ", v, " is outside [-",
+                                         kMaxAbsElement, ", ", kMaxAbsElement, "]"));
     }
   }
   return absl::OkStatus();

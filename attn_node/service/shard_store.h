@@ -51,6 +51,10 @@ namespace magicpig {
 
 // Limits of the wire contract (attention.proto) checked by ValidateSequenceSpec and Stage.
 inline constexpr int kMaxSequenceIdBytes = 128;
+// Keys, values and queries must lie in [-kMaxAbsElement, kMaxAbsElement]. The compute node's cache
+// is fp16 (|x| <= 65504; centring at most doubles that), and with elements this small no dot
+// product over kMaxHeadDim elements overflows float, so every lse and output stays finite.
+inline constexpr float kMaxAbsElement = 1e6f;
 inline constexpr int kMaxLayersPerSequence = 1024;
 inline constexpr int kMaxLayerId = 65535;
 inline constexpr int kMaxKvHeads = 256;

@@ -1,8 +1,11 @@
 #include "gpu_node/remote/attention_node_pool.h"
 
-#include <unistd.h>
+#include <sys/random.h>
 
-#include "absl/strings/str_cat.h"
+#include <cstdint>
+#include <random>
+
+#include "absl/strings/escaping.h"
 
 namespace magicpig::remote {
 
@@ -28,13 +31,27 @@ std::unique_ptr<RemoteAttentionShards> AttentionNodePool::MakeShards(
   std::vector<AttendCoalescer*> coalescers;
   for (auto& c : coalescers_) coalescers.push_back(c.get());
   auto shards = std::make_unique<RemoteAttentionShards>(
-      std::move(nodes),
-      absl::StrCat("seq-", getpid(), "-", reinterpret_cast<uintptr_t>(this), "-",
-                   next_sequence_.fetch_add(1)),
-      shape, reserve_tokens, block, options_.attend_timeout, std::move(coalescers));
+      std::move(nodes), NewSequenceId(), shape, reserve_tokens, block, options_.attend_timeout,
+      std::move(coalescers));
   shards->AvoidNodes(avoid);
   shards->set_placement(options_.placement);
   return shards;
+}
+
+std::string AttentionNodePool::NewSequenceId() {
+  uint8_t bytes[16];
+  size_t filled = 0;
+  while (filled < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
+    if (n <= 0) break;  // EINTR or no getrandom: fall back below
+    filled += static_cast<size_t>(n);
+  }
+  if (filled < sizeof(bytes)) {
+    std::random_device device;  // /dev/urandom on Linux
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(device());
+  }
+  return "seq-" + absl::BytesToHexString(
+                      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
 std::vector<int> AttentionNodePool::FailedNodes(const attention::AttentionShards* shards) {

@@ -12,7 +12,6 @@
 #ifndef MAGICPIG_GPU_NODE_REMOTE_ATTENTION_NODE_POOL_H_
 #define MAGICPIG_GPU_NODE_REMOTE_ATTENTION_NODE_POOL_H_
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -44,13 +43,17 @@ class AttentionNodePool {
   AttentionNodePool& operator=(const AttentionNodePool&) = delete;
 
   // A new sequence's shards over the pool's nodes, leaving out `avoid` (indices of nodes that
-  // failed for the sequence it replaces). reserve_tokens and block: RemoteAttentionShards.
+  // failed for the sequence it replaces). reserve_tokens and block: RemoteAttentionShards. The
+  // node-side id is NewSequenceId(): nothing about it can be guessed from another.
   std::unique_ptr<RemoteAttentionShards> MakeShards(const magicpig::v1::ShardShape& shape,
                                                     int64_t reserve_tokens, int64_t block,
                                                     const std::vector<int>& avoid = {});
 
   const std::vector<std::unique_ptr<AttentionNodeClient>>& nodes() const { return nodes_; }
   bool empty() const { return nodes_.empty(); }
+
+  // "seq-" and 128 bits from the kernel's CSPRNG (getrandom) in hex.
+  static std::string NewSequenceId();
 
   // Indices of the nodes that failed for `shards` (empty unless they are RemoteAttentionShards).
   static std::vector<int> FailedNodes(const attention::AttentionShards* shards);
@@ -63,8 +66,6 @@ class AttentionNodePool {
   std::vector<std::unique_ptr<AttentionNodeClient>> nodes_;
   // One per node when coalescing; declared after nodes_, so destroyed before the clients they use.
   std::vector<std::unique_ptr<AttendCoalescer>> coalescers_;
-  // Node-side sequence ids "seq-<pid>-<pool>-<n>": unique per process and pool.
-  std::atomic<int64_t> next_sequence_{0};
 };
 
 }  // namespace magicpig::remote

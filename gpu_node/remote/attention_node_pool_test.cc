@@ -1,5 +1,10 @@
 #include "gpu_node/remote/attention_node_pool.h"
 
+#include <array>
+#include <set>
+#include <string>
+
+#include "absl/strings/ascii.h"
 #include "gtest/gtest.h"
 
 namespace magicpig::remote {
@@ -21,6 +26,32 @@ TEST(AttentionNodePoolTest, MakesShardsThatAvoidFailedNodes) {
   EXPECT_EQ(AttentionNodePool::FailedNodes(again.get()), (std::vector<int>{2, 0}));
   EXPECT_EQ(AttentionNodePool::FailedNodes(nullptr), std::vector<int>{});
   EXPECT_EQ(AttentionNodePool::NodeSet(nullptr), 0u);
+}
+
+// Node-side ids carry 128 random bits: never repeated, nothing in common with the process or the
+// pool that a client elsewhere could guess.
+TEST(AttentionNodePoolTest, SequenceIdsAreRandom128Bit) {
+  std::set<std::string> ids;
+  std::array<int, 16> nibbles{};
+  for (int i = 0; i < 2000; ++i) {
+    const std::string id = AttentionNodePool::NewSequenceId();
+    ASSERT_EQ(id.size(), 4u + 32u) << id;
+    ASSERT_EQ(id.substr(0, 4), "seq-");
+    for (char c : id.substr(4)) {
+      ASSERT_TRUE(absl::ascii_isxdigit(c) && !absl::ascii_isupper(c)) << id;
+      ++nibbles[c <= '9' ? c - '0' : c - 'a' + 10];
+    }
+    ids.insert(id);
+  }
+  EXPECT_EQ(ids.size(), 2000u);
+  // 64,000 nibbles: each of the 16 values 4,000 times on average (sd ~61); within 6 sd.
+  for (int count : nibbles) EXPECT_NEAR(count, 4000, 370);
+  AttentionNodePool pool({"127.0.0.1:1"}, {});
+  magicpig::v1::ShardShape shape;
+  auto a = pool.MakeShards(shape, 16, 16);
+  auto b = pool.MakeShards(shape, 16, 16);
+  EXPECT_NE(a->sequence_id(), b->sequence_id());
+  EXPECT_EQ(a->sequence_id().size(), 36u);
 }
 
 TEST(AttentionNodePoolTest, EmptyPool) {

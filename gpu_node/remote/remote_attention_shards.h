@@ -107,6 +107,8 @@ class RemoteAttentionShards final : public attention::AttentionShards {
   // knows the sequence) from a node: the sequence is placed again on the nodes that answer.
   bool IsRecoverable(const absl::Status& status) const override;
   void Reset() override;
+  // The node-side id of the sequence (its blocks are "<id>/b<index>").
+  const std::string& sequence_id() const { return sequence_id_; }
   // Nodes that failed during this sequence (left out of later placements), by index.
   int failed_nodes() const { return static_cast<int>(failed_.size()); }
   const std::vector<int>& failed() const { return failed_; }

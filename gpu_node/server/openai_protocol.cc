@@ -1,6 +1,7 @@
 #include "gpu_node/server/openai_protocol.h"
 
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -376,7 +377,8 @@ std::optional<ApiRequest> ParseRequest(Endpoint endpoint, std::string_view body,
   f.Number("top_p", 0.0, 1.0, &top_p);
   if (f.ok() && top_p <= 0.0) f.Fail("top_p", "'top_p' must be in (0, 1]");
   int64_t top_k = 0, seed = 0, n = 1;
-  f.Int("top_k", -1, int64_t{1} << 31, &top_k);
+  // At most INT32_MAX: SamplingParams::top_k is an int32 (2^31 wrapped negative).
+  f.Int("top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
   f.Int("seed", INT64_MIN, INT64_MAX, &seed);
   f.Int("n", 1, 1, &n);
   f.Strings("stop", &base.stop);

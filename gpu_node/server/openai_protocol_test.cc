@@ -101,6 +101,11 @@ TEST_F(ProtocolTest, BadRequestsNameTheProblem) {
   ExpectError(Endpoint::kCompletions, "[1, 2]", 400, "");
   ExpectError(Endpoint::kCompletions, R"({"max_tokens": 3})", 400, "prompt");
   ExpectError(Endpoint::kCompletions, R"({"prompt": "x", "max_tokens": "ten"})", 400, "max_tokens");
+  // top_k is an int32 downstream: 2^31 is refused naming the field instead of wrapping negative.
+  ExpectError(Endpoint::kCompletions, R"({"prompt": "x", "top_k": 2147483648})", 400, "top_k");
+  auto widest = Parse(Endpoint::kCompletions, R"({"prompt": "x", "top_k": 2147483647})");
+  ASSERT_TRUE(widest.has_value()) << error_.message;
+  EXPECT_EQ(widest->prompts[0].sampling.top_k, 2147483647);
   ExpectError(Endpoint::kCompletions, R"({"prompt": "x", "max_tokens": 2.5})", 400, "max_tokens");
   ExpectError(Endpoint::kCompletions, R"({"prompt": "x", "max_tokens": -1})", 400, "max_tokens");
   ExpectError(Endpoint::kCompletions, R"({"prompt": "x", "temperature": 3})", 400, "temperature");
