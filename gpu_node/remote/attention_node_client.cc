@@ -59,9 +59,20 @@ AttentionNodeClient::AttentionNodeClient(std::string address, prometheus::Regist
 
 absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view address) {
   if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(std::string(what), " on attention node ", std::string(address),
-                                   ": ", s.error_message()));
+  absl::StatusCode code = static_cast<absl::StatusCode>(s.error_code());
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+      // The node refused what this compute node sent: a defect here, never the API client's.
+      code = absl::StatusCode::kInternal;
+      break;
+    default:
+      break;
+  }
+  return absl::Status(code, absl::StrCat(std::string(what), " on attention node ",
+                                         std::string(address), ": ", s.error_message()));
 }
 
 void CancelAttendStream(std::unique_ptr<grpc::ClientContext>& context,

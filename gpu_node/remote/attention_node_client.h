@@ -60,7 +60,10 @@ class AttentionNodeClient {
   AttentionRpcMetrics metrics_;
 };
 
-// A gRPC status as an absl::Status (same code), prefixed with what failed and where.
+// A gRPC status as an absl::Status, prefixed with what failed and where. Same code, except that a
+// node's INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION and ALREADY_EXISTS become INTERNAL:
+// the node refused what this compute node sent, which the API must not answer as the client's
+// fault (400).
 absl::Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view address);
 
 // The client side of one Attend bidi stream, with the context it runs under.

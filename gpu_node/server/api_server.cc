@@ -256,7 +256,7 @@ int ApiServer::SendJson(http::Responder& responder, int status, const std::strin
 }
 
 int ApiServer::SendError(http::Responder& responder, const ApiError& error, RequestLog* log) {
-  log->error = error.message;
+  log->error = error.detail.empty() ? error.message : error.detail;
   return SendJson(responder, error.status, ErrorBody(error));
 }
 
@@ -317,7 +317,7 @@ int ApiServer::Generate(Endpoint endpoint, const http::Request& request, http::R
         scheduler_->Submit(api.prompts[i], std::move(callbacks), arrival);
     if (!handle.ok()) {
       cancel_all();
-      return SendError(responder, ErrorFromStatus(handle.status()), log);
+      return SendError(responder, ErrorFromStatus(handle.status(), meta.id), log);
     }
     handles.push_back(*std::move(handle));
   }
@@ -368,7 +368,7 @@ int ApiServer::Generate(Endpoint endpoint, const http::Request& request, http::R
     }
     for (int i = 0; i < n; ++i) {
       absl::StatusOr<GenerateResult> r = result_of(i);
-      if (!r.ok()) return SendError(responder, ErrorFromStatus(r.status()), log);
+      if (!r.ok()) return SendError(responder, ErrorFromStatus(r.status(), meta.id), log);
       if (r->finish == FinishReason::kAbort) return SendError(responder, aborted_error(), log);
       results.push_back(*std::move(r));
     }
@@ -423,8 +423,8 @@ int ApiServer::Generate(Endpoint endpoint, const http::Request& request, http::R
       if (!open_choice(i)) return 200;
       if (!r.ok() || r->finish == FinishReason::kAbort) {
         // The status line is sent: the error goes inside the stream.
-        const ApiError e = r.ok() ? aborted_error() : ErrorFromStatus(r.status());
-        log->error = e.message;
+        const ApiError e = r.ok() ? aborted_error() : ErrorFromStatus(r.status(), meta.id);
+        log->error = e.detail.empty() ? e.message : e.detail;
         write(StreamError(e));
         cancel_all();
         responder.End();

@@ -313,27 +313,37 @@ std::string ErrorBody(const ApiError& error) {
   return json::Serialize(body);
 }
 
-ApiError ErrorFromStatus(const absl::Status& status) {
+ApiError ErrorFromStatus(const absl::Status& status, std::string_view request_id) {
   ApiError e;
   e.message = std::string(status.message());
+  const std::string id(request_id);
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
       e.status = 400;
-      break;
+      return e;
     case absl::StatusCode::kResourceExhausted:
-      e.status = e.message.find("queue") != std::string::npos ? 429 : 503;
-      e.type = e.status == 429 ? "rate_limit_error" : "server_error";
+      if (e.message.find("queue") != std::string::npos) {
+        e.status = 429;
+        e.type = "rate_limit_error";
+        return e;
+      }
+      e.status = 503;
+      e.detail = std::move(e.message);
+      e.message = absl::StrCat("no capacity for this request now; retry later (request ", id, ")");
       break;
     case absl::StatusCode::kUnavailable:
       e.status = 503;
-      e.type = "server_error";
+      e.detail = std::move(e.message);
+      e.message = absl::StrCat("the service is unavailable; retry later (request ", id, ")");
       break;
     default:
       e.status = 500;
-      e.type = "server_error";
+      e.detail = std::move(e.message);
+      e.message = absl::StrCat("internal error (request ", id, ")");
       break;
   }
+  e.type = "server_error";
   return e;
 }
 

@@ -26,13 +26,18 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;  // empty: null
   std::string code;   // empty: null
+  // What the log gets instead of `message` (the internal cause of a 5xx); never sent to clients.
+  std::string detail;
 };
 
 // {"error": {"message", "type", "param", "code"}}
 std::string ErrorBody(const ApiError& error);
-// The API error for an engine / scheduler status (INVALID_ARGUMENT and OUT_OF_RANGE -> 400,
-// RESOURCE_EXHAUSTED -> 429 for a full queue or 503 for memory, UNAVAILABLE -> 503, others 500).
-ApiError ErrorFromStatus(const absl::Status& status);
+// The API error for an engine / scheduler status: INVALID_ARGUMENT and OUT_OF_RANGE -> 400 with
+// the status message (the engine's own checks of the request); RESOURCE_EXHAUSTED of the queue ->
+// 429; other RESOURCE_EXHAUSTED and UNAVAILABLE -> 503; anything else -> 500. A 5xx body carries
+// a fixed message and `request_id` only: the status message (sequence ids, node addresses,
+// budgets) goes to `detail`, for the log line keyed by the same id.
+ApiError ErrorFromStatus(const absl::Status& status, std::string_view request_id);
 
 // What the server knows when it parses a request.
 struct ApiContext {

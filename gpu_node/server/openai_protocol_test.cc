@@ -207,5 +207,38 @@ TEST_F(ProtocolTest, ResponsesHaveTheOpenAIShapes) {
   EXPECT_TRUE(err->Find("error")->Find("code")->is_null());
 }
 
+// Server-side failures reach the client as a fixed message with the request id; their cause
+// (node addresses, sequence ids, budgets) goes only to `detail`, for the log.
+TEST(ErrorFromStatusTest, ServerErrorsRevealNoInternals) {
+  const std::string internals =
+      "no attention node has room: 10.0.0.7:50051 has 12 of 6442450944 bytes free for "
+      "seq-1234-0x55d0/b0";
+  for (const absl::Status& s :
+       {absl::UnavailableError(internals), absl::ResourceExhaustedError(internals),
+        absl::InternalError(internals), absl::DeadlineExceededError(internals)}) {
+    const ApiError e = ErrorFromStatus(s, "cmpl-7-3");
+    EXPECT_GE(e.status, 500) << s;
+    EXPECT_EQ(e.type, "server_error");
+    EXPECT_EQ(e.detail, internals);
+    EXPECT_NE(e.message.find("(request cmpl-7-3)"), std::string::npos) << e.message;
+    const std::string body = ErrorBody(e);
+    for (const char* secret : {"10.0.0.7", "50051", "seq-", "6442450944", "room"}) {
+      EXPECT_EQ(body.find(secret), std::string::npos) << secret << " in " << body;
+    }
+  }
+  EXPECT_EQ(ErrorFromStatus(absl::UnavailableError(internals), "x").status, 503);
+  EXPECT_EQ(ErrorFromStatus(absl::InternalError(internals), "x").status, 500);
+  // The request's own faults keep their message (it names the field) and are not the server's.
+  const ApiError bad =
+      ErrorFromStatus(absl::InvalidArgumentError("the prompt has 9000 tokens"), "x");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.message, "the prompt has 9000 tokens");
+  EXPECT_TRUE(bad.detail.empty());
+  const ApiError full = ErrorFromStatus(
+      absl::ResourceExhaustedError("the request queue is full (64 waiting requests)"), "x");
+  EXPECT_EQ(full.status, 429);
+  EXPECT_EQ(full.type, "rate_limit_error");
+}
+
 }  // namespace
 }  // namespace magicpig::server
