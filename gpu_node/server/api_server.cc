@@ -273,6 +273,16 @@ int ApiServer::Generate(Endpoint endpoint, const http::Request& request, http::R
   if (!parsed.has_value()) return SendError(responder, error, log);
   const ApiRequest& api = *parsed;
   const int n = static_cast<int>(api.prompts.size());
+  // More prompts than the batch and the queue together can hold would be refused with 429 on
+  // every retry: the request itself is too large.
+  const int capacity = scheduler_->options().max_batch + scheduler_->options().max_queue;
+  if (n > capacity) {
+    ApiError too_many;
+    too_many.message =
+        absl::StrCat("at most ", capacity, " prompts per request on this server, got ", n);
+    too_many.param = "prompt";
+    return SendError(responder, too_many, log);
+  }
   log->stream = api.stream;
   for (const engine::GenerateRequest& prompt : api.prompts) {
     log->prompt_tokens += static_cast<int64_t>(prompt.prompt.size());
@@ -523,27 +533,34 @@ int ApiServer::TokenizerInfo(http::Responder& responder) {
 }
 
 int ApiServer::Ready(http::Responder& responder, RequestLog* log) {
-  // Every attention node must answer NodeStatus within a second.
-  Value nodes = Value::Array();
-  bool ready = true;
-  for (const auto& node : engine_->attention_nodes()) {
+  // Ready = can serve: embedded, or at least one attention node answers NodeStatus within a second
+  // (the engine places new sequences on the nodes that answer and rebuilds those of a lost one).
+  // The body gives counts only; which nodes failed, and why, goes to the log.
+  const auto& nodes = engine_->attention_nodes();
+  int reachable = 0;
+  std::string failures;
+  for (const auto& node : nodes) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
     magicpig::v1::NodeStatusRequest request;
     magicpig::v1::NodeStatusResponse response;
     const grpc::Status s = node->stub().NodeStatus(&context, request, &response);
-    Value n = Value::Object();
-    n.Set("address", node->address());
-    n.Set("ok", s.ok());
-    if (!s.ok()) n.Set("error", s.error_message());
-    ready = ready && s.ok();
-    nodes.Push(std::move(n));
+    if (s.ok()) {
+      ++reachable;
+    } else {
+      absl::StrAppend(&failures, failures.empty() ? "" : "; ", node->address(), ": ",
+                      s.error_message());
+    }
   }
+  const bool ready = nodes.empty() || reachable > 0;
+  if (!failures.empty()) log->error = absl::StrCat("attention nodes unreachable: ", failures);
+  Value counts = Value::Object();
+  counts.Set("reachable", static_cast<int64_t>(reachable));
+  counts.Set("total", static_cast<int64_t>(nodes.size()));
   Value v = Value::Object();
-  if (!ready) log->error = "attention nodes unreachable";
-  v.Set("status", ready ? "ok" : "attention nodes unreachable");
+  v.Set("status", ready ? "ok" : "no attention node reachable");
   v.Set("model", options_.model_name);
-  v.Set("attention_nodes", std::move(nodes));
+  v.Set("attention_nodes", std::move(counts));
   return SendJson(responder, ready ? 200 : 503, json::Serialize(v));
 }
 
