@@ -89,8 +89,13 @@ void Scheduler::OnToken(Request& r, const TokenOutput& t) {
 }
 
 void Scheduler::Complete(Request& r, absl::StatusOr<GenerateResult> result) {
-  if (observer_ != nullptr && result.ok()) {
-    observer_->OnFinished(*result, SecondsBetween(r.arrival, Clock::now()));
+  if (observer_ != nullptr) {
+    const double e2e = SecondsBetween(r.arrival, Clock::now());
+    if (result.ok()) {
+      observer_->OnFinished(*result, e2e);
+    } else {
+      observer_->OnFailed(result.status(), e2e);
+    }
   }
   r.seq.reset();  // frees the cache and releases the shards before the client hears back
   if (r.callbacks.on_done) r.callbacks.on_done(std::move(result));

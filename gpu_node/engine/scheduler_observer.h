@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "gpu_node/engine/engine.h"
 #include "gpu_node/engine/transformer.h"
 
@@ -28,8 +29,11 @@ class SchedulerObserver {
   // since the previous).
   virtual void OnToken(bool first, double seconds) = 0;
   // A request finished with a result (any finish reason, abort included), `e2e_seconds` after it
-  // arrived. Requests that end with an error are not reported here.
+  // arrived.
   virtual void OnFinished(const GenerateResult& result, double e2e_seconds) = 0;
+  // An admitted request ended with an error instead (its validation, its prefill or a decode step
+  // failed), `e2e_seconds` after it arrived.
+  virtual void OnFailed(const absl::Status& status, double e2e_seconds) = 0;
   // One batched decode step of `batch_size` sequences took `seconds`; `timings` splits the forward
   // pass, `sampling_seconds` the sampling.
   virtual void OnStep(int batch_size, double seconds, const StepTimings& timings,

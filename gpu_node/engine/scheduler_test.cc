@@ -72,6 +72,10 @@ class CountingObserver : public SchedulerObserver {
     absl::MutexLock lock(&mu_);
     ++finished_[static_cast<int>(result.finish)];
   }
+  void OnFailed(const absl::Status&, double) override {
+    absl::MutexLock lock(&mu_);
+    ++failed_;
+  }
   void OnStep(int batch_size, double, const StepTimings&, double) override {
     absl::MutexLock lock(&mu_);
     ++steps_;
@@ -85,6 +89,7 @@ class CountingObserver : public SchedulerObserver {
   int64_t step_sequences() const { return Read(&CountingObserver::step_sequences_); }
   int64_t waiting() const { return Read(&CountingObserver::waiting_); }
   int64_t running() const { return Read(&CountingObserver::running_); }
+  int64_t failed() const { return Read(&CountingObserver::failed_); }
   int64_t finished(FinishReason reason) const {
     absl::MutexLock lock(&mu_);
     return finished_[static_cast<int>(reason)];
@@ -97,7 +102,7 @@ class CountingObserver : public SchedulerObserver {
   }
   mutable absl::Mutex mu_;
   int64_t waiting_ = -1, running_ = -1, prompt_tokens_ = 0, first_tokens_ = 0, later_tokens_ = 0,
-          steps_ = 0, step_sequences_ = 0;
+          steps_ = 0, step_sequences_ = 0, failed_ = 0;
   int64_t finished_[8] = {};
 };
 
@@ -204,6 +209,7 @@ TEST(SchedulerTest, QueueLimitCancellationErrorsAndShutdown) {
   EXPECT_LT(first.tokens.size(), 200u);
   second.Wait();
   EXPECT_EQ(second.result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(observer.failed(), 1);  // the invalid request, reported as a failure
   third.Wait();
   ASSERT_TRUE(third.result.ok());
   EXPECT_EQ(third.result->finish, FinishReason::kAbort);

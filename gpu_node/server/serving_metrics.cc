@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "common/metrics/metrics.h"
 
 namespace magicpig::server {
@@ -34,6 +35,10 @@ ServingMetrics::ServingMetrics(prometheus::Registry& r)
                           .Name("magicpig_request_success_total")
                           .Help("Requests finished, by finish reason (stop, length, abort)")
                           .Register(r)),
+      request_failure(prometheus::BuildCounter()
+                          .Name("magicpig_request_failure_total")
+                          .Help("Admitted requests that ended with an error, by status code")
+                          .Register(r)),
       batch_size(NewHistogram(r, "magicpig_batch_size", "Sequences per batched decode step",
                               metrics::CountBuckets())),
       decode_step(NewHistogram(r, "magicpig_decode_step_seconds",
@@ -64,10 +69,26 @@ ServingMetrics::ServingMetrics(prometheus::Registry& r)
   for (FinishReason reason : {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort}) {
     Finished(reason);  // every outcome series exists from the start (rate() needs a zero)
   }
+  for (absl::StatusCode code : {absl::StatusCode::kInvalidArgument, absl::StatusCode::kOutOfRange,
+                                absl::StatusCode::kResourceExhausted,
+                                absl::StatusCode::kUnavailable, absl::StatusCode::kInternal}) {
+    Failed(code);
+  }
 }
 
 prometheus::Counter& ServingMetrics::Finished(FinishReason reason) {
   return request_success.Add({{"finished_reason", std::string(engine::FinishReasonName(reason))}});
+}
+
+prometheus::Counter& ServingMetrics::Failed(absl::StatusCode code) {
+  std::string name = absl::StatusCodeToString(code);  // "UNAVAILABLE"
+  absl::AsciiStrToLower(&name);
+  return request_failure.Add({{"code", name}});
+}
+
+void ServingMetrics::OnFailed(const absl::Status& status, double e2e_seconds) {
+  Failed(status.code()).Increment();
+  e2e_latency.Observe(e2e_seconds);
 }
 
 void ServingMetrics::OnOccupancy(int waiting, int running) {

@@ -25,6 +25,7 @@ class ServingMetrics : public engine::SchedulerObserver {
   void OnStarted(int64_t prompt_tokens) override;
   void OnToken(bool first, double seconds) override;
   void OnFinished(const engine::GenerateResult& result, double e2e_seconds) override;
+  void OnFailed(const absl::Status& status, double e2e_seconds) override;
   void OnStep(int batch_size, double seconds, const engine::StepTimings& timings,
               double sampling_seconds) override;
 
@@ -37,6 +38,7 @@ class ServingMetrics : public engine::SchedulerObserver {
   prometheus::Counter& prompt_tokens;
   prometheus::Counter& generation_tokens;
   prometheus::Family<prometheus::Counter>& request_success;
+  prometheus::Family<prometheus::Counter>& request_failure;
   prometheus::Histogram& batch_size;
   prometheus::Histogram& decode_step;
   prometheus::Family<prometheus::Counter>& decode_phase;
@@ -51,6 +53,8 @@ class ServingMetrics : public engine::SchedulerObserver {
 
   // The outcome counter for one finish reason ("stop", "length", "abort").
   prometheus::Counter& Finished(engine::FinishReason reason);
+  // The failure counter for one status code ("invalid_argument", "unavailable", ...).
+  prometheus::Counter& Failed(absl::StatusCode code);
 };
 
 }  // namespace magicpig::server

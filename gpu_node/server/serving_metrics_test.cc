@@ -66,6 +66,16 @@ TEST(ServingMetricsTest, ReportsBecomeTheDocumentedSeries) {
   EXPECT_EQ(Value(registry, "magicpig_decode_phase_seconds_total{phase=\"sampling\"}"), 0.001);
   EXPECT_EQ(Value(registry, "magicpig_decode_micro_batch_steps_total{micro_batches=\"2\"}"), 1);
   EXPECT_EQ(Value(registry, "magicpig_decode_micro_batch_steps_total{micro_batches=\"1\"}"), 0);
+
+  // Failures: by code, every common code's series present from the start.
+  EXPECT_EQ(Value(registry, "magicpig_request_failure_total{code=\"unavailable\"}"), 0);
+  m.OnFailed(absl::UnavailableError("node gone"), 0.75);
+  m.OnFailed(absl::UnavailableError("node gone"), 0.25);
+  m.OnFailed(absl::DeadlineExceededError("slow"), 1);
+  EXPECT_EQ(Value(registry, "magicpig_request_failure_total{code=\"unavailable\"}"), 2);
+  EXPECT_EQ(Value(registry, "magicpig_request_failure_total{code=\"deadline_exceeded\"}"), 1);
+  EXPECT_EQ(Value(registry, "magicpig_request_failure_total{code=\"internal\"}"), 0);
+  EXPECT_EQ(Value(registry, "magicpig_e2e_request_latency_seconds_count"), 4);
 }
 
 TEST(ServingMetricsTest, SchedulerRunCountsEveryToken) {
