@@ -288,6 +288,14 @@ void Server::ServeConnection(Connection* conn) {
     }
     if (result == RequestParser::Result::kHeadersComplete) {
       const Request& request = parser.request();
+      if (options_.head_check && parser.body_expected()) {
+        if (std::optional<HeadRefusal> refusal = options_.head_check(request)) {
+          Responder responder(fd, 1, /*keep_alive=*/false, &draining_);
+          SendError(responder, refusal->status, refusal->message);
+          linger = kLingerTime;
+          break;
+        }
+      }
       if (request.version_minor == 1 && parser.body_expected() &&
           request.headers.HasToken("expect", "100-continue")) {
         std::string allow;

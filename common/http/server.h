@@ -25,13 +25,14 @@
 // Per connection: TCP_NODELAY; keep-alive per HTTP/1.1 rules ("Connection: close"; HTTP/1.0 only
 // with "Connection: keep-alive"); pipelined requests answered in order; "Expect: 100-continue"
 // answered with "100 Continue" before the body is read (or with the final 404 / 405 and a close
-// when there is no route); an idle connection closed after idle_timeout; a request whose bytes
-// started arriving but did not complete within read_timeout answered 408 and closed. Malformed
-// requests are answered 400 / 413 / 431 / 501 / 505 (request_parser.h) with "Connection: close",
-// and the server keeps serving its other connections. The bodies of these transport-level errors
-// (and of 404 / 405 / 408 / 500 / 503) come from ServerOptions::error_body. A handler that
-// throws gets a 500 (or its half-sent response cut off) and the connection is closed. Every send
-// uses MSG_NOSIGNAL: the process need not ignore SIGPIPE.
+// when there is no route); with ServerOptions::head_check, a request it refuses answered and the
+// connection closed before any of the body is read; an idle connection closed after idle_timeout; a
+// request whose bytes started arriving but did not complete within read_timeout answered 408 and
+// closed. Malformed requests are answered 400 / 413 / 431 / 501 / 505 (request_parser.h) with
+// "Connection: close", and the server keeps serving its other connections. The bodies of these
+// transport-level errors (and of 404 / 405 / 408 / 500 / 503) come from ServerOptions::error_body.
+// A handler that throws gets a 500 (or its half-sent response cut off) and the connection is
+// closed. Every send uses MSG_NOSIGNAL: the process need not ignore SIGPIPE.
 //
 // Thread-safety: port() and connections() may be called from any thread; Shutdown from any
 // thread but not from a handler (it waits for handlers).
@@ -43,6 +44,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -67,6 +69,17 @@ using ErrorBodyFn =
 // DefaultErrorBody: ("text/plain; charset=utf-8", message + "\n").
 std::pair<std::string, std::string> DefaultErrorBody(int status, std::string_view message);
 
+// HeadCheckFn: called when a request's head has arrived and a body follows, before any of the body
+// is read. A refusal is answered with its status and message (through error_body) and the
+// connection is closed without reading the body, so that a client the server will refuse anyway
+// (e.g. without credentials) cannot make it buffer a body. Called concurrently from connection
+// threads.
+struct HeadRefusal {
+  int status = 401;
+  std::string message;
+};
+using HeadCheckFn = std::function<std::optional<HeadRefusal>(const Request& head)>;
+
 struct ServerOptions {
   std::string host = "0.0.0.0";  // numeric IPv4 / IPv6 address or a host name to bind
   int port = 0;                  // 0: the kernel picks a free port (see Server::port())
@@ -78,6 +91,7 @@ struct ServerOptions {
   absl::Duration read_timeout = absl::Seconds(30);   // for a request that started arriving
   absl::Duration write_timeout = absl::Seconds(60);  // a send making no progress this long fails
   ErrorBodyFn error_body;                            // empty: DefaultErrorBody
+  HeadCheckFn head_check;                            // empty: every body is read
 };
 
 class Server {

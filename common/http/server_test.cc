@@ -34,6 +34,7 @@ struct Observed {
   std::atomic<bool> write_failed{false};
   std::atomic<bool> client_gone{false};
   absl::Notification handler_done;
+  std::atomic<int> echoes{0};  // /echo handler runs
 };
 
 Router TestRoutes(Observed* seen) {
@@ -41,7 +42,8 @@ Router TestRoutes(Observed* seen) {
   router.Handle("GET", "/hello", [](const Request&, Responder& r) {
     r.Send(200, "text/plain", "hello").IgnoreError();
   });
-  auto echo = [](const Request& req, Responder& r) {
+  auto echo = [seen](const Request& req, Responder& r) {
+    ++seen->echoes;
     r.Send(200, "application/octet-stream", req.body,
            {{"X-Method", req.method}, {"X-Query", req.query}})
         .IgnoreError();
@@ -361,6 +363,34 @@ TEST_F(ServerTest, Expect100Continue) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 404);
   EXPECT_TRUE(d.WaitClosed());
+}
+
+// A head check refuses before the body is read: the answer comes with none of the body sent (the
+// server would otherwise wait read_timeout for it), and the handler never runs.
+TEST_F(ServerTest, HeadCheckRefusesBeforeTheBody) {
+  ServerOptions options;
+  options.max_body_bytes = 1 << 20;
+  options.read_timeout = absl::Seconds(20);
+  options.head_check = [](const Request& head) -> std::optional<HeadRefusal> {
+    if (head.headers.Find("x-key") != nullptr) return std::nullopt;
+    return HeadRefusal{.status = 401, .message = "no key"};
+  };
+  server_->Shutdown(absl::Seconds(1));
+  StartServer(options);
+  RawClient c = Connect();
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 900000\r\n\r\n").ok());
+  absl::StatusOr<ClientResponse> r = c.ReadResponse(absl::Seconds(5));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 401);
+  EXPECT_NE(r->body.find("no key"), std::string::npos) << r->body;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_TRUE(c.WaitClosed());
+  EXPECT_EQ(seen_.echoes.load(), 0);
+  // With the key the body is read and the handler answers.
+  EXPECT_EQ(RoundTrip(HttpRequest("POST", "/echo", "payload", {"X-Key: 1"})).body, "payload");
+  // Requests without a body are not checked.
+  EXPECT_EQ(RoundTrip(HttpRequest("GET", "/hello")).body, "hello");
 }
 
 TEST_F(ServerTest, StreamReadBackEqualsWhatWasWritten) {

@@ -24,6 +24,8 @@ using json::Value;
 using logging::LogLevel;
 
 constexpr std::string_view kJson = "application/json";
+constexpr std::string_view kInvalidKeyMessage =
+    "Incorrect or missing API key: send 'Authorization: Bearer <key>'";
 
 // What the scheduler hands to the waiting handler thread for one HTTP request (all its prompts).
 // Shared with the scheduler's callbacks, which may outlive the handler (client gone).
@@ -164,7 +166,14 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(engine::Engine* engi
     e.status = status;
     e.message = std::string(message);
     if (status >= 500) e.type = "server_error";
+    if (status == 401) e.code = "invalid_api_key";
     return std::make_pair(std::string(kJson), ErrorBody(e));
+  };
+  // A request with a body and without the key is refused before its body is read: an
+  // unauthenticated client cannot make the server buffer up to --max-body per connection.
+  http_options.head_check = [self](const http::Request& head) -> std::optional<http::HeadRefusal> {
+    if (self->Authorized(head)) return std::nullopt;
+    return http::HeadRefusal{.status = 401, .message = std::string(kInvalidKeyMessage)};
   };
   absl::StatusOr<std::unique_ptr<http::Server>> http =
       http::Server::Start(http_options, std::move(router));
@@ -187,7 +196,7 @@ http::Handler ApiServer::Wrap(std::string name, RouteKind kind, ApiHandler handl
     if (kind != RouteKind::kProbe && !Authorized(request)) {
       ApiError e;
       e.status = 401;
-      e.message = "Incorrect or missing API key: send 'Authorization: Bearer <key>'";
+      e.message = std::string(kInvalidKeyMessage);
       e.code = "invalid_api_key";
       status = SendError(responder, e, &log);
     } else {

@@ -1,7 +1,7 @@
 // /readyz means "can serve" (ready while at least one attention node answers, since the engine
 // fails over), and its body names no node; a prompt array that the batch and the queue together
-// can never hold is the request's fault (400), not a 429 to retry forever. Through real HTTP
-// against in-process attention nodes.
+// can never hold is the request's fault (400), not a 429 to retry forever; the API key is checked
+// before a body is read. Through real HTTP against in-process attention nodes.
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,7 +28,8 @@ struct Serving {
   prometheus::Registry registry;
   std::unique_ptr<ApiServer> api;
 
-  Serving(std::vector<std::string> nodes, engine::SchedulerOptions scheduling) {
+  Serving(std::vector<std::string> nodes, engine::SchedulerOptions scheduling,
+          std::string api_key = "") {
     engine::EngineOptions options;
     options.attention.dense_layers = {0};
     options.attention_nodes = std::move(nodes);
@@ -41,6 +42,7 @@ struct Serving {
     api_options.http.host = "127.0.0.1";
     api_options.http.port = 0;
     api_options.model_name = "tiny";
+    api_options.api_key = std::move(api_key);
     auto s = ApiServer::Start(engine.get(), scheduler.get(), &registry, api_options);
     EXPECT_TRUE(s.ok()) << s.status();
     if (s.ok()) api = *std::move(s);
@@ -99,6 +101,39 @@ TEST(ReadinessTest, PromptArrayBeyondBatchAndQueueIsTheRequestsFault) {
   const http::ClientResponse fits =
       serving.Send("POST", "/v1/completions", R"({"prompt": ["a", "b"], "max_tokens": 1})");
   EXPECT_EQ(fits.status, 200) << fits.body;
+}
+
+// Without the key a request is refused before its body is read: the server does not wait for (or
+// buffer) the 4 MB announced, and says why in the API's error shape.
+TEST(ReadinessTest, KeyCheckedBeforeTheBody) {
+  Serving serving({}, {}, "sesame");
+  ASSERT_NE(serving.api, nullptr);
+  absl::StatusOr<http::RawClient> client = http::RawClient::Connect(serving.api->port());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(client
+                  ->Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                         "Content-Type: application/json\r\nContent-Length: 4000000\r\n\r\n")
+                  .ok());
+  absl::StatusOr<http::ClientResponse> r = client->ReadResponse(absl::Seconds(10));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 401);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  auto body = json::Parse(r->body);
+  ASSERT_TRUE(body.ok()) << r->body;
+  EXPECT_EQ(body->Find("error")->Find("code")->as_string(), "invalid_api_key");
+  EXPECT_TRUE(client->WaitClosed());
+  // With the key, the same route reads the body and answers.
+  absl::StatusOr<http::RawClient> keyed = http::RawClient::Connect(serving.api->port());
+  ASSERT_TRUE(keyed.ok());
+  ASSERT_TRUE(
+      keyed
+          ->Send(http::HttpRequest("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 1})",
+                                   {"Authorization: Bearer sesame", "Connection: close"}))
+          .ok());
+  r = keyed->ReadResponse(absl::Seconds(30));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200) << r->body;
 }
 
 }  // namespace
