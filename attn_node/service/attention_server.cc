@@ -66,7 +66,12 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
     http::ServerOptions http_options;
     http_options.host = host_port->host;
     http_options.port = host_port->port;
-    http_options.max_connections = 16;  // scrapers and probes
+    // Scrapers and probes send one small request at once: an idle or slow socket is closed after
+    // two seconds, so that a handful of idle connections cannot hold every slot (and make the
+    // liveness probe fail) for the default minute.
+    http_options.max_connections = 64;
+    http_options.idle_timeout = absl::Seconds(2);
+    http_options.read_timeout = absl::Seconds(2);
     absl::StatusOr<std::unique_ptr<http::Server>> http =
         http::Server::Start(http_options, s->MakeRouter());
     if (!http.ok()) {

@@ -216,6 +216,31 @@ TEST(NodeMetricsTest, MetricsMatchWhatWasDone) {
             1);
 }
 
+// Idle sockets that fill every slot of the probe port are dropped after its short idle timeout:
+// /healthz answers again within seconds, not after the default minute (a liveness probe fails
+// in 30 s).
+TEST(NodeMetricsTest, IdleSocketsCannotStarveTheProbes) {
+  prometheus::Registry registry;
+  auto server = StartServer(&registry);
+  ASSERT_NE(server, nullptr);
+  std::vector<http::RawClient> idle;
+  for (int i = 0; i < 80; ++i) {  // more than the port's 64 slots
+    auto c = http::RawClient::Connect(server->metrics_port());
+    ASSERT_TRUE(c.ok()) << c.status();
+    idle.push_back(*std::move(c));
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<http::ClientResponse> r = absl::UnavailableError("not tried");
+  while (absl::Now() - start < absl::Seconds(20)) {
+    r = Get(server->metrics_port(), "/healthz");
+    if (r.ok() && r->status == 200) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
 TEST(NodeMetricsTest, HttpPortServesMetricsAndProbes) {
   prometheus::Registry registry;
   metrics::AddBuildInfo(registry, "attention");
