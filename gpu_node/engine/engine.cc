@@ -93,7 +93,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
           "sparse attention needs a head dim that is a multiple of 16; this model has ", c.head_dim,
           " (use --attention full)"));
     }
-    e->attention_runner_ = std::make_unique<AttentionRunner>(options.num_threads);
     if (!options.attention_nodes.empty()) {
       e->node_pool_ = std::make_unique<remote::AttentionNodePool>(
           options.attention_nodes,
@@ -192,9 +191,6 @@ absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attentio
   const int64_t budget = attention::EstimatorBudget(attention.mode, params, offloaded);
   MAGICPIG_ASSIGN_OR_RETURN(seq.estimator_,
                             attention::MakeEstimator(attention.mode, params, offloaded));
-  if (attention.time_phases && attention_runner_ != nullptr) {
-    attention_runner_->set_time_phases(true);
-  }
   if (node_pool_ == nullptr) {
     seq.shards_ = std::make_unique<LocalAttentionShards>(
         c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim,
@@ -292,8 +288,12 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
   seq->stream_ = std::make_unique<TextStream>(request.stop);
   seq->result_.stats.prompt_tokens = n_prompt;
   if (attention::SpecOf(attention.mode).sparse) {
-    if (attention_runner_ == nullptr)
+    if (attention_runner_ == nullptr) {
+      // Made at the first sparse request; with time_phases the estimators time their phases
+      // (TakeEstimatorPhaseSeconds).
       attention_runner_ = std::make_unique<AttentionRunner>(num_threads_);
+      attention_runner_->set_time_phases(attention_.time_phases);
+    }
     MAGICPIG_RETURN_IF_ERROR(SetUpSparseAttention(attention, *seq));
   }
 
