@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
 
   prometheus::Registry registry;  // outlives the server
   // One line per released sequence and per failed call (attention_service.h); outlives the server.
-  magicpig::logging::Logger logger("attn", *magicpig::logging::ParseLogLevel(flags->log_level));
+  magicpig::logging::Logger logger("attn", flags->log_level);
   magicpig::metrics::AddBuildInfo(registry, "attention");
   magicpig::AttentionServerOptions options;
   options.listen_address = flags->listen;

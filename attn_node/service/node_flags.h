@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/flags/flag_table.h"
+#include "common/logging/logger.h"
 
 namespace magicpig {
 
@@ -22,7 +23,7 @@ struct NodeFlags {
   int threads = 0;                       // 0: one per core
   double shutdown_grace_seconds = 10.0;
   std::string metrics_listen = "0.0.0.0:9091";  // empty: no metrics / probe port
-  std::string log_level = "info";
+  logging::LogLevel log_level = logging::LogLevel::kInfo;
   bool health = false;
   bool help = false;
 };

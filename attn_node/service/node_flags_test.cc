@@ -15,7 +15,7 @@ TEST(NodeFlagsTest, Flags) {
   EXPECT_EQ(f->memory_budget_bytes, int64_t{2} << 30);
   EXPECT_EQ(f->threads, 3);
   EXPECT_DOUBLE_EQ(f->shutdown_grace_seconds, 1.5);
-  EXPECT_EQ(f->log_level, "warning");
+  EXPECT_EQ(f->log_level, logging::LogLevel::kWarning);
   EXPECT_FALSE(f->health);
   EXPECT_FALSE(f->help);
   EXPECT_EQ(f->metrics_listen, "0.0.0.0:9091");
@@ -25,7 +25,7 @@ TEST(NodeFlagsTest, Flags) {
   EXPECT_EQ(d->listen, "0.0.0.0:50051");
   EXPECT_EQ(d->memory_budget_bytes, DefaultMemoryBudget());
   EXPECT_GT(d->memory_budget_bytes, 0);
-  EXPECT_EQ(d->log_level, "info");
+  EXPECT_EQ(d->log_level, logging::LogLevel::kInfo);
   EXPECT_TRUE(ParseNodeFlags({"--health"})->health);
   EXPECT_TRUE(ParseNodeFlags({"--help"})->help);
 

@@ -106,6 +106,20 @@ void FlagTable::Text(absl::string_view name, std::string* target, absl::string_v
   });
 }
 
+void FlagTable::Address(absl::string_view name, std::string* target, absl::string_view help,
+                        bool off_allowed) {
+  Custom(name, off_allowed ? "HOST:PORT|off" : "HOST:PORT", help, *target,
+         [target, off_allowed](absl::string_view text) -> absl::Status {
+           if (off_allowed && (text.empty() || text == "off")) {
+             target->clear();
+             return absl::OkStatus();
+           }
+           if (absl::Status s = ParseHostPort(text).status(); !s.ok()) return s;
+           *target = std::string(text);
+           return absl::OkStatus();
+         });
+}
+
 void FlagTable::Bytes(absl::string_view name, int64_t* target, absl::string_view help) {
   Custom(name, "BYTES", absl::StrCat(help, " (suffixes K, M, G, T: powers of 1024)"),
          FormatByteSize(*target), [target](absl::string_view text) -> absl::Status {

@@ -109,6 +109,10 @@ class FlagTable {
            });
   }
 
+  // A HOST:PORT address (ParseHostPort). off_allowed: "off" or "" clears *target (no listener).
+  void Address(absl::string_view name, std::string* target, absl::string_view help,
+               bool off_allowed = false);
+
   // A byte count: "1234", "64K", "512M", "8G", "1T" (ParseByteSize).
   void Bytes(absl::string_view name, int64_t* target, absl::string_view help);
 

@@ -67,10 +67,18 @@ bool NeedsQuotes(std::string_view value) {
 
 }  // namespace
 
-absl::StatusOr<LogLevel> ParseLogLevel(std::string_view name) {
+std::vector<std::pair<std::string, LogLevel>> LogLevelChoices() {
+  std::vector<std::pair<std::string, LogLevel>> choices;
   for (LogLevel level :
        {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarning, LogLevel::kError, LogLevel::kOff}) {
-    if (name == LogLevelName(level)) return level;
+    choices.emplace_back(std::string(LogLevelName(level)), level);
+  }
+  return choices;
+}
+
+absl::StatusOr<LogLevel> ParseLogLevel(std::string_view name) {
+  for (const auto& [text, level] : LogLevelChoices()) {
+    if (name == text) return level;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown log level \"", std::string(name),
                                                  "\" (accepted: ", kAcceptedLevels, ")"));

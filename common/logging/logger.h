@@ -40,6 +40,9 @@ absl::StatusOr<LogLevel> ParseLogLevel(std::string_view name);
 // The name ParseLogLevel accepts for `level` ("info", ...).
 std::string_view LogLevelName(LogLevel level);
 
+// Every level with its name, least severe first (for a command-line choice, --log-level).
+std::vector<std::pair<std::string, LogLevel>> LogLevelChoices();
+
 // Where a Logger's lines go. Write receives one complete line ending in '\n' and may be called
 // from several threads at once.
 class LogSink {

@@ -13,8 +13,8 @@
 #include "common/metrics/metrics.h"
 #include "gpu_node/engine/engine_flags.h"
 #include "gpu_node/engine/scheduler.h"
-#include "gpu_node/server/serving_metrics.h"
 #include "gpu_node/server/api_server.h"
+#include "gpu_node/server/serving_metrics.h"
 
 namespace magicpig::server {
 namespace {
@@ -32,12 +32,7 @@ std::unique_ptr<flags::FlagTable> ServeFlagTable(ServeFlags* f) {
       "The compute node: the OpenAI-compatible HTTP API over the engine (also `magicpig serve`).");
   engine::DeclareModelFlags(*table, &f->engine);
   table->Section("serving");
-  table->Custom("listen", "HOST:PORT", "HTTP API, probes and /metrics (port 0 picks a free one)",
-                f->listen, [f](absl::string_view text) -> absl::Status {
-                  if (absl::Status s = flags::ParseHostPort(text).status(); !s.ok()) return s;
-                  f->listen = std::string(text);
-                  return absl::OkStatus();
-                });
+  table->Address("listen", &f->listen, "HTTP API, probes and /metrics (port 0 picks a free one)");
   table->Text("served-model-name", &f->served_model_name, "NAME", "the model id clients pass");
   table->ShowDefault("served-model-name", "the file name stem");
   table->Text("api-key", &f->api_key, "KEY",
@@ -51,11 +46,7 @@ std::unique_ptr<flags::FlagTable> ServeFlagTable(ServeFlags* f) {
   table->Switch("allow-attention-override", &f->allow_attention_override,
                 "accept the per-request 'attention' field (evaluation)");
   table->Choice("log-level", &f->log_level, "the least severe log lines written to stderr",
-                {{"debug", "debug"},
-                 {"info", "info"},
-                 {"warning", "warning"},
-                 {"error", "error"},
-                 {"off", "off"}});
+                logging::LogLevelChoices());
   engine::DeclareAttentionFlags(*table, &f->engine.attention);
   engine::DeclareAttentionNodeFlags(*table, &f->engine);
   return table;
@@ -74,8 +65,7 @@ int ServeMain(const std::vector<std::string>& args) {
     return 0;
   }
   engine::EngineOptions* engine_options = &f.engine;
-  // One line per request (api_server.h); checked by the table's choices.
-  logging::Logger logger("api", *logging::ParseLogLevel(f.log_level));
+  logging::Logger logger("api", f.log_level);  // one line per request (api_server.h)
   ApiServerOptions api;
   const flags::HostPort host_port = *flags::ParseHostPort(f.listen);  // checked by the table
   api.http.host = host_port.host;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/flags/flag_table.h"
+#include "common/logging/logger.h"
 #include "gpu_node/engine/engine.h"
 
 namespace magicpig::server {
@@ -26,7 +27,7 @@ struct ServeFlags {
   int64_t max_body_bytes = int64_t{8} << 20;
   double shutdown_grace_seconds = 30;
   bool allow_attention_override = false;
-  std::string log_level = "info";
+  logging::LogLevel log_level = logging::LogLevel::kInfo;
 };
 
 // The server's flag table, writing into `*flags` (whose current values are the defaults).
