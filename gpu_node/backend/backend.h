@@ -1,21 +1,35 @@
 // The compute backend: the dense operations of a transformer step, behind one interface.
 //
-// The CPU backend (cpu/) is the reference and the default; a CUDA backend implements the same
-// interface and is tested against it. Data convention: activations are row-major float32
+// The CPU backend (cpu/) is the reference and the default; the CUDA backend (cuda/) implements the
+// same interface and is tested against it. Data convention: activations are row-major float32
 // [n_tokens][dim]; weights are QuantMatrix views in their file format; the KV cache is IEEE fp16,
 // laid out [position][n_head_kv][head_dim] per layer.
 //
+// Memory: activations, positions and the KV cache live in the backend's memory, which is host
+// memory for the CPU backend and device memory for CUDA (host_memory() says which; the host must
+// not dereference the latter). Callers allocate it with Allocate and move data with CopyIn /
+// CopyOut. Weights are passed as host pointers (QuantMatrix::data, norm and bias vectors): a
+// backend that needs its own copies takes them once in PrepareMatrix / PrepareVector, before the
+// first operation that reads them. Token ids (Embed) and key ranges (RangeAttention) are host
+// memory.
+//
+// Errors: operations that return void may fail on a device backend (a launch error); such a
+// backend keeps the first failure and Execute returns it.
+//
 // Thread-safety: a Backend runs one batch at a time (Execute is not reentrant). Operations must be
-// called from inside Execute, which runs them on the backend's own threads.
+// called from inside Execute, which runs them on the backend's own threads. Allocate, the copies
+// and the Prepare calls may be called outside Execute too, never concurrently with it.
 #ifndef MAGICPIG_GPU_NODE_BACKEND_BACKEND_H_
 #define MAGICPIG_GPU_NODE_BACKEND_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/quant/matmul.h"
 
@@ -41,10 +55,64 @@ struct KvLayerView {
   int64_t head_dim = 0;
 };
 
+// Memory allocated by a backend in its own address space; gives it back when destroyed.
+// Move-only. Thread-safety: none (owned by one user).
+class BackendBuffer {
+ public:
+  BackendBuffer() = default;
+  BackendBuffer(void* data, int64_t bytes, std::function<void(void*)> release)
+      : data_(data), bytes_(bytes), release_(std::move(release)) {}
+  ~BackendBuffer() { Reset(); }
+  BackendBuffer(BackendBuffer&& other) noexcept { *this = std::move(other); }
+  BackendBuffer& operator=(BackendBuffer&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+      release_ = std::move(other.release_);
+    }
+    return *this;
+  }
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void Reset() {
+    if (data_ != nullptr && release_) release_(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  std::function<void(void*)> release_;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+
+  // --- Memory (see the file comment) ---
+  // True when the operations' pointers are host memory (the CPU backend).
+  virtual bool host_memory() const { return true; }
+  // `bytes` of the backend's memory, 64-byte aligned, uninitialised. RESOURCE_EXHAUSTED when
+  // there is not enough.
+  virtual absl::StatusOr<BackendBuffer> Allocate(int64_t bytes);
+  // dst (backend memory) <- host_src; host_dst <- src (backend memory). CopyOut returns once the
+  // data is on the host, after every operation issued before it.
+  virtual absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes);
+  virtual absl::Status CopyOut(void* host_dst, const void* src, int64_t bytes);
+  // Takes the backend's own copy of a weight matrix or vector (no-ops on the CPU backend). The
+  // host data must stay unchanged while the backend lives.
+  virtual absl::Status PrepareMatrix(const QuantMatrix& w) { return absl::OkStatus(); }
+  virtual absl::Status PrepareVector(const float* v, int64_t n) { return absl::OkStatus(); }
 
   // Runs `batch` (a sequence of the operations below) on the backend's threads.
   virtual absl::Status Execute(absl::FunctionRef<absl::Status()> batch) = 0;

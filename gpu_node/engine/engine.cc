@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   if (!chat.ok()) return chat.status();
   e->chat_template_ = std::make_unique<model::ChatTemplate>(*std::move(chat));
   e->transformer_ = std::make_unique<Transformer>(e->weights_.get(), e->backend_.get());
+  MAGICPIG_RETURN_IF_ERROR(e->transformer_->PrepareWeights());
   e->context_length_ =
       options.context_length > 0 ? options.context_length : e->weights_->config().context_length;
   e->prefill_chunk_ = options.prefill_chunk;
@@ -176,6 +177,12 @@ void Sequence::Finish(FinishReason reason) {
 
 absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attention, Sequence& seq,
                                           const std::vector<int>& avoid) {
+  if (!backend_->host_memory()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--attention ", std::string(attention::EstimatorName(attention.mode)),
+                     " does not run on the ", std::string(backend_->name()),
+                     " backend yet (issue #34); use --attention full or --backend cpu"));
+  }
   const model::ModelConfig& c = weights_->config();
   const int64_t n_prompt = seq.prompt_tokens();
   const SimHash* hash = hash_.get();
@@ -215,8 +222,8 @@ absl::Status Engine::PlaceAgain(const SparseAttentionOptions& attention, Sequenc
   const std::vector<int> avoid = remote::AttentionNodePool::FailedNodes(seq.shards_.get());
   seq.router_.reset();
   seq.shards_.reset();  // releases what the nodes that still answer hold
-  MAGICPIG_ASSIGN_OR_RETURN(seq.kv_,
-                            KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq.capacity_));
+  MAGICPIG_ASSIGN_OR_RETURN(
+      seq.kv_, KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq.capacity_, backend_.get()));
   return SetUpSparseAttention(attention, seq, avoid);
 }
 
@@ -282,8 +289,8 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
   seq->request_ = request;
   seq->callbacks_ = std::move(callbacks);
   seq->capacity_ = std::min(context_length_, n_prompt + request.max_tokens);
-  MAGICPIG_ASSIGN_OR_RETURN(seq->kv_,
-                            KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq->capacity_));
+  MAGICPIG_ASSIGN_OR_RETURN(seq->kv_, KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim,
+                                                      seq->capacity_, backend_.get()));
   seq->sampler_ = std::make_unique<Sampler>(request.sampling);
   seq->stream_ = std::make_unique<TextStream>(request.stop);
   seq->result_.stats.prompt_tokens = n_prompt;
@@ -472,9 +479,9 @@ attention::AttentionRunner::PhaseSeconds Engine::TakeEstimatorPhaseSeconds() {
 absl::StatusOr<std::vector<float>> Engine::ScoreAll(const std::vector<int32_t>& tokens) {
   absl::MutexLock lock(&mu_);
   const model::ModelConfig& c = weights_->config();
-  MAGICPIG_ASSIGN_OR_RETURN(
-      std::unique_ptr<KvCache> kv,
-      KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, static_cast<int64_t>(tokens.size())));
+  MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
+                            KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim,
+                                            static_cast<int64_t>(tokens.size()), backend_.get()));
   ForwardOptions options;
   options.logits = LogitsMode::kAll;
   options.max_chunk = prefill_chunk_;

@@ -19,13 +19,29 @@ int64_t KvCache::layer_bytes() const {
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t n_layer, int64_t n_head_kv,
-                                                         int64_t head_dim, int64_t capacity) {
+                                                         int64_t head_dim, int64_t capacity,
+                                                         backend::Backend* memory) {
   std::unique_ptr<KvCache> c(new KvCache());
   c->n_layer_ = n_layer;
   c->n_head_kv_ = n_head_kv;
   c->head_dim_ = head_dim;
   c->capacity_ = capacity;
   const size_t bytes = static_cast<size_t>(c->layer_bytes());
+  if (memory != nullptr && !memory->host_memory()) {
+    for (int64_t l = 0; l < n_layer; ++l) {
+      for (std::vector<uint16_t*>* tensor : {&c->k_, &c->v_}) {
+        absl::StatusOr<backend::BackendBuffer> b = memory->Allocate(c->layer_bytes());
+        if (!b.ok()) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "cannot allocate the KV cache for ", capacity, " tokens on the ",
+              std::string(memory->name()), " backend: ", std::string(b.status().message())));
+        }
+        tensor->push_back(b->as<uint16_t>());
+        c->device_.push_back(*std::move(b));
+      }
+    }
+    return c;
+  }
   for (int64_t l = 0; l < n_layer; ++l) {
     for (std::vector<uint16_t*>* tensor : {&c->k_, &c->v_}) {
       // Zero pages until written: rows are written before they are read.
@@ -41,6 +57,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t n_layer, int64_
 }
 
 KvCache::~KvCache() {
+  if (!device_.empty()) return;  // the buffers give themselves back
   const size_t bytes = static_cast<size_t>(layer_bytes());
   for (uint16_t* p : k_) munmap(p, bytes);
   for (uint16_t* p : v_) munmap(p, bytes);
@@ -63,6 +80,7 @@ int64_t KvCache::Release(int64_t layer, int64_t begin, int64_t end) {
   const int64_t lo = (begin * row + page - 1) / page * page;
   const int64_t hi = end * row / page * page;
   if (hi <= lo) return 0;
+  if (!device_.empty()) return 0;  // device memory stays until the cache is destroyed
   int64_t freed = 0;
   for (uint16_t* base : {k_[layer], v_[layer]}) {
     if (madvise(reinterpret_cast<char*>(base) + lo, static_cast<size_t>(hi - lo), MADV_DONTNEED) ==
@@ -75,6 +93,7 @@ int64_t KvCache::Release(int64_t layer, int64_t begin, int64_t end) {
 }
 
 int64_t KvCache::ResidentBytes() const {
+  if (!device_.empty()) return bytes();
   const int64_t page = PageSize();
   const int64_t bytes = layer_bytes();
   std::vector<unsigned char> vec(static_cast<size_t>((bytes + page - 1) / page));

@@ -10,6 +10,10 @@
 // layers live there, and the compute node keeps only the static window. Released rows read as
 // zeros; nobody reads them (docs/architecture.md §7: the hashed region is the attention nodes').
 //
+// On a backend whose memory is not the host's (CUDA), the cache is allocated in the backend's
+// memory instead (Create's `memory`): all of it is resident from the start, and Release and
+// ResidentBytes only account (nothing is given back until the cache is destroyed).
+//
 // Thread-safety: owned by one sequence; not shared.
 #ifndef MAGICPIG_GPU_NODE_ENGINE_KV_CACHE_H_
 #define MAGICPIG_GPU_NODE_ENGINE_KV_CACHE_H_
@@ -25,9 +29,11 @@ namespace magicpig::engine {
 
 class KvCache {
  public:
-  // RESOURCE_EXHAUSTED if the allocation fails.
+  // RESOURCE_EXHAUSTED if the allocation fails. `memory`: the backend whose memory holds the
+  // cache when it is not host memory (null or a host-memory backend: anonymous mappings).
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(int64_t n_layer, int64_t n_head_kv,
-                                                         int64_t head_dim, int64_t capacity);
+                                                         int64_t head_dim, int64_t capacity,
+                                                         backend::Backend* memory = nullptr);
 
   backend::KvLayerView layer(int64_t l);
   int64_t capacity() const { return capacity_; }
@@ -53,7 +59,8 @@ class KvCache {
   int64_t layer_bytes() const;
   int64_t n_layer_ = 0, n_head_kv_ = 0, head_dim_ = 0, capacity_ = 0, size_ = 0;
   int64_t released_bytes_ = 0;
-  std::vector<uint16_t*> k_, v_;  // mappings of layer_bytes() each
+  std::vector<uint16_t*> k_, v_;  // mappings (or device buffers) of layer_bytes() each
+  std::vector<backend::BackendBuffer> device_;  // owns k_ and v_ when on a device
 };
 
 }  // namespace magicpig::engine

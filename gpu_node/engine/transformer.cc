@@ -12,6 +12,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Sparse attention hooks read and write host memory (the router's window and offload).
+absl::Status CheckHook(const backend::Backend& b, const LayerAttentionHook* hook) {
+  if (hook == nullptr || b.host_memory()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("sparse attention does not run on the ",
+                                                    std::string(b.name()),
+                                                    " backend yet; use --backend cpu"));
+}
+
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -27,16 +35,62 @@ Transformer::Transformer(const model::ModelWeights* weights, backend::Backend* b
   rope_.freq_base = c.rope_freq_base;
 }
 
-void Transformer::ResizeScratch(int64_t rows) {
+absl::Status Transformer::PrepareWeights() {
+  backend::Backend& b = *backend_;
   const model::ModelConfig& c = weights_->config();
-  norm_.resize(rows * std::max(c.n_embd, c.q_dim()));
-  q_.resize(rows * c.q_dim());
-  attn_.resize(rows * c.q_dim());
-  k_.resize(rows * c.kv_dim());
-  v_.resize(rows * c.kv_dim());
-  gate_.resize(rows * c.n_ff);
-  up_.resize(rows * c.n_ff);
-  positions_.resize(rows);
+  auto vector = [&b](const std::vector<float>& v) {
+    return v.empty() ? absl::OkStatus() : b.PrepareVector(v.data(), static_cast<int64_t>(v.size()));
+  };
+  MAGICPIG_RETURN_IF_ERROR(b.PrepareMatrix(weights_->token_embd()));
+  if (!weights_->tied_embeddings()) MAGICPIG_RETURN_IF_ERROR(b.PrepareMatrix(weights_->output()));
+  MAGICPIG_RETURN_IF_ERROR(vector(weights_->output_norm()));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const model::LayerWeights& w = weights_->layer(l);
+    for (const QuantMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+      MAGICPIG_RETURN_IF_ERROR(b.PrepareMatrix(*m));
+    }
+    for (const std::vector<float>* v : {&w.attn_norm, &w.ffn_norm, &w.bq, &w.bk, &w.bv}) {
+      MAGICPIG_RETURN_IF_ERROR(vector(*v));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transformer::ResizeScratch(int64_t rows) {
+  if (rows <= scratch_rows_) return absl::OkStatus();
+  const model::ModelConfig& c = weights_->config();
+  backend::Backend& b = *backend_;
+  const int64_t f = sizeof(float);
+  MAGICPIG_ASSIGN_OR_RETURN(norm_, b.Allocate(rows * std::max(c.n_embd, c.q_dim()) * f));
+  MAGICPIG_ASSIGN_OR_RETURN(q_, b.Allocate(rows * c.q_dim() * f));
+  MAGICPIG_ASSIGN_OR_RETURN(attn_, b.Allocate(rows * c.q_dim() * f));
+  MAGICPIG_ASSIGN_OR_RETURN(k_, b.Allocate(rows * c.kv_dim() * f));
+  MAGICPIG_ASSIGN_OR_RETURN(v_, b.Allocate(rows * c.kv_dim() * f));
+  MAGICPIG_ASSIGN_OR_RETURN(gate_, b.Allocate(rows * c.n_ff * f));
+  MAGICPIG_ASSIGN_OR_RETURN(up_, b.Allocate(rows * c.n_ff * f));
+  MAGICPIG_ASSIGN_OR_RETURN(positions_, b.Allocate(rows * static_cast<int64_t>(sizeof(int32_t))));
+  positions_host_.resize(rows);
+  scratch_rows_ = rows;
+  return absl::OkStatus();
+}
+
+absl::Status Transformer::UploadPositions(int64_t n) {
+  return backend_->CopyIn(positions_.data(), positions_host_.data(),
+                          n * static_cast<int64_t>(sizeof(int32_t)));
+}
+
+absl::Status Transformer::Logits(const float* x, int64_t n, float* logits) {
+  const model::ModelConfig& c = weights_->config();
+  backend::Backend& b = *backend_;
+  MAGICPIG_ASSIGN_OR_RETURN(backend::BackendBuffer normed,
+                            b.Allocate(n * c.n_embd * static_cast<int64_t>(sizeof(float))));
+  b.RmsNorm(x, weights_->output_norm().data(), n, c.n_embd, static_cast<float>(c.rms_eps),
+            normed.as<float>());
+  if (b.host_memory()) return b.MatMul(weights_->output(), normed.as<float>(), n, logits);
+  const int64_t bytes = n * c.n_vocab * static_cast<int64_t>(sizeof(float));
+  MAGICPIG_ASSIGN_OR_RETURN(backend::BackendBuffer out, b.Allocate(bytes));
+  MAGICPIG_RETURN_IF_ERROR(b.MatMul(weights_->output(), normed.as<float>(), n, out.as<float>()));
+  return b.CopyOut(logits, out.data(), bytes);
 }
 
 absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t n,
@@ -47,10 +101,10 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
   backend::Backend& b = *backend_;
   const float eps = static_cast<float>(c.rms_eps);
   float* xr = x + row * c.n_embd;
-  float* norm = norm_.data() + row * c.n_embd;
-  float* q = q_.data() + row * c.q_dim();
-  float* k = k_.data() + row * c.kv_dim();
-  float* v = v_.data() + row * c.kv_dim();
+  float* norm = norm_.as<float>() + row * c.n_embd;
+  float* q = q_.as<float>() + row * c.q_dim();
+  float* k = k_.as<float>() + row * c.kv_dim();
+  float* v = v_.as<float>() + row * c.kv_dim();
 
   b.RmsNorm(xr, w.attn_norm.data(), n, c.n_embd, eps, norm);
   MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wq, norm, n, q));
@@ -61,18 +115,28 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
     b.AddBias(k, w.bk.data(), n, c.kv_dim());
     b.AddBias(v, w.bv.data(), n, c.kv_dim());
   }
-  b.Rope(q, n, c.n_head, c.head_dim, positions_.data() + row, rope_);
-  b.Rope(k, n, c.n_head_kv, c.head_dim, positions_.data() + row, rope_);
+  b.Rope(q, n, c.n_head, c.head_dim, positions_.as<int32_t>() + row, rope_);
+  b.Rope(k, n, c.n_head_kv, c.head_dim, positions_.as<int32_t>() + row, rope_);
 
   const Clock::time_point attention_start = Clock::now();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
   for (size_t i = 0; i < slots.size(); ++i) {
     const Slot& s = slots[i];
-    const float* sq = q_.data() + s.row * c.q_dim();
-    const float* sk = k_.data() + s.row * c.kv_dim();
-    const float* sv = v_.data() + s.row * c.kv_dim();
-    float* out = attn_.data() + s.row * c.q_dim();
-    if (options != nullptr && options->on_qk) options->on_qk(layer, s.first_pos, s.n, sq, sk);
+    const float* sq = q_.as<float>() + s.row * c.q_dim();
+    const float* sk = k_.as<float>() + s.row * c.kv_dim();
+    const float* sv = v_.as<float>() + s.row * c.kv_dim();
+    float* out = attn_.as<float>() + s.row * c.q_dim();
+    if (options != nullptr && options->on_qk) {
+      if (b.host_memory()) {
+        options->on_qk(layer, s.first_pos, s.n, sq, sk);
+      } else {
+        q_host_.resize(s.n * c.q_dim());
+        k_host_.resize(s.n * c.kv_dim());
+        MAGICPIG_RETURN_IF_ERROR(b.CopyOut(q_host_.data(), sq, s.n * c.q_dim() * 4));
+        MAGICPIG_RETURN_IF_ERROR(b.CopyOut(k_host_.data(), sk, s.n * c.kv_dim() * 4));
+        options->on_qk(layer, s.first_pos, s.n, q_host_.data(), k_host_.data());
+      }
+    }
     const backend::KvLayerView cache = s.kv->layer(layer);
     b.StoreKv(sk, sv, s.n, s.first_pos, cache);
     bool started = false;
@@ -103,11 +167,11 @@ absl::Status Transformer::LayerPost(int64_t layer, float* x, int64_t row, int64_
   }
   if (timings != nullptr) timings->attention += Seconds(wait_start, Clock::now());
   float* xr = x + row * c.n_embd;
-  float* norm = norm_.data() + row * c.n_embd;
-  float* gate = gate_.data() + row * c.n_ff;
-  float* up = up_.data() + row * c.n_ff;
+  float* norm = norm_.as<float>() + row * c.n_embd;
+  float* gate = gate_.as<float>() + row * c.n_ff;
+  float* up = up_.as<float>() + row * c.n_ff;
 
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wo, attn_.data() + row * c.q_dim(), n, norm));
+  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wo, attn_.as<float>() + row * c.q_dim(), n, norm));
   b.Add(norm, xr, n * c.n_embd);
 
   b.RmsNorm(xr, w.ffn_norm.data(), n, c.n_embd, eps, norm);
@@ -125,6 +189,7 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t first_pos = kv.size();
   if (n == 0) return absl::InvalidArgumentError("Forward needs at least one token");
+  MAGICPIG_RETURN_IF_ERROR(CheckHook(*backend_, options.attention_hook));
   if (first_pos + n > kv.capacity()) {
     return absl::OutOfRangeError(absl::StrCat(
         "sequence of ", first_pos + n, " tokens exceeds the KV cache capacity of ", kv.capacity()));
@@ -136,18 +201,23 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
     }
   }
   const int64_t chunk = std::max<int64_t>(1, std::min(options.max_chunk, n));
-  ResizeScratch(chunk);
+  MAGICPIG_RETURN_IF_ERROR(ResizeScratch(chunk));
 
   // The residual stream of every token of this call: n * n_embd floats.
-  std::vector<float> x(n * c.n_embd);
+  MAGICPIG_ASSIGN_OR_RETURN(backend::BackendBuffer x_buffer,
+                            backend_->Allocate(n * c.n_embd * static_cast<int64_t>(sizeof(float))));
+  float* x = x_buffer.as<float>();
   return backend_->Execute([&]() -> absl::Status {
-    MAGICPIG_RETURN_IF_ERROR(backend_->Embed(weights_->token_embd(), tokens, x.data()));
+    MAGICPIG_RETURN_IF_ERROR(backend_->Embed(weights_->token_embd(), tokens, x));
     for (int64_t l = 0; l < c.n_layer; ++l) {
       for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         const int64_t m = std::min(chunk, n - t0);
-        for (int64_t i = 0; i < m; ++i) positions_[i] = static_cast<int32_t>(first_pos + t0 + i);
+        for (int64_t i = 0; i < m; ++i) {
+          positions_host_[i] = static_cast<int32_t>(first_pos + t0 + i);
+        }
+        MAGICPIG_RETURN_IF_ERROR(UploadPositions(m));
         const Slot slot{&kv, first_pos + t0, 0, m, options.attention_hook};
-        float* xc = x.data() + t0 * c.n_embd;
+        float* xc = x + t0 * c.n_embd;
         std::vector<char> pending(1);
         MAGICPIG_RETURN_IF_ERROR(LayerPre(l, xc, 0, m, {&slot, 1}, &options, &pending, nullptr));
         MAGICPIG_RETURN_IF_ERROR(LayerPost(l, xc, 0, m, {&slot, 1}, pending, nullptr));
@@ -164,13 +234,10 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
       // Row blocks of the LM head, handed out one block at a time: n * n_vocab floats for a long
       // prompt would not fit; the last row is also kept in `logits`.
       const int64_t block = chunk;
-      std::vector<float> normed(block * c.n_embd), part(block * c.n_vocab);
+      std::vector<float> part(block * c.n_vocab);
       for (int64_t t0 = 0; t0 < n; t0 += block) {
         const int64_t m = std::min(block, n - t0);
-        backend_->RmsNorm(x.data() + t0 * c.n_embd, weights_->output_norm().data(), m, c.n_embd,
-                          static_cast<float>(c.rms_eps), normed.data());
-        MAGICPIG_RETURN_IF_ERROR(
-            backend_->MatMul(weights_->output(), normed.data(), m, part.data()));
+        MAGICPIG_RETURN_IF_ERROR(Logits(x + t0 * c.n_embd, m, part.data()));
         options.on_logits(t0, m, part.data());
         if (t0 + m == n) {
           logits->assign(part.begin() + (m - 1) * c.n_vocab, part.begin() + m * c.n_vocab);
@@ -180,11 +247,8 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
     }
     const int64_t first_out = options.logits == LogitsMode::kLast ? n - 1 : 0;
     const int64_t n_out = n - first_out;
-    std::vector<float> normed(n_out * c.n_embd);
-    backend_->RmsNorm(x.data() + first_out * c.n_embd, weights_->output_norm().data(), n_out,
-                      c.n_embd, static_cast<float>(c.rms_eps), normed.data());
     logits->resize(n_out * c.n_vocab);
-    return backend_->MatMul(weights_->output(), normed.data(), n_out, logits->data());
+    return Logits(x + first_out * c.n_embd, n_out, logits->data());
   });
 }
 
@@ -199,6 +263,7 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
   for (int64_t i = 0; i < n; ++i) {
     const DecodeItem& item = items[i];
     if (item.kv == nullptr) return absl::InvalidArgumentError("a batch item has no KV cache");
+    MAGICPIG_RETURN_IF_ERROR(CheckHook(*backend_, item.attention_hook));
     if (item.token < 0 || item.token >= c.n_vocab) {
       return absl::InvalidArgumentError(
           absl::StrCat("token id ", item.token, " is outside the vocabulary [0, ", c.n_vocab, ")"));
@@ -216,13 +281,18 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
     slots[i] = Slot{item.kv, item.kv->size(), i, 1, item.attention_hook};
     tokens[i] = item.token;
   }
-  ResizeScratch(n);
-  std::vector<float> x(n * c.n_embd);
+  MAGICPIG_RETURN_IF_ERROR(ResizeScratch(n));
+  const int64_t x_bytes = n * c.n_embd * static_cast<int64_t>(sizeof(float));
+  if (x_batch_.bytes() < x_bytes) {
+    MAGICPIG_ASSIGN_OR_RETURN(x_batch_, backend_->Allocate(x_bytes));
+  }
+  float* x = x_batch_.as<float>();
   const Clock::time_point start = Clock::now();
   StepTimings local;
   absl::Status status = backend_->Execute([&]() -> absl::Status {
-    MAGICPIG_RETURN_IF_ERROR(backend_->Embed(weights_->token_embd(), tokens, x.data()));
-    for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(slots[i].first_pos);
+    MAGICPIG_RETURN_IF_ERROR(backend_->Embed(weights_->token_embd(), tokens, x));
+    for (int64_t i = 0; i < n; ++i) positions_host_[i] = static_cast<int32_t>(slots[i].first_pos);
+    MAGICPIG_RETURN_IF_ERROR(UploadPositions(n));
     // Micro-batches [begin, end) of rows. With two or more, the attention of one (handed to
     // attention nodes by StartAttend) overlaps the dense work of the others. The micro-batches
     // run staggered by one: while the nodes attend micro-batch m at layer l, this thread runs
@@ -238,12 +308,12 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
     };
     auto pre = [&](int64_t m, int64_t l) -> absl::Status {
       pending[m].assign(part_of(m).size(), 0);
-      return LayerPre(l, x.data(), bounds[m], bounds[m + 1] - bounds[m], part_of(m), nullptr,
-                      &pending[m], &local);
+      return LayerPre(l, x, bounds[m], bounds[m + 1] - bounds[m], part_of(m), nullptr, &pending[m],
+                      &local);
     };
     auto post = [&](int64_t m, int64_t l) -> absl::Status {
-      MAGICPIG_RETURN_IF_ERROR(LayerPost(l, x.data(), bounds[m], bounds[m + 1] - bounds[m],
-                                         part_of(m), pending[m], &local));
+      MAGICPIG_RETURN_IF_ERROR(
+          LayerPost(l, x, bounds[m], bounds[m + 1] - bounds[m], part_of(m), pending[m], &local));
       for (const Slot& s : part_of(m)) {
         if (s.hook != nullptr) {
           MAGICPIG_RETURN_IF_ERROR(s.hook->OnLayerStored(l, s.kv->layer(l), s.first_pos + 1));
@@ -270,11 +340,8 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
       }
     }
     for (const Slot& s : slots) s.kv->set_size(s.first_pos + 1);
-    std::vector<float> normed(n * c.n_embd);
-    backend_->RmsNorm(x.data(), weights_->output_norm().data(), n, c.n_embd,
-                      static_cast<float>(c.rms_eps), normed.data());
     logits->resize(n * c.n_vocab);
-    return backend_->MatMul(weights_->output(), normed.data(), n, logits->data());
+    return Logits(x, n, logits->data());
   });
   if (timings != nullptr) {
     timings->attention += local.attention;

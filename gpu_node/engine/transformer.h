@@ -5,6 +5,11 @@
 // memory is bounded) before any token enters layer l+1. Attention is exact and causal over the
 // sequence's KV cache. Decoding is the same call with one token.
 //
+// Activations and scratch live in the backend's memory (backend.h); on a device backend the logits
+// are copied to the host once per call. Sparse attention hooks and on_qk read host memory: with a
+// device backend, on_qk gets host copies and hooks are refused (FAILED_PRECONDITION) until the
+// sparse path runs on the device (issue #34).
+//
 // Thread-safety: one Forward at a time per Transformer (it owns scratch buffers).
 #ifndef MAGICPIG_GPU_NODE_ENGINE_TRANSFORMER_H_
 #define MAGICPIG_GPU_NODE_ENGINE_TRANSFORMER_H_
@@ -96,6 +101,10 @@ class Transformer {
 
   const model::ModelConfig& config() const { return weights_->config(); }
 
+  // Hands every weight to the backend's Prepare calls (device backends copy them once here).
+  // Call before the first Forward; a no-op for the CPU backend.
+  absl::Status PrepareWeights();
+
   // Appends `tokens` to the sequence whose cache is `kv` and fills `logits` per options.logits.
   // INVALID_ARGUMENT for out-of-vocabulary ids; OUT_OF_RANGE if the cache would overflow.
   absl::Status Forward(absl::Span<const int32_t> tokens, KvCache& kv, const ForwardOptions& options,
@@ -131,14 +140,21 @@ class Transformer {
   absl::Status LayerPost(int64_t layer, float* x, int64_t row, int64_t n,
                          absl::Span<const Slot> slots, const std::vector<char>& pending,
                          StepTimings* timings);
-  void ResizeScratch(int64_t rows);
+  absl::Status ResizeScratch(int64_t rows);
+  // positions_host_[0..n) -> positions_ (backend memory).
+  absl::Status UploadPositions(int64_t n);
+  // Final norm and LM head over rows [0, n) of x into host logits ([n][n_vocab]).
+  absl::Status Logits(const float* x, int64_t n, float* logits);
 
   const model::ModelWeights* weights_;
   backend::Backend* backend_;
   backend::RopeParams rope_;
-  // Scratch, sized to the largest chunk seen.
-  std::vector<float> norm_, q_, k_, v_, attn_, gate_, up_;
-  std::vector<int32_t> positions_;
+  // Scratch in the backend's memory, sized to the largest chunk seen.
+  backend::BackendBuffer norm_, q_, k_, v_, attn_, gate_, up_, positions_, x_batch_;
+  int64_t scratch_rows_ = 0;
+  std::vector<int32_t> positions_host_;
+  // Host copies of q and k for on_qk when the backend's memory is not the host's.
+  std::vector<float> q_host_, k_host_;
 };
 
 }  // namespace magicpig::engine

@@ -1,0 +1,303 @@
+#include "gpu_node/backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/quant/ggml_type.h"
+#include "common/status_macros.h"
+#include "gpu_node/backend/cuda/block_decode.h"
+#include "gpu_node/backend/cuda/cuda_status.h"
+
+namespace magicpig::backend {
+namespace {
+
+using cuda_internal::AttentionPieces;
+
+// Split-K: enough (query, head, piece) blocks to fill a large GPU, with pieces of at least this
+// many keys so that each block has work worth its launch.
+constexpr int64_t kMinPieceKeys = 256;
+constexpr int64_t kTargetBlocks = 4096;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    const CudaBackendOptions& options) {
+  MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device, CudaDevice::Open(options.device));
+  return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(device), options));
+}
+
+CudaBackend::CudaBackend(std::unique_ptr<CudaDevice> device, const CudaBackendOptions& options)
+    : device_(std::move(device)), options_(options) {}
+
+CudaBackend::~CudaBackend() {
+  // Buffers free themselves (cudaFree waits for the device); the device goes last.
+  matrices_.clear();
+  vectors_.clear();
+  half_x_ = BackendBuffer();
+  ids_ = BackendBuffer();
+  part_o_ = BackendBuffer();
+  part_lse_ = BackendBuffer();
+  ranges_ = BackendBuffer();
+}
+
+absl::StatusOr<BackendBuffer> CudaBackend::Allocate(int64_t bytes) {
+  return device_->Allocate(bytes);
+}
+
+absl::Status CudaBackend::CopyIn(void* dst, const void* host_src, int64_t bytes) {
+  if (bytes <= 0) return absl::OkStatus();
+  MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
+  return CudaStatus(cudaMemcpyAsync(dst, host_src, static_cast<size_t>(bytes),
+                                    cudaMemcpyHostToDevice, device_->stream()),
+                    "cudaMemcpyAsync (to the device)");
+}
+
+absl::Status CudaBackend::CopyOut(void* host_dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return absl::OkStatus();
+  MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
+  MAGICPIG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, src, static_cast<size_t>(bytes),
+                                                cudaMemcpyDeviceToHost, device_->stream()));
+  return device_->Synchronize();
+}
+
+absl::Status CudaBackend::PrepareMatrix(const QuantMatrix& w) {
+  if (matrices_.contains(w.data)) return absl::OkStatus();
+  const int type = static_cast<int>(w.type);
+  if (cuda_internal::BlockValues(type) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CUDA backend cannot dequantise ", GgmlTypeName(w.type), " weights"));
+  }
+  MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
+  const int64_t row_bytes = GgmlRowBytes(w.type, w.cols);
+  MAGICPIG_ASSIGN_OR_RETURN(BackendBuffer raw, device_->Allocate(w.rows * row_bytes));
+  MAGICPIG_RETURN_IF_ERROR(CopyIn(raw.data(), w.data, w.rows * row_bytes));
+  const int64_t element = options_.float_weights ? 4 : 2;
+  ResidentMatrix m;
+  m.rows = w.rows;
+  m.cols = w.cols;
+  MAGICPIG_ASSIGN_OR_RETURN(m.data, device_->Allocate(w.rows * w.cols * element));
+  MAGICPIG_CUDA_RETURN_IF_ERROR(
+      cuda_internal::LaunchDequantize(type, raw.as<uint8_t>(), w.rows, w.cols, row_bytes,
+                                      m.data.data(), options_.float_weights, device_->stream()));
+  MAGICPIG_RETURN_IF_ERROR(device_->Synchronize());  // before `raw` is freed
+  weight_bytes_ += m.data.bytes();
+  matrices_.emplace(w.data, std::move(m));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::PrepareVector(const float* v, int64_t n) {
+  if (vectors_.contains(v)) return absl::OkStatus();
+  MAGICPIG_ASSIGN_OR_RETURN(BackendBuffer b, device_->Allocate(n * 4));
+  MAGICPIG_RETURN_IF_ERROR(CopyIn(b.data(), v, n * 4));
+  MAGICPIG_RETURN_IF_ERROR(device_->Synchronize());
+  weight_bytes_ += b.bytes();
+  vectors_.emplace(v, std::move(b));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const CudaBackend::ResidentMatrix*> CudaBackend::FindMatrix(
+    const QuantMatrix& w) const {
+  auto it = matrices_.find(w.data);
+  if (it == matrices_.end()) {
+    return absl::FailedPreconditionError(
+        "a weight matrix reached the CUDA backend without PrepareMatrix");
+  }
+  if (it->second.rows != w.rows || it->second.cols != w.cols) {
+    return absl::InvalidArgumentError(absl::StrCat("weight matrix of ", w.rows, "x", w.cols,
+                                                   " does not match its prepared copy of ",
+                                                   it->second.rows, "x", it->second.cols));
+  }
+  return &it->second;
+}
+
+const float* CudaBackend::FindVector(const float* host) {
+  auto it = vectors_.find(host);
+  if (it != vectors_.end()) return it->second.as<float>();
+  Fail(
+      absl::FailedPreconditionError("a weight vector reached the CUDA backend without "
+                                    "PrepareVector"));
+  return nullptr;
+}
+
+void CudaBackend::Fail(absl::Status status) {
+  if (error_.ok() && !status.ok()) error_ = std::move(status);
+}
+
+absl::Status CudaBackend::Reserve(BackendBuffer& buffer, int64_t bytes) {
+  if (buffer.bytes() >= bytes) return absl::OkStatus();
+  buffer = BackendBuffer();
+  MAGICPIG_ASSIGN_OR_RETURN(buffer, device_->Allocate(bytes));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Execute(absl::FunctionRef<absl::Status()> batch) {
+  MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
+  error_ = absl::OkStatus();
+  absl::Status status = batch();
+  if (status.ok()) status = error_;
+  // Errors of kernels that ran asynchronously surface here at the latest.
+  const absl::Status sync = device_->Synchronize();
+  error_ = absl::OkStatus();
+  return status.ok() ? sync : status;
+}
+
+absl::Status CudaBackend::MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) {
+  MAGICPIG_RETURN_IF_ERROR(error_);
+  MAGICPIG_ASSIGN_OR_RETURN(const ResidentMatrix* m, FindMatrix(w));
+  if (n_tokens == 0) return absl::OkStatus();
+  const float one = 1.0f, zero = 0.0f;
+  // Row-major W [rows][cols] is column-major cols x rows; y (row-major [n][rows]) is then
+  // column-major rows x n = Wᵀ(col-major) · x(col-major cols x n).
+  const int m_rows = static_cast<int>(m->rows), n = static_cast<int>(n_tokens),
+            k = static_cast<int>(m->cols);
+  if (options_.float_weights) {
+    MAGICPIG_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(device_->cublas(), CUBLAS_OP_T, CUBLAS_OP_N,
+                                                 m_rows, n, k, &one, m->data.data(), CUDA_R_32F, k,
+                                                 x, CUDA_R_32F, k, &zero, y, CUDA_R_32F, m_rows,
+                                                 CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+    return absl::OkStatus();
+  }
+  MAGICPIG_RETURN_IF_ERROR(Reserve(half_x_, n_tokens * m->cols * 2));
+  MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchFloatToHalf(
+      x, half_x_.as<uint16_t>(), n_tokens * m->cols, device_->stream()));
+  MAGICPIG_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(device_->cublas(), CUBLAS_OP_T, CUBLAS_OP_N, m_rows,
+                                               n, k, &one, m->data.data(), CUDA_R_16F, k,
+                                               half_x_.data(), CUDA_R_16F, k, &zero, y, CUDA_R_32F,
+                                               m_rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Embed(const QuantMatrix& table, absl::Span<const int32_t> ids,
+                                float* out) {
+  MAGICPIG_RETURN_IF_ERROR(error_);
+  for (int32_t id : ids) {
+    if (id < 0 || id >= table.rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " is outside the vocabulary [0, ", table.rows, ")"));
+    }
+  }
+  MAGICPIG_ASSIGN_OR_RETURN(const ResidentMatrix* m, FindMatrix(table));
+  const int64_t n = static_cast<int64_t>(ids.size());
+  MAGICPIG_RETURN_IF_ERROR(Reserve(ids_, n * 4));
+  MAGICPIG_RETURN_IF_ERROR(CopyIn(ids_.data(), ids.data(), n * 4));
+  return CudaStatus(cuda_internal::LaunchEmbed(m->data.data(), options_.float_weights, m->cols,
+                                               ids_.as<int32_t>(), n, out, device_->stream()),
+                    "embedding lookup");
+}
+
+void CudaBackend::RmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
+                          float eps, float* out) {
+  if (!error_.ok()) return;
+  const float* w = FindVector(weight);
+  if (w == nullptr) return;
+  Fail(CudaStatus(cuda_internal::LaunchRmsNorm(x, w, n_tokens, dim, eps, out, device_->stream()),
+                  "RMSNorm"));
+}
+
+void CudaBackend::AddBias(float* x, const float* bias, int64_t n_tokens, int64_t dim) {
+  if (!error_.ok()) return;
+  const float* b = FindVector(bias);
+  if (b == nullptr) return;
+  Fail(CudaStatus(cuda_internal::LaunchAddBias(x, b, n_tokens, dim, device_->stream()), "bias"));
+}
+
+void CudaBackend::Add(const float* x, float* y, int64_t n) {
+  if (!error_.ok()) return;
+  Fail(CudaStatus(cuda_internal::LaunchAdd(x, y, n, device_->stream()), "residual add"));
+}
+
+void CudaBackend::Rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                       const int32_t* positions, const RopeParams& params) {
+  if (!error_.ok()) return;
+  Fail(CudaStatus(cuda_internal::LaunchRope(x, n_tokens, n_heads, head_dim, positions,
+                                            params.pairing == RopePairing::kAdjacent, params.n_rot,
+                                            params.freq_base, device_->stream()),
+                  "RoPE"));
+}
+
+void CudaBackend::SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  if (!error_.ok()) return;
+  Fail(CudaStatus(cuda_internal::LaunchSwiGlu(gate, up, n, out, device_->stream()), "SwiGLU"));
+}
+
+void CudaBackend::StoreKv(const float* k, const float* v, int64_t n_tokens, int64_t first_pos,
+                          const KvLayerView& cache) {
+  if (!error_.ok()) return;
+  const int64_t row = cache.n_head_kv * cache.head_dim;
+  Fail(CudaStatus(cuda_internal::LaunchStoreKv(k, v, n_tokens * row, cache.k + first_pos * row,
+                                               cache.v + first_pos * row, device_->stream()),
+                  "KV store"));
+}
+
+absl::Status CudaBackend::RunPieces(AttentionPieces a, float* out, float* lse) {
+  const int64_t rows = a.n_queries * a.n_head;
+  MAGICPIG_RETURN_IF_ERROR(Reserve(part_o_, a.n_pieces * rows * a.head_dim * 4));
+  MAGICPIG_RETURN_IF_ERROR(Reserve(part_lse_, a.n_pieces * rows * 4));
+  a.part_o = part_o_.as<float>();
+  a.part_lse = part_lse_.as<float>();
+  MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchAttentionPieces(a, device_->stream()));
+  return CudaStatus(cuda_internal::LaunchMergePartials(a.part_o, a.part_lse, a.n_pieces, rows,
+                                                       a.head_dim, out, lse, device_->stream()),
+                    "attention merge");
+}
+
+void CudaBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t first_pos,
+                                  int64_t n_head, float scale, const KvLayerView& cache,
+                                  float* out) {
+  if (!error_.ok() || n_tokens == 0) return;
+  AttentionPieces a;
+  a.q = q;
+  a.k = cache.k;
+  a.v = cache.v;
+  a.n_queries = n_tokens;
+  a.n_head = n_head;
+  a.n_head_kv = cache.n_head_kv;
+  a.head_dim = cache.head_dim;
+  a.scale = scale;
+  a.first_pos = first_pos;
+  const int64_t n_keys = first_pos + n_tokens;
+  const int64_t rows = n_tokens * n_head;
+  const int64_t max_pieces = std::max<int64_t>(1, (n_keys + kMinPieceKeys - 1) / kMinPieceKeys);
+  const int64_t want = std::max<int64_t>(1, (kTargetBlocks + rows - 1) / rows);
+  const int64_t pieces = std::min(max_pieces, want);
+  a.piece_len = (n_keys + pieces - 1) / pieces;
+  a.n_pieces = (n_keys + a.piece_len - 1) / a.piece_len;
+  Fail(RunPieces(a, out, nullptr));
+}
+
+void CudaBackend::RangeAttention(const float* q, int64_t n_head, float scale,
+                                 const KvLayerView& cache,
+                                 absl::Span<const std::pair<int64_t, int64_t>> ranges, float* out,
+                                 float* lse) {
+  if (!error_.ok()) return;
+  // Each range in pieces of at most kMinPieceKeys keys; an all-empty list keeps one empty piece
+  // so that every head gets o = 0 and lse = -inf.
+  std::vector<int64_t> pieces;
+  for (auto [begin, end] : ranges) {
+    for (int64_t b = begin; b < end; b += kMinPieceKeys) {
+      pieces.push_back(b);
+      pieces.push_back(std::min(end, b + kMinPieceKeys));
+    }
+  }
+  if (pieces.empty()) pieces = {0, 0};
+  const int64_t bytes = static_cast<int64_t>(pieces.size() * sizeof(int64_t));
+  absl::Status s = Reserve(ranges_, bytes);
+  if (s.ok()) s = CopyIn(ranges_.data(), pieces.data(), bytes);
+  if (!s.ok()) return Fail(s);
+  AttentionPieces a;
+  a.q = q;
+  a.k = cache.k;
+  a.v = cache.v;
+  a.n_queries = 1;
+  a.n_head = n_head;
+  a.n_head_kv = cache.n_head_kv;
+  a.head_dim = cache.head_dim;
+  a.scale = scale;
+  a.n_pieces = static_cast<int64_t>(pieces.size() / 2);
+  a.ranges = ranges_.as<int64_t>();
+  Fail(RunPieces(a, out, lse));
+}
+
+}  // namespace magicpig::backend

@@ -1,0 +1,105 @@
+// CudaBackend: the compute Backend on one NVIDIA GPU (CUDA kernels plus cuBLAS), tested against
+// the CPU backend (cuda_backend_test, on a GPU machine through scripts/device-check).
+//
+// Weights: PrepareMatrix uploads a matrix once and dequantises it on the GPU (one kernel per GGUF
+// type, block_decode.h) into a resident copy, fp16 by default or fp32 with float_weights; MatMul
+// multiplies it with cuBLAS (fp16 inputs with fp32 accumulation, or fp32 throughout without
+// reduced-precision modes, the reference setting that matches the CPU's float-activation path).
+// PrepareVector keeps fp32 copies of norm weights and biases. Operations find the copies by the
+// host pointers they are passed. Activations and the KV cache are device memory (Allocate).
+//
+// Errors: every CUDA and cuBLAS call is checked. Operations that return void keep their first
+// failure and skip the rest; Execute returns it (backend.h).
+//
+// Thread-safety: one Execute at a time (the engine serialises batches); Prepare calls before the
+// first Execute.
+#ifndef MAGICPIG_GPU_NODE_BACKEND_CUDA_CUDA_BACKEND_H_
+#define MAGICPIG_GPU_NODE_BACKEND_CUDA_CUDA_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gpu_node/backend/backend.h"
+#include "gpu_node/backend/cuda/cuda_device.h"
+#include "gpu_node/backend/cuda/cuda_kernels.h"
+
+namespace magicpig::backend {
+
+struct CudaBackendOptions {
+  int device = 0;
+  // fp32 resident weights and fp32 products (reference precision, twice the memory); fp16
+  // otherwise.
+  bool float_weights = false;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // UNAVAILABLE when the device does not exist (CudaDeviceCount() says how many do).
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string_view name() const override { return "cuda"; }
+  CudaDevice& device() { return *device_; }
+  // Bytes of the resident weight copies.
+  int64_t weight_bytes() const { return weight_bytes_; }
+
+  bool host_memory() const override { return false; }
+  absl::StatusOr<BackendBuffer> Allocate(int64_t bytes) override;
+  absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes) override;
+  absl::Status CopyOut(void* host_dst, const void* src, int64_t bytes) override;
+  absl::Status PrepareMatrix(const QuantMatrix& w) override;
+  absl::Status PrepareVector(const float* v, int64_t n) override;
+
+  absl::Status Execute(absl::FunctionRef<absl::Status()> batch) override;
+  absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) override;
+  absl::Status Embed(const QuantMatrix& table, absl::Span<const int32_t> ids, float* out) override;
+  void RmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps,
+               float* out) override;
+  void AddBias(float* x, const float* bias, int64_t n_tokens, int64_t dim) override;
+  void Add(const float* x, float* y, int64_t n) override;
+  void Rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            const RopeParams& params) override;
+  void SwiGlu(const float* gate, const float* up, int64_t n, float* out) override;
+  void StoreKv(const float* k, const float* v, int64_t n_tokens, int64_t first_pos,
+               const KvLayerView& cache) override;
+  void CausalAttention(const float* q, int64_t n_tokens, int64_t first_pos, int64_t n_head,
+                       float scale, const KvLayerView& cache, float* out) override;
+  void RangeAttention(const float* q, int64_t n_head, float scale, const KvLayerView& cache,
+                      absl::Span<const std::pair<int64_t, int64_t>> ranges, float* out,
+                      float* lse) override;
+
+ private:
+  struct ResidentMatrix {
+    BackendBuffer data;  // [rows][cols], fp16 or fp32
+    int64_t rows = 0, cols = 0;
+  };
+  CudaBackend(std::unique_ptr<CudaDevice> device, const CudaBackendOptions& options);
+
+  absl::StatusOr<const ResidentMatrix*> FindMatrix(const QuantMatrix& w) const;
+  // The device copy of a prepared vector; null (and a kept failure) when it was not prepared.
+  const float* FindVector(const float* host);
+  // Keeps the first failure of a void operation.
+  void Fail(absl::Status status);
+  // Grows `buffer` to at least `bytes`.
+  absl::Status Reserve(BackendBuffer& buffer, int64_t bytes);
+  // Runs `a` (its part_o / part_lse are set here) and merges the pieces into out (and lse when
+  // not null): split-K attention.
+  absl::Status RunPieces(cuda_internal::AttentionPieces a, float* out, float* lse);
+
+  std::unique_ptr<CudaDevice> device_;
+  CudaBackendOptions options_;
+  absl::flat_hash_map<const void*, ResidentMatrix> matrices_;
+  absl::flat_hash_map<const float*, BackendBuffer> vectors_;
+  int64_t weight_bytes_ = 0;
+  absl::Status error_;
+  // Scratch, grown as needed: fp16 activations for the products, token ids, attention partials
+  // and key ranges.
+  BackendBuffer half_x_, ids_, part_o_, part_lse_, ranges_;
+};
+
+}  // namespace magicpig::backend
+
+#endif  // MAGICPIG_GPU_NODE_BACKEND_CUDA_CUDA_BACKEND_H_

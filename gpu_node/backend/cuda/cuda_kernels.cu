@@ -1,0 +1,315 @@
+// The CUDA backend's kernels. Simple, checked versions first: each is compared with the CPU
+// backend by cuda_backend_test on a GPU machine (scripts/device-check); speed work comes after
+// measurements there.
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "gpu_node/backend/cuda/block_decode.h"
+#include "gpu_node/backend/cuda/cuda_kernels.h"
+
+namespace magicpig::backend::cuda_internal {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned Blocks(int64_t n, int threads = kThreads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// One thread per block of the weight matrix.
+__global__ void DequantizeKernel(int type, const uint8_t* src, int64_t rows, int64_t blocks_per_row,
+                                 int64_t row_bytes, int64_t cols, void* dst, bool dst_fp32) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * blocks_per_row) return;
+  const int64_t row = i / blocks_per_row, block = i % blocks_per_row;
+  const int values = BlockValues(type);
+  const uint8_t* b = src + row * row_bytes + block * BlockBytes(type);
+  const int64_t base = row * cols + block * values;
+  if (dst_fp32) {
+    float* out = static_cast<float*>(dst) + base;
+    DecodeBlock(type, b, [out](int j, float x) { out[j] = x; });
+  } else {
+    __half* out = static_cast<__half*>(dst) + base;
+    DecodeBlock(type, b, [out](int j, float x) { out[j] = __float2half_rn(x); });
+  }
+}
+
+__global__ void EmbedKernel(const void* table, bool table_fp32, int64_t cols, const int32_t* ids,
+                            int64_t n, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * cols) return;
+  const int64_t t = i / cols, c = i % cols;
+  const int64_t src = static_cast<int64_t>(ids[t]) * cols + c;
+  out[i] = table_fp32 ? static_cast<const float*>(table)[src]
+                      : __half2float(static_cast<const __half*>(table)[src]);
+}
+
+__global__ void FloatToHalfKernel(const float* x, __half* y, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = __float2half_rn(x[i]);
+}
+
+// Block-wide sum of one value per thread (blockDim.x a multiple of 32, at most 1024).
+template <typename T>
+__device__ T BlockSum(T v) {
+  __shared__ T warp_sums[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  __syncthreads();  // warp_sums may still be read by a previous call
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  T total = 0;
+  for (int w = 0; w < warps; ++w) total += warp_sums[w];
+  return total;
+}
+
+__device__ float BlockMax(float v) {
+  __shared__ float warp_max[32];
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  __syncthreads();
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  float m = -INFINITY;
+  for (int w = 0; w < warps; ++w) m = fmaxf(m, warp_max[w]);
+  return m;
+}
+
+// One block per token; the sum of squares in double, as the CPU backend computes it.
+__global__ void RmsNormKernel(const float* x, const float* weight, int64_t dim, float eps,
+                              float* out) {
+  const float* xt = x + blockIdx.x * dim;
+  float* ot = out + blockIdx.x * dim;
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += static_cast<double>(xt[i]) * xt[i];
+  sum = BlockSum(sum);
+  const float inv = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(dim) + eps));
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    ot[i] = __fmul_rn(__fmul_rn(xt[i], inv), weight[i]);
+  }
+}
+
+__global__ void AddBiasKernel(float* x, const float* bias, int64_t n_tokens, int64_t dim) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n_tokens * dim) x[i] += bias[i % dim];
+}
+
+__global__ void AddKernel(const float* x, float* y, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
+// One thread per rotated pair; angles in double as on the CPU: theta = pos * base^(-2i / n_rot).
+__global__ void RopeKernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                           const int32_t* positions, bool adjacent, int64_t n_rot,
+                           double freq_base) {
+  const int64_t half = n_rot / 2;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n_tokens * n_heads * half) return;
+  const int64_t pair = i % half, head = (i / half) % n_heads, t = i / (half * n_heads);
+  const double theta = positions[t] * pow(freq_base, -2.0 * static_cast<double>(pair) / n_rot);
+  const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
+  float* xh = x + (t * n_heads + head) * head_dim;
+  const int64_t a = adjacent ? 2 * pair : pair;
+  const int64_t b = adjacent ? 2 * pair + 1 : pair + half;
+  const float xa = xh[a], xb = xh[b];
+  xh[a] = __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, s));
+  xh[b] = __fadd_rn(__fmul_rn(xa, s), __fmul_rn(xb, c));
+}
+
+__global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float g = gate[i];
+  out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+}
+
+__global__ void StoreKvKernel(const float* k, const float* v, int64_t n, __half* kd, __half* vd) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  kd[i] = __float2half_rn(k[i]);
+  vd[i] = __float2half_rn(v[i]);
+}
+
+constexpr int kAttentionThreads = 128;  // keys per tile: one per thread
+constexpr int kMaxHeadDim = 256;
+
+// Block (query t * n_head + head h, piece s). Online softmax over tiles of 128 keys: each thread
+// scores one key of the tile, then the threads accumulate the value rows over head dimensions.
+__global__ void AttentionPiecesKernel(AttentionPieces a) {
+  __shared__ float q[kMaxHeadDim];
+  __shared__ float p[kAttentionThreads];
+  const int64_t t = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, s = blockIdx.y;
+  const int64_t g = h / (a.n_head / a.n_head_kv);
+  const int64_t hd = a.head_dim;
+  int64_t begin, end;
+  if (a.ranges == nullptr) {
+    begin = s * a.piece_len;
+    end = min(begin + a.piece_len, a.first_pos + t + 1);
+  } else {
+    begin = a.ranges[2 * s];
+    end = a.ranges[2 * s + 1];
+  }
+  const int64_t row = (s * a.n_queries + t) * a.n_head + h;
+  float* o = a.part_o + row * hd;
+  if (begin >= end) {
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) o[d] = 0.0f;
+    if (threadIdx.x == 0) a.part_lse[row] = -INFINITY;
+    return;
+  }
+  const float* qt = a.q + (t * a.n_head + h) * hd;
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) q[d] = qt[d] * a.scale;
+  __syncthreads();
+  const int64_t stride = a.n_head_kv * hd;
+  const __half* k = reinterpret_cast<const __half*>(a.k) + g * hd;
+  const __half* v = reinterpret_cast<const __half*>(a.v) + g * hd;
+  float m = -INFINITY, l = 0.0f;
+  float acc[kMaxHeadDim / kAttentionThreads] = {};
+  for (int64_t tile = begin; tile < end; tile += kAttentionThreads) {
+    const int64_t j = tile + threadIdx.x;
+    float score = -INFINITY;
+    if (j < end) {
+      const __half* kj = k + j * stride;
+      float dot = 0.0f;
+      for (int64_t d = 0; d < hd; ++d) dot += q[d] * __half2float(kj[d]);
+      score = dot;
+    }
+    const float m_new = fmaxf(m, BlockMax(score));
+    const float alpha = m == -INFINITY ? 0.0f : expf(m - m_new);
+    const float pj = j < end ? expf(score - m_new) : 0.0f;
+    p[threadIdx.x] = pj;
+    l = l * alpha + BlockSum(pj);  // BlockSum's barrier also publishes p
+    const int64_t n = min(static_cast<int64_t>(kAttentionThreads), end - tile);
+    for (int r = 0; r * kAttentionThreads + threadIdx.x < hd; ++r) {
+      const int64_t d = r * kAttentionThreads + threadIdx.x;
+      float sum = 0.0f;
+      for (int64_t jj = 0; jj < n; ++jj) sum += p[jj] * __half2float(v[(tile + jj) * stride + d]);
+      acc[r] = acc[r] * alpha + sum;
+    }
+    m = m_new;
+    __syncthreads();  // p is rewritten by the next tile
+  }
+  for (int r = 0; r * kAttentionThreads + threadIdx.x < hd; ++r) {
+    o[r * kAttentionThreads + threadIdx.x] = acc[r] / l;
+  }
+  if (threadIdx.x == 0) a.part_lse[row] = m + logf(l);
+}
+
+// One block per (query, head) row, one thread per head dimension.
+__global__ void MergePartialsKernel(const float* part_o, const float* part_lse, int64_t n_pieces,
+                                    int64_t n_rows, int64_t hd, float* out, float* lse) {
+  const int64_t r = blockIdx.x;
+  float max_lse = -INFINITY;
+  for (int64_t s = 0; s < n_pieces; ++s) max_lse = fmaxf(max_lse, part_lse[s * n_rows + r]);
+  float total = 0.0f;
+  for (int64_t s = 0; s < n_pieces; ++s) {
+    const float x = part_lse[s * n_rows + r];
+    if (x != -INFINITY) total += expf(x - max_lse);
+  }
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float sum = 0.0f;
+    if (total > 0) {
+      for (int64_t s = 0; s < n_pieces; ++s) {
+        const float x = part_lse[s * n_rows + r];
+        if (x != -INFINITY) sum += expf(x - max_lse) * part_o[(s * n_rows + r) * hd + d];
+      }
+      sum /= total;
+    }
+    out[r * hd + d] = sum;
+  }
+  if (lse != nullptr && threadIdx.x == 0) lse[r] = total > 0 ? max_lse + logf(total) : -INFINITY;
+}
+
+}  // namespace
+
+cudaError_t LaunchDequantize(int type, const uint8_t* src, int64_t rows, int64_t cols,
+                             int64_t row_bytes, void* dst, bool dst_fp32, cudaStream_t stream) {
+  const int values = BlockValues(type);
+  if (values == 0 || cols % values != 0) return cudaErrorInvalidValue;
+  const int64_t blocks_per_row = cols / values;
+  if (rows * blocks_per_row == 0) return cudaSuccess;
+  DequantizeKernel<<<Blocks(rows * blocks_per_row), kThreads, 0, stream>>>(
+      type, src, rows, blocks_per_row, row_bytes, cols, dst, dst_fp32);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbed(const void* table, bool table_fp32, int64_t cols, const int32_t* ids,
+                        int64_t n, float* out, cudaStream_t stream) {
+  if (n * cols == 0) return cudaSuccess;
+  EmbedKernel<<<Blocks(n * cols), kThreads, 0, stream>>>(table, table_fp32, cols, ids, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFloatToHalf(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  FloatToHalfKernel<<<Blocks(n), kThreads, 0, stream>>>(x, reinterpret_cast<__half*>(y), n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
+                          float eps, float* out, cudaStream_t stream) {
+  if (n_tokens == 0) return cudaSuccess;
+  RmsNormKernel<<<static_cast<unsigned>(n_tokens), kThreads, 0, stream>>>(x, weight, dim, eps, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddBias(float* x, const float* bias, int64_t n_tokens, int64_t dim,
+                          cudaStream_t stream) {
+  if (n_tokens * dim == 0) return cudaSuccess;
+  AddBiasKernel<<<Blocks(n_tokens * dim), kThreads, 0, stream>>>(x, bias, n_tokens, dim);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdd(const float* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AddKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                       const int32_t* positions, bool adjacent_pairs, int64_t n_rot,
+                       double freq_base, cudaStream_t stream) {
+  const int64_t n = n_tokens * n_heads * (n_rot / 2);
+  if (n == 0) return cudaSuccess;
+  RopeKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n_tokens, n_heads, head_dim, positions,
+                                                 adjacent_pairs, n_rot, freq_base);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,
+                         cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  SwiGluKernel<<<Blocks(n), kThreads, 0, stream>>>(gate, up, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchStoreKv(const float* k, const float* v, int64_t n, uint16_t* k_dst,
+                          uint16_t* v_dst, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  StoreKvKernel<<<Blocks(n), kThreads, 0, stream>>>(k, v, n, reinterpret_cast<__half*>(k_dst),
+                                                    reinterpret_cast<__half*>(v_dst));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAttentionPieces(const AttentionPieces& a, cudaStream_t stream) {
+  if (a.head_dim > kMaxHeadDim || a.n_head_kv == 0 || a.n_head % a.n_head_kv != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.n_queries * a.n_head * a.n_pieces == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(a.n_queries * a.n_head), static_cast<unsigned>(a.n_pieces));
+  AttentionPiecesKernel<<<grid, kAttentionThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMergePartials(const float* part_o, const float* part_lse, int64_t n_pieces,
+                                int64_t n_rows, int64_t head_dim, float* out, float* lse,
+                                cudaStream_t stream) {
+  if (n_rows == 0) return cudaSuccess;
+  const int threads = head_dim >= 128 ? 128 : 64;
+  MergePartialsKernel<<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(
+      part_o, part_lse, n_pieces, n_rows, head_dim, out, lse);
+  return cudaGetLastError();
+}
+
+}  // namespace magicpig::backend::cuda_internal

@@ -1,0 +1,64 @@
+// Launchers of the CUDA backend's kernels (cuda_kernels.cu), callable from host C++.
+//
+// Each launcher enqueues its kernel on `stream` and returns the launch's error (cudaGetLastError);
+// errors of the kernel's execution appear at the next synchronisation. Pointers are device memory
+// unless a comment says otherwise; shapes follow backend.h.
+#ifndef MAGICPIG_GPU_NODE_BACKEND_CUDA_CUDA_KERNELS_H_
+#define MAGICPIG_GPU_NODE_BACKEND_CUDA_CUDA_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace magicpig::backend::cuda_internal {
+
+// rows x cols values of ggml type `type` (rows of row_bytes bytes) into dst, row-major, as fp16
+// (dst_fp32 false) or fp32.
+cudaError_t LaunchDequantize(int type, const uint8_t* src, int64_t rows, int64_t cols,
+                             int64_t row_bytes, void* dst, bool dst_fp32, cudaStream_t stream);
+// out[i][0..cols) = row ids[i] of a dequantised table (fp16 or fp32, row-major).
+cudaError_t LaunchEmbed(const void* table, bool table_fp32, int64_t cols, const int32_t* ids,
+                        int64_t n, float* out, cudaStream_t stream);
+cudaError_t LaunchFloatToHalf(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
+cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
+                          float eps, float* out, cudaStream_t stream);
+cudaError_t LaunchAddBias(float* x, const float* bias, int64_t n_tokens, int64_t dim,
+                          cudaStream_t stream);
+cudaError_t LaunchAdd(const float* x, float* y, int64_t n, cudaStream_t stream);
+cudaError_t LaunchRope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                       const int32_t* positions, bool adjacent_pairs, int64_t n_rot,
+                       double freq_base, cudaStream_t stream);
+cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,
+                         cudaStream_t stream);
+// dst[i] = fp16(src[i]) for k and v alike (n values each).
+cudaError_t LaunchStoreKv(const float* k, const float* v, int64_t n, uint16_t* k_dst,
+                          uint16_t* v_dst, cudaStream_t stream);
+
+// Partial attention over pieces of keys ("split-K"): block (query t, head h, piece s) attends
+// query t's head h over the keys of piece s and writes the piece's normalised output and
+// log-sum-exp (natural log; -inf and o = 0 for an empty piece). MergePartials combines the
+// pieces exactly, as the CPU backend and the router do (FlashInfer's merge of attention states).
+struct AttentionPieces {
+  const float* q = nullptr;     // [n_queries][n_head][head_dim]
+  const uint16_t* k = nullptr;  // cache rows [position][n_head_kv][head_dim], fp16
+  const uint16_t* v = nullptr;
+  int64_t n_queries = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  float scale = 1;
+  int64_t n_pieces = 0;
+  // Causal mode (ranges == nullptr): query t sees keys [0, first_pos + t]; piece s is
+  // [s * piece_len, (s + 1) * piece_len) of them. Range mode: piece s is keys
+  // [ranges[2s], ranges[2s + 1]) for every query.
+  int64_t first_pos = 0, piece_len = 0;
+  const int64_t* ranges = nullptr;
+  float* part_o = nullptr;    // [n_pieces][n_queries][n_head][head_dim]
+  float* part_lse = nullptr;  // [n_pieces][n_queries][n_head]
+};
+cudaError_t LaunchAttentionPieces(const AttentionPieces& a, cudaStream_t stream);
+// out[t][h] = the merge of the n_pieces partials of (t, h); lse (optional) their total lse.
+cudaError_t LaunchMergePartials(const float* part_o, const float* part_lse, int64_t n_pieces,
+                                int64_t n_rows, int64_t head_dim, float* out, float* lse,
+                                cudaStream_t stream);
+
+}  // namespace magicpig::backend::cuda_internal
+
+#endif  // MAGICPIG_GPU_NODE_BACKEND_CUDA_CUDA_KERNELS_H_
