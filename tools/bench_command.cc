@@ -202,11 +202,12 @@ int BenchCommand(const std::vector<std::string>& args) {
   const double probe = MemoryBandwidthProbe(n_threads);
   std::cout << absl::StrFormat(
       "model: %s | %d layers | weights read per token: %.1f MB | threads: %d | memory probe "
-      "(read-only sum, 1 GiB): %.1f GB/s | attention %s\n",
+      "(read-only sum, 1 GiB): %.1f GB/s | attention %s | backend %s\n",
       c.name, c.n_layer, e.weights().weight_bytes() / 1e6, n_threads, probe,
       options.attention_nodes.empty()
           ? std::string("embedded")
-          : absl::StrCat("on ", options.attention_nodes.size(), " node(s)"));
+          : absl::StrCat("on ", options.attention_nodes.size(), " node(s)"),
+      e.backend().Describe());
   // Rows: the baseline first when there is one, then the mode.
   std::vector<engine::SparseAttentionOptions> modes;
   engine::SparseAttentionOptions exact = options.attention;

@@ -13,6 +13,9 @@
 # accepts), so the rest of the package set stays the same; the runtime stage then installs the
 # CUDA runtime libraries (libcudart11.0, libcublas11, ...) the same way as the others. The driver
 # (libcuda.so.1) is not in the image: the NVIDIA container toolkit mounts it from the host.
+# CUDA 11.8 predates the sm_90a target the project builds by default (CMakeLists.txt), so this
+# variant builds sm_90 machine code plus compute_90 PTX. Not built here yet: the development
+# machines reach Debian's packages but not Docker Hub (docs/deploy.md says what was checked).
 # An nvidia/cuda base (e.g. nvidia/cuda:12.4.1-devel-ubuntu22.04 to build, -runtime- to run) gives
 # a newer CUDA but is Ubuntu, whose Abseil/gRPC/protobuf versions differ from bookworm's, so
 # scripts/bootstrap's package set does not carry over; for CUDA 12 on this Debian base use NVIDIA's
@@ -38,7 +41,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache \
     set -eux; \
     cuda_flags=""; \
     if [ "$MAGICPIG_WITH_CUDA" = ON ]; then \
-      cuda_flags="-DCMAKE_CUDA_HOST_COMPILER=/usr/bin/cuda-g++"; \
+      cuda_flags="-DCMAKE_CUDA_HOST_COMPILER=/usr/bin/cuda-g++ -DCMAKE_CUDA_ARCHITECTURES=90-real;90-virtual"; \
     fi; \
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
           -DMAGICPIG_BUILD_TESTS=OFF -DMAGICPIG_BUILD_BENCH=OFF \

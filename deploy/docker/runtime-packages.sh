@@ -4,6 +4,9 @@
 # (same Debian release, so the names match), and by scripts/check-deploy on the binaries of a local
 # build. Fails on a library ldd cannot find or no package owns. The NVIDIA driver's libraries
 # (libcuda, libnvidia-*) are skipped: the NVIDIA container toolkit mounts them from the host.
+# So are libraries of a CUDA toolkit installed under /usr/local/cuda* (NVIDIA's installer, as on
+# the development machines), which no Debian package owns; they are named on stderr. The CUDA
+# image builds against Debian's nvidia-cuda-toolkit instead, whose runtime libraries are packages.
 #   deploy/docker/runtime-packages.sh BINARY...
 set -eu
 [ "$#" -gt 0 ] || { echo "usage: $0 BINARY..." >&2; exit 2; }
@@ -19,6 +22,11 @@ pkgs=""
 for lib in $(printf '%s\n' "$libs" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
   case "$(basename "$lib")" in libcuda.so*|libnvidia-*) continue ;; esac
   real=$(readlink -f "$lib")
+  case "$real" in
+    /usr/local/cuda*)
+      echo "runtime-packages: $lib is from the CUDA toolkit in /usr/local, not a Debian package" >&2
+      continue ;;
+  esac
   pkg=""
   # Merged /usr: ldd may report /lib/... while dpkg registered /usr/lib/... (or the reverse).
   for path in "$lib" "$real" "/usr$lib" "/usr$real" "${lib#/usr}" "${real#/usr}"; do

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -98,6 +99,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // One line for logs and benchmark headers: the backend and the hardware it runs on.
+  virtual std::string Describe() const { return std::string(name()); }
 
   // --- Memory (see the file comment) ---
   // True when the operations' pointers are host memory (the CPU backend).

@@ -49,9 +49,13 @@ double GenerateStats::sampled_fraction() const {
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<model::GgufFile> file,
                             model::GgufFile::Open(options.model_path));
-  return Create(std::shared_ptr<const model::GgufFile>(std::move(file)),
-                std::make_unique<backend::CpuBackend>(options.num_threads, ActiveSimdLevel(),
-                                                      options.float_activations),
+  backend::BackendOptions b;
+  b.kind = options.backend;
+  b.num_threads = options.num_threads;
+  b.float_activations = options.float_activations;
+  b.gpu = options.gpu;
+  MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> backend, backend::MakeBackend(b));
+  return Create(std::shared_ptr<const model::GgufFile>(std::move(file)), std::move(backend),
                 options);
 }
 

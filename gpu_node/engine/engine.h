@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/attention/attention_runner.h"
 #include "gpu_node/backend/backend.h"
+#include "gpu_node/backend/backend_factory.h"
 #include "gpu_node/engine/attention_router.h"
 #include "gpu_node/engine/sampler.h"
 #include "gpu_node/engine/text_stream.h"
@@ -57,6 +58,9 @@ struct EngineOptions {
   int64_t prefill_chunk = 256;  // tokens per layer step during prefill
   // Reference precision: float32 activations in weight products (slower; for verification).
   bool float_activations = false;
+  // The compute backend (backend_factory.h) and, for CUDA, the device index.
+  backend::BackendKind backend = backend::BackendKind::kAuto;
+  int gpu = 0;
   // Decode-time attention: MagicPIG by default; kFull keeps every step exact.
   SparseAttentionOptions attention;
   // Attention nodes ("host:port") holding the offloaded keys; empty: in this process (embedded).

@@ -25,6 +25,11 @@ void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options) {
   table.Text("model", &options->model_path, "FILE.gguf", "the model");
   table.Require("model");
   table.Number("threads", &options->num_threads, "CPU threads; 0 = all cores", 0, 4096);
+  table.Choice("backend", &options->backend,
+               "the compute backend for the dense layers: cuda (a GPU), cpu, or auto (cuda when "
+               "this build has it and a device is visible, else cpu)",
+               backend::BackendKindChoices());
+  table.Number("gpu", &options->gpu, "the CUDA device index, with --backend cuda", 0, 1023);
   table.Number("ctx", &options->context_length, "context length in tokens; 0 = the model's",
                int64_t{0}, std::numeric_limits<int64_t>::max());
 }

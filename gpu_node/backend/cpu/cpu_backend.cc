@@ -43,6 +43,11 @@ CpuBackend::CpuBackend(int num_threads, SimdLevel level, bool float_activations)
 
 CpuBackend::~CpuBackend() = default;
 
+std::string CpuBackend::Describe() const {
+  return absl::StrCat("cpu (", std::string(SimdLevelName(level_)), ", ", num_threads_, " threads",
+                      float_activations_ ? ", float activations" : "", ")");
+}
+
 absl::Status CpuBackend::Execute(absl::FunctionRef<absl::Status()> batch) {
   absl::Status status;
   arena_->execute([&] { status = batch(); });

@@ -24,6 +24,7 @@ class CpuBackend final : public Backend {
   ~CpuBackend() override;
 
   std::string_view name() const override { return "cpu"; }
+  std::string Describe() const override;
   int num_threads() const { return num_threads_; }
   SimdLevel simd_level() const { return level_; }
 

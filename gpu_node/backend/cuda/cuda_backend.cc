@@ -42,6 +42,13 @@ CudaBackend::~CudaBackend() {
   ranges_ = BackendBuffer();
 }
 
+std::string CudaBackend::Describe() const {
+  return absl::StrCat("cuda (GPU ", device_->index(), ": ", device_->name(), ", ",
+                      device_->total_memory() >> 20, " MiB; ",
+                      options_.float_weights ? "fp32" : "fp16", " weights, ",
+                      weight_bytes_ / 1000000, " MB resident)");
+}
+
 absl::StatusOr<BackendBuffer> CudaBackend::Allocate(int64_t bytes) {
   return device_->Allocate(bytes);
 }

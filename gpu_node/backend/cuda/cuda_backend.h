@@ -42,6 +42,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string_view name() const override { return "cuda"; }
+  std::string Describe() const override;
   CudaDevice& device() { return *device_; }
   // Bytes of the resident weight copies.
   int64_t weight_bytes() const { return weight_bytes_; }

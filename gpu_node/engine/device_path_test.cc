@@ -1,0 +1,157 @@
+// The engine's device path (activations, positions and the KV cache in backend memory, weights
+// prepared, logits copied out) on FakeDeviceBackend: every operation checks that it gets device
+// memory and prepared weights, and the arithmetic is the CPU backend's, so the results must be
+// bit-identical to the CPU backend's. This is what the CUDA backend relies on, checked without a
+// GPU.
+#include <memory>
+#include <vector>
+
+#include "gpu_node/backend/cpu/cpu_backend.h"
+#include "gpu_node/engine/engine.h"
+#include "gpu_node/engine/kv_cache.h"
+#include "gpu_node/engine/transformer.h"
+#include "gtest/gtest.h"
+#include "tests/testing/fake_device_backend.h"
+#include "tests/testing/synthetic_engine.h"
+#include "tests/testing/synthetic_model.h"
+
+namespace magicpig::engine {
+namespace {
+
+std::shared_ptr<const model::GgufFile> ModelFile(const testing::SyntheticModelOptions& m) {
+  auto bytes = testing::BuildSyntheticModel(m);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  auto file = model::GgufFile::FromBytes(*bytes);
+  EXPECT_TRUE(file.ok()) << file.status();
+  return std::shared_ptr<const model::GgufFile>(*std::move(file));
+}
+
+std::unique_ptr<Engine> MakeEngine(std::shared_ptr<const model::GgufFile> file,
+                                   std::unique_ptr<backend::Backend> backend,
+                                   const EngineOptions& options) {
+  auto e = Engine::Create(std::move(file), std::move(backend), options);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? *std::move(e) : nullptr;
+}
+
+class DevicePathTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  testing::SyntheticModelOptions Model() const {
+    testing::SyntheticModelOptions m = testing::SmallModel(3);
+    m.architecture = GetParam();  // qwen2 adds q/k/v biases and the half-offset RoPE
+    m.weight_type = GgmlType::kQ8_0;
+    m.tied_embeddings = false;
+    return m;
+  }
+};
+
+TEST_P(DevicePathTest, ScoresAndGreedyTokensEqualTheCpuBackends) {
+  auto file = ModelFile(Model());
+  auto cpu =
+      MakeEngine(file, std::make_unique<backend::CpuBackend>(1), testing::FullAttentionOptions());
+  auto dev = MakeEngine(file, std::make_unique<testing::FakeDeviceBackend>(1),
+                        testing::FullAttentionOptions());
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(dev, nullptr);
+  const std::vector<int32_t> tokens = cpu->tokenizer().Encode(
+      "the cat, the dog, the bird and the fish all went to the market to buy bread and milk",
+      false);
+  auto a = cpu->ScoreAll(tokens);
+  auto b = dev->ScoreAll(tokens);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*a, *b);
+  GenerateRequest req;
+  req.prompt = tokens;
+  req.max_tokens = 24;
+  req.ignore_eos = true;
+  auto ga = cpu->Generate(req, {});
+  auto gb = dev->Generate(req, {});
+  ASSERT_TRUE(ga.ok()) << ga.status();
+  ASSERT_TRUE(gb.ok()) << gb.status();
+  EXPECT_EQ(ga->tokens, gb->tokens);
+}
+
+// Batched decode steps (one and two micro-batches) over caches in device memory.
+TEST_P(DevicePathTest, BatchedStepsEqualTheCpuBackends) {
+  auto file = ModelFile(Model());
+  auto weights = model::ModelWeights::Load(file);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  const model::ModelConfig& c = (*weights)->config();
+  backend::CpuBackend cpu(1);
+  testing::FakeDeviceBackend dev(1);
+  Transformer tc(weights->get(), &cpu), td(weights->get(), &dev);
+  ASSERT_TRUE(td.PrepareWeights().ok());
+  for (int micro_batches : {1, 2}) {
+    std::vector<std::unique_ptr<KvCache>> kc, kd;
+    for (int i = 0; i < 3; ++i) {
+      kc.push_back(*KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, 64));
+      kd.push_back(*KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, 64, &dev));
+      const std::vector<int32_t> prompt(5 + 7 * i, 40 + i);
+      std::vector<float> la, lb;
+      ASSERT_TRUE(tc.Forward(prompt, *kc.back(), {}, &la).ok());
+      ASSERT_TRUE(td.Forward(prompt, *kd.back(), {}, &lb).ok());
+      ASSERT_EQ(la, lb);
+    }
+    for (int step = 0; step < 4; ++step) {
+      std::vector<DecodeItem> ic, id;
+      for (int i = 0; i < 3; ++i) {
+        ic.push_back({100 + step + i, kc[i].get(), nullptr});
+        id.push_back({100 + step + i, kd[i].get(), nullptr});
+      }
+      std::vector<float> la, lb;
+      ASSERT_TRUE(tc.ForwardBatch(ic, &la, nullptr, micro_batches).ok());
+      const absl::Status s = td.ForwardBatch(id, &lb, nullptr, micro_batches);
+      ASSERT_TRUE(s.ok()) << s;
+      ASSERT_EQ(la, lb) << "micro-batches " << micro_batches << " step " << step;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, DevicePathTest, ::testing::Values("llama", "qwen2"));
+
+TEST(DevicePathTest, KvCacheLivesInDeviceMemory) {
+  testing::FakeDeviceBackend dev(1);
+  {
+    auto kv = KvCache::Create(3, 2, 16, 100, &dev);
+    ASSERT_TRUE(kv.ok()) << kv.status();
+    EXPECT_EQ(dev.bytes_in_use(), (*kv)->bytes());
+    EXPECT_EQ((*kv)->ResidentBytes(), (*kv)->bytes());
+    EXPECT_EQ((*kv)->Release(0, 0, 100), 0);  // device memory stays until the cache goes
+  }
+  EXPECT_EQ(dev.bytes_in_use(), 0);
+}
+
+// Sparse attention reads host memory: on a device backend it is refused with a clear error.
+TEST(DevicePathTest, SparseAttentionIsRefusedClearly) {
+  EngineOptions options;  // MagicPIG by default
+  options.attention.n_sinks = 4;
+  options.attention.n_local = 8;
+  auto e = MakeEngine(ModelFile(testing::SmallModel(3)),
+                      std::make_unique<testing::FakeDeviceBackend>(1), options);
+  ASSERT_NE(e, nullptr);
+  GenerateRequest req;
+  req.prompt = std::vector<int32_t>(64, 100);
+  req.max_tokens = 4;
+  auto r = e->Generate(req, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_NE(r.status().message().find("fake-device"), std::string_view::npos) << r.status();
+}
+
+// The fake itself: host memory handed to an operation fails the batch, as a GPU would fault.
+TEST(DevicePathTest, FakeDeviceRefusesHostMemory) {
+  testing::FakeDeviceBackend dev(1);
+  std::vector<float> host(64, 1.0f), w(64, 1.0f);
+  ASSERT_TRUE(dev.PrepareVector(w.data(), 64).ok());
+  auto out = dev.Allocate(64 * 4);
+  ASSERT_TRUE(out.ok());
+  const absl::Status s = dev.Execute([&] {
+    dev.RmsNorm(host.data(), w.data(), 1, 64, 1e-5f, out->as<float>());
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+}
+
+}  // namespace
+}  // namespace magicpig::engine

@@ -1,0 +1,81 @@
+// FakeDeviceBackend: a Backend that behaves like a device backend but computes with the CPU
+// backend, so that the transformer's and the engine's device paths run (and are checked) on
+// machines without a GPU.
+//
+// Like the CUDA backend, host_memory() is false, weights must go through PrepareMatrix /
+// PrepareVector, and operations must be given memory this backend allocated. Unlike it, every
+// operation checks that: an activation, position or cache pointer (with the bytes the operation
+// touches) outside a live allocation, or a weight that was not prepared, fails the batch with
+// FAILED_PRECONDITION naming the operation. The arithmetic is the CPU backend's, so results are
+// bit-identical to a CpuBackend's with the same settings.
+//
+// Thread-safety: as CpuBackend; the allocation registry is shared with the buffers' release
+// functions under a mutex.
+#ifndef MAGICPIG_TESTS_TESTING_FAKE_DEVICE_BACKEND_H_
+#define MAGICPIG_TESTS_TESTING_FAKE_DEVICE_BACKEND_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "gpu_node/backend/cpu/cpu_backend.h"
+
+namespace magicpig::testing {
+
+class FakeDeviceBackend final : public backend::Backend {
+ public:
+  explicit FakeDeviceBackend(int num_threads = 1, bool float_activations = false);
+
+  std::string_view name() const override { return "fake-device"; }
+  bool host_memory() const override { return false; }
+  absl::StatusOr<backend::BackendBuffer> Allocate(int64_t bytes) override;
+  absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes) override;
+  absl::Status CopyOut(void* host_dst, const void* src, int64_t bytes) override;
+  absl::Status PrepareMatrix(const QuantMatrix& w) override;
+  absl::Status PrepareVector(const float* v, int64_t n) override;
+
+  absl::Status Execute(absl::FunctionRef<absl::Status()> batch) override;
+  absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) override;
+  absl::Status Embed(const QuantMatrix& table, absl::Span<const int32_t> ids, float* out) override;
+  void RmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps,
+               float* out) override;
+  void AddBias(float* x, const float* bias, int64_t n_tokens, int64_t dim) override;
+  void Add(const float* x, float* y, int64_t n) override;
+  void Rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            const backend::RopeParams& params) override;
+  void SwiGlu(const float* gate, const float* up, int64_t n, float* out) override;
+  void StoreKv(const float* k, const float* v, int64_t n_tokens, int64_t first_pos,
+               const backend::KvLayerView& cache) override;
+  void CausalAttention(const float* q, int64_t n_tokens, int64_t first_pos, int64_t n_head,
+                       float scale, const backend::KvLayerView& cache, float* out) override;
+  void RangeAttention(const float* q, int64_t n_head, float scale,
+                      const backend::KvLayerView& cache,
+                      absl::Span<const std::pair<int64_t, int64_t>> ranges, float* out,
+                      float* lse) override;
+
+  // Bytes allocated and not yet released.
+  int64_t bytes_in_use() const;
+
+ private:
+  struct Registry {
+    mutable std::mutex mu;
+    std::map<uintptr_t, uintptr_t> live;  // begin -> end
+    int64_t bytes = 0;
+  };
+  // Whether [p, p + bytes) lies inside one live allocation.
+  bool IsDevice(const void* p, int64_t bytes) const;
+  // Keeps the first failure; returns whether `ok`.
+  bool Check(bool ok, const char* op, const char* what);
+
+  backend::CpuBackend cpu_;
+  std::shared_ptr<Registry> registry_ = std::make_shared<Registry>();
+  std::set<const void*> matrices_;
+  std::set<const float*> vectors_;
+  absl::Status error_;
+};
+
+}  // namespace magicpig::testing
+
+#endif  // MAGICPIG_TESTS_TESTING_FAKE_DEVICE_BACKEND_H_
