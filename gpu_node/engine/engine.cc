@@ -73,6 +73,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   }
   if (!chat.ok()) return chat.status();
   e->chat_template_ = std::make_unique<model::ChatTemplate>(*std::move(chat));
+  if (!e->backend_->host_memory()) {
+    e->window_backend_ = std::make_unique<backend::CpuBackend>(options.num_threads);
+  }
   e->transformer_ = std::make_unique<Transformer>(e->weights_.get(), e->backend_.get());
   MAGICPIG_RETURN_IF_ERROR(e->transformer_->PrepareWeights());
   e->context_length_ =
@@ -181,12 +184,8 @@ void Sequence::Finish(FinishReason reason) {
 
 absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attention, Sequence& seq,
                                           const std::vector<int>& avoid) {
-  if (!backend_->host_memory()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--attention ", std::string(attention::EstimatorName(attention.mode)),
-                     " does not run on the ", std::string(backend_->name()),
-                     " backend yet (issue #34); use --attention full or --backend cpu"));
-  }
+  // On a device backend the router works on the host mirror of the cache (kv_cache.h).
+  MAGICPIG_RETURN_IF_ERROR(seq.kv_->EnsureHostMirror());
   const model::ModelConfig& c = weights_->config();
   const int64_t n_prompt = seq.prompt_tokens();
   const SimHash* hash = hash_.get();
@@ -215,7 +214,8 @@ absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attentio
   }
   // With attention nodes the offloaded rows leave the compute node's cache (attention_router.h).
   seq.router_ = std::make_unique<SparseAttentionRouter>(
-      c, attention, hash, seq.shards_.get(), backend_.get(), seq.kv_.get(),
+      c, attention, hash, seq.shards_.get(),
+      window_backend_ != nullptr ? window_backend_.get() : backend_.get(), &seq.kv_->host(),
       /*release_offloaded=*/node_pool_ != nullptr);
   return absl::OkStatus();
 }

@@ -252,6 +252,9 @@ class Engine {
   bool SampleNext(Sequence& seq);
 
   std::unique_ptr<backend::Backend> backend_;
+  // With a device backend: the CPU backend that attends sparse layers' static windows on the
+  // host mirror of each sequence's cache (KvCache::EnsureHostMirror). Null otherwise.
+  std::unique_ptr<backend::Backend> window_backend_;
   std::shared_ptr<const model::GgufFile> file_;
   std::unique_ptr<model::ModelWeights> weights_;
   std::unique_ptr<model::Tokenizer> tokenizer_;

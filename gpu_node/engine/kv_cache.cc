@@ -56,6 +56,15 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t n_layer, int64_
   return c;
 }
 
+absl::Status KvCache::EnsureHostMirror() {
+  if (device_.empty() || mirror_ != nullptr) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<KvCache>> m = Create(n_layer_, n_head_kv_, head_dim_, capacity_);
+  if (!m.ok()) return m.status();
+  mirror_ = *std::move(m);
+  mirror_->set_size(size_);
+  return absl::OkStatus();
+}
+
 KvCache::~KvCache() {
   if (!device_.empty()) return;  // the buffers give themselves back
   const size_t bytes = static_cast<size_t>(layer_bytes());

@@ -12,7 +12,10 @@
 //
 // On a backend whose memory is not the host's (CUDA), the cache is allocated in the backend's
 // memory instead (Create's `memory`): all of it is resident from the start, and Release and
-// ResidentBytes only account (nothing is given back until the cache is destroyed).
+// ResidentBytes only account (nothing is given back until the cache is destroyed). Sparse
+// attention reads keys and values on the host (the router offloads them and attends the static
+// window there), so such a cache can also keep a host mirror (EnsureHostMirror): the transformer
+// copies each row there as it is stored, and hooks see host().
 //
 // Thread-safety: owned by one sequence; not shared.
 #ifndef MAGICPIG_GPU_NODE_ENGINE_KV_CACHE_H_
@@ -36,17 +39,28 @@ class KvCache {
                                                          backend::Backend* memory = nullptr);
 
   backend::KvLayerView layer(int64_t l);
+  // The cache in host memory: the mirror when there is one, else this cache (host memory unless
+  // created on a device backend without a mirror).
+  KvCache& host() { return mirror_ != nullptr ? *mirror_ : *this; }
+  bool has_host_mirror() const { return mirror_ != nullptr; }
+  // Adds the host mirror to a cache in device memory (a no-op for a host cache).
+  absl::Status EnsureHostMirror();
   int64_t capacity() const { return capacity_; }
   // Positions filled so far (all layers agree after each forward pass).
   int64_t size() const { return size_; }
-  void set_size(int64_t n) { size_ = n; }
+  void set_size(int64_t n) {
+    size_ = n;
+    if (mirror_ != nullptr) mirror_->set_size(n);
+  }
   // Address space of the whole cache (K and V, every layer).
   int64_t bytes() const;
   // Releases positions [begin, end) of `layer` (see the class comment); returns the bytes given
   // back (whole pages only, so rows sharing a page with kept rows stay).
   int64_t Release(int64_t layer, int64_t begin, int64_t end);
-  // Bytes given back by Release so far.
-  int64_t released_bytes() const { return released_bytes_; }
+  // Bytes given back by Release so far (the mirror's when there is one).
+  int64_t released_bytes() const {
+    return mirror_ != nullptr ? mirror_->released_bytes() : released_bytes_;
+  }
   // Bytes of the cache resident in memory now (mincore; for tests and diagnostics).
   int64_t ResidentBytes() const;
 
@@ -61,6 +75,7 @@ class KvCache {
   int64_t released_bytes_ = 0;
   std::vector<uint16_t*> k_, v_;  // mappings (or device buffers) of layer_bytes() each
   std::vector<backend::BackendBuffer> device_;  // owns k_ and v_ when on a device
+  std::unique_ptr<KvCache> mirror_;             // host copy of a device cache
 };
 
 }  // namespace magicpig::engine

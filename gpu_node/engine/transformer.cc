@@ -12,14 +12,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Sparse attention hooks read and write host memory (the router's window and offload).
-absl::Status CheckHook(const backend::Backend& b, const LayerAttentionHook* hook) {
-  if (hook == nullptr || b.host_memory()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat("sparse attention does not run on the ",
-                                                    std::string(b.name()),
-                                                    " backend yet; use --backend cpu"));
-}
-
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -70,6 +62,10 @@ absl::Status Transformer::ResizeScratch(int64_t rows) {
   MAGICPIG_ASSIGN_OR_RETURN(up_, b.Allocate(rows * c.n_ff * f));
   MAGICPIG_ASSIGN_OR_RETURN(positions_, b.Allocate(rows * static_cast<int64_t>(sizeof(int32_t))));
   positions_host_.resize(rows);
+  if (!b.host_memory()) {
+    hook_q_.resize(rows * c.q_dim());
+    hook_out_.resize(rows * c.q_dim());
+  }
   scratch_rows_ = rows;
   return absl::OkStatus();
 }
@@ -77,6 +73,19 @@ absl::Status Transformer::ResizeScratch(int64_t rows) {
 absl::Status Transformer::UploadPositions(int64_t n) {
   return backend_->CopyIn(positions_.data(), positions_host_.data(),
                           n * static_cast<int64_t>(sizeof(int32_t)));
+}
+
+absl::Status Transformer::MirrorRows(int64_t layer, KvCache& kv, int64_t first, int64_t n) {
+  if (!kv.has_host_mirror()) {
+    return absl::FailedPreconditionError(
+        "sparse attention on a device backend needs the cache's host mirror");
+  }
+  const backend::KvLayerView from = kv.layer(layer);
+  const backend::KvLayerView to = kv.host().layer(layer);
+  const int64_t row = from.n_head_kv * from.head_dim;
+  const int64_t bytes = n * row * static_cast<int64_t>(sizeof(uint16_t));
+  MAGICPIG_RETURN_IF_ERROR(backend_->CopyOut(to.k + first * row, from.k + first * row, bytes));
+  return backend_->CopyOut(to.v + first * row, from.v + first * row, bytes);
 }
 
 absl::Status Transformer::Logits(const float* x, int64_t n, float* logits) {
@@ -139,10 +148,22 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
     }
     const backend::KvLayerView cache = s.kv->layer(layer);
     b.StoreKv(sk, sv, s.n, s.first_pos, cache);
+    const bool staged = s.hook != nullptr && !b.host_memory();
+    if (staged) MAGICPIG_RETURN_IF_ERROR(MirrorRows(layer, *s.kv, s.first_pos, s.n));
     bool started = false;
     if (s.n == 1 && s.hook != nullptr) {
-      MAGICPIG_ASSIGN_OR_RETURN(started,
-                                s.hook->StartAttend(layer, sq, s.first_pos, cache, scale, out));
+      if (staged) {
+        // The hook reads q and writes out on the host; LayerPost copies out back (CopyOut
+        // waits for q, and for the rows mirrored above).
+        float* q_host = hook_q_.data() + s.row * c.q_dim();
+        MAGICPIG_RETURN_IF_ERROR(b.CopyOut(q_host, sq, c.q_dim() * 4));
+        MAGICPIG_ASSIGN_OR_RETURN(
+            started, s.hook->StartAttend(layer, q_host, s.first_pos, s.kv->host().layer(layer),
+                                         scale, hook_out_.data() + s.row * c.q_dim()));
+      } else {
+        MAGICPIG_ASSIGN_OR_RETURN(started,
+                                  s.hook->StartAttend(layer, sq, s.first_pos, cache, scale, out));
+      }
     }
     (*pending)[i] = started;
     if (!started) b.CausalAttention(sq, s.n, s.first_pos, c.n_head, scale, cache, out);
@@ -163,7 +184,13 @@ absl::Status Transformer::LayerPost(int64_t layer, float* x, int64_t row, int64_
   const float eps = static_cast<float>(c.rms_eps);
   const Clock::time_point wait_start = Clock::now();
   for (size_t i = 0; i < slots.size(); ++i) {
-    if (pending[i]) MAGICPIG_RETURN_IF_ERROR(slots[i].hook->FinishAttend());
+    if (!pending[i]) continue;
+    MAGICPIG_RETURN_IF_ERROR(slots[i].hook->FinishAttend());
+    if (!b.host_memory()) {
+      const int64_t at = slots[i].row * c.q_dim();
+      MAGICPIG_RETURN_IF_ERROR(
+          b.CopyIn(attn_.as<float>() + at, hook_out_.data() + at, c.q_dim() * 4));
+    }
   }
   if (timings != nullptr) timings->attention += Seconds(wait_start, Clock::now());
   float* xr = x + row * c.n_embd;
@@ -189,7 +216,6 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t first_pos = kv.size();
   if (n == 0) return absl::InvalidArgumentError("Forward needs at least one token");
-  MAGICPIG_RETURN_IF_ERROR(CheckHook(*backend_, options.attention_hook));
   if (first_pos + n > kv.capacity()) {
     return absl::OutOfRangeError(absl::StrCat(
         "sequence of ", first_pos + n, " tokens exceeds the KV cache capacity of ", kv.capacity()));
@@ -224,7 +250,7 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
       }
       if (options.attention_hook != nullptr) {
         MAGICPIG_RETURN_IF_ERROR(
-            options.attention_hook->OnLayerStored(l, kv.layer(l), first_pos + n));
+            options.attention_hook->OnLayerStored(l, kv.host().layer(l), first_pos + n));
       }
       if (options.on_layer_done) options.on_layer_done(l, c.n_layer);
     }
@@ -263,7 +289,6 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
   for (int64_t i = 0; i < n; ++i) {
     const DecodeItem& item = items[i];
     if (item.kv == nullptr) return absl::InvalidArgumentError("a batch item has no KV cache");
-    MAGICPIG_RETURN_IF_ERROR(CheckHook(*backend_, item.attention_hook));
     if (item.token < 0 || item.token >= c.n_vocab) {
       return absl::InvalidArgumentError(
           absl::StrCat("token id ", item.token, " is outside the vocabulary [0, ", c.n_vocab, ")"));
@@ -316,7 +341,8 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
           LayerPost(l, x, bounds[m], bounds[m + 1] - bounds[m], part_of(m), pending[m], &local));
       for (const Slot& s : part_of(m)) {
         if (s.hook != nullptr) {
-          MAGICPIG_RETURN_IF_ERROR(s.hook->OnLayerStored(l, s.kv->layer(l), s.first_pos + 1));
+          MAGICPIG_RETURN_IF_ERROR(
+              s.hook->OnLayerStored(l, s.kv->host().layer(l), s.first_pos + 1));
         }
       }
       return absl::OkStatus();

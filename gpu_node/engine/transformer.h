@@ -7,8 +7,10 @@
 //
 // Activations and scratch live in the backend's memory (backend.h); on a device backend the logits
 // are copied to the host once per call. Sparse attention hooks and on_qk read host memory: with a
-// device backend, on_qk gets host copies and hooks are refused (FAILED_PRECONDITION) until the
-// sparse path runs on the device (issue #34).
+// device backend, on_qk gets host copies, and a hooked sequence's cache must have a host mirror
+// (KvCache::EnsureHostMirror): each stored row is copied there, hooks get the host q and the
+// mirror, and their output is copied back to the device. (The sparse path's own device
+// implementation, with hashing and the static window on the GPU, is issue #34's next part.)
 //
 // Thread-safety: one Forward at a time per Transformer (it owns scratch buffers).
 #ifndef MAGICPIG_GPU_NODE_ENGINE_TRANSFORMER_H_
@@ -143,6 +145,8 @@ class Transformer {
   absl::Status ResizeScratch(int64_t rows);
   // positions_host_[0..n) -> positions_ (backend memory).
   absl::Status UploadPositions(int64_t n);
+  // Copies rows [first, first + n) of `layer` from a device cache to its host mirror.
+  absl::Status MirrorRows(int64_t layer, KvCache& kv, int64_t first, int64_t n);
   // Final norm and LM head over rows [0, n) of x into host logits ([n][n_vocab]).
   absl::Status Logits(const float* x, int64_t n, float* logits);
 
@@ -155,6 +159,9 @@ class Transformer {
   std::vector<int32_t> positions_host_;
   // Host copies of q and k for on_qk when the backend's memory is not the host's.
   std::vector<float> q_host_, k_host_;
+  // Host q and attention output of hooked decode rows on a device backend ([rows][q_dim]; valid
+  // from StartAttend to FinishAttend).
+  std::vector<float> hook_q_, hook_out_;
 };
 
 }  // namespace magicpig::engine

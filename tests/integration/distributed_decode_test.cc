@@ -23,6 +23,7 @@
 #include "gpu_node/engine/engine.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/testing/fake_device_backend.h"
 #include "tests/testing/subprocess.h"
 
 namespace magicpig {
@@ -62,7 +63,7 @@ double RpcErrors(prometheus::Registry& registry, const std::string& node, const 
 std::unique_ptr<engine::Engine> LoadEngine(
     const std::vector<std::string>& nodes, bool exact_topk = false,
     std::chrono::milliseconds attend_timeout = std::chrono::milliseconds(10000),
-    prometheus::Registry* registry = nullptr) {
+    prometheus::Registry* registry = nullptr, bool fake_device = false) {
   engine::EngineOptions options;
   options.metrics_registry = registry;
   options.attend_timeout = attend_timeout;
@@ -79,7 +80,16 @@ std::unique_ptr<engine::Engine> LoadEngine(
     options.attention.storage = KvStorage::kF32;
     options.float_activations = true;
   }
-  auto e = engine::Engine::Load(options);
+  absl::StatusOr<std::unique_ptr<engine::Engine>> e;
+  if (fake_device) {
+    auto file = model::GgufFile::Open(options.model_path);
+    EXPECT_TRUE(file.ok()) << file.status();
+    if (!file.ok()) return nullptr;
+    e = engine::Engine::Create(std::shared_ptr<const model::GgufFile>(*std::move(file)),
+                               std::make_unique<testing::FakeDeviceBackend>(2), options);
+  } else {
+    e = engine::Engine::Load(options);
+  }
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? std::move(*e) : nullptr;
 }
@@ -153,6 +163,21 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
       EXPECT_EQ(r->tokens, want[p]) << what;
       EXPECT_EQ(r->stats.attention_keys_touched, want_stats[p].attention_keys_touched) << what;
       EXPECT_EQ(r->stats.attention_keys_offloaded, want_stats[p].attention_keys_offloaded) << what;
+    }
+  }
+
+  // The dense layers on a device backend (FakeDeviceBackend: device memory rules, CPU arithmetic)
+  // with the router on the cache's host mirror: the same tokens through 2 nodes.
+  {
+    auto device = LoadEngine(First(2), false, std::chrono::milliseconds(10000), nullptr,
+                             /*fake_device=*/true);
+    ASSERT_NE(device, nullptr);
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      auto r = device->Generate(Request(ids[p], prompts[p].max_tokens), {});
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->tokens, want[p]) << "device path, 2 nodes, prompt " << p;
+      EXPECT_EQ(r->stats.attention_keys_touched, want_stats[p].attention_keys_touched);
+      EXPECT_GT(r->stats.kv_bytes_released, 0) << "the offloaded rows left the host mirror";
     }
   }
 
