@@ -105,6 +105,13 @@ class Backend {
   // --- Memory (see the file comment) ---
   // True when the operations' pointers are host memory (the CPU backend).
   virtual bool host_memory() const { return true; }
+  // Device memory allocated through this backend now, and the device's size; zeros for a backend
+  // that computes in host memory.
+  struct DeviceMemoryStats {
+    int64_t in_use = 0;
+    int64_t total = 0;
+  };
+  virtual DeviceMemoryStats DeviceMemory() const { return {}; }
   // `bytes` of the backend's memory, 64-byte aligned, uninitialised. RESOURCE_EXHAUSTED when
   // there is not enough.
   virtual absl::StatusOr<BackendBuffer> Allocate(int64_t bytes);

@@ -11,6 +11,7 @@
 #include "gpu_node/engine/kv_cache.h"
 #include "gpu_node/engine/transformer.h"
 #include "gtest/gtest.h"
+#include "prometheus/registry.h"
 #include "tests/testing/fake_device_backend.h"
 #include "tests/testing/synthetic_engine.h"
 #include "tests/testing/synthetic_model.h"
@@ -153,6 +154,54 @@ TEST(DevicePathTest, MagicPigThroughTheHostMirrorEqualsTheCpuBackends) {
   for (size_t i = 0; i < a->logprobs.size(); ++i) {
     EXPECT_EQ(a->logprobs[i].logprob, b->logprobs[i].logprob) << "token " << i;
   }
+}
+
+double GaugeValue(prometheus::Registry& registry, const std::string& name, const std::string& label,
+                  const std::string& value) {
+  for (const prometheus::MetricFamily& f : registry.Collect()) {
+    if (f.name != name) continue;
+    for (const prometheus::ClientMetric& m : f.metric) {
+      for (const prometheus::ClientMetric::Label& l : m.label) {
+        if (l.name == label && l.value == value) return m.gauge.value;
+      }
+    }
+  }
+  ADD_FAILURE() << "no " << name << "{" << label << "=" << value << "}";
+  return -1;
+}
+
+// The memory gauges follow the live sequences: the device cache, and with MagicPIG its host
+// mirror, from Start until the sequence is destroyed.
+TEST(DevicePathTest, MemoryGaugesFollowTheLiveCaches) {
+  prometheus::Registry registry;
+  EngineOptions options;  // MagicPIG: the device cache gets a host mirror
+  options.attention.n_sinks = 4;
+  options.attention.n_local = 8;
+  options.metrics_registry = &registry;
+  auto device = std::make_unique<testing::FakeDeviceBackend>(1);
+  testing::FakeDeviceBackend* fake = device.get();
+  auto e = MakeEngine(ModelFile(testing::SmallModel(3)), std::move(device), options);
+  ASSERT_NE(e, nullptr);
+  e->RefreshMemoryMetrics();
+  const double idle = GaugeValue(registry, "magicpig_gpu_memory_bytes", "kind", "in_use");
+  EXPECT_EQ(idle, static_cast<double>(fake->bytes_in_use()));
+  EXPECT_EQ(GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "gpu"), 0);
+  GenerateRequest req;
+  req.prompt = std::vector<int32_t>(64, 100);
+  req.max_tokens = 4;
+  auto seq = e->Start(req, {});
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  e->RefreshMemoryMetrics();
+  // capacity 68 tokens x 3 layers x (K, V) x 2 heads x 16 dims x 2 bytes, on the device and on the
+  // host
+  const double cache = 68.0 * 3 * 2 * 2 * 16 * 2;
+  EXPECT_EQ(GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "gpu"), cache);
+  EXPECT_EQ(GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "host"), cache);
+  EXPECT_GE(GaugeValue(registry, "magicpig_gpu_memory_bytes", "kind", "in_use"), idle + cache);
+  seq->reset();
+  e->RefreshMemoryMetrics();
+  EXPECT_EQ(GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "gpu"), 0);
+  EXPECT_EQ(GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "host"), 0);
 }
 
 // The fake itself: host memory handed to an operation fails the batch, as a GPU would fault.

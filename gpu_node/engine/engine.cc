@@ -76,6 +76,26 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   if (!e->backend_->host_memory()) {
     e->window_backend_ = std::make_unique<backend::CpuBackend>(options.num_threads);
   }
+  if (options.metrics_registry != nullptr) {
+    auto& gpu = prometheus::BuildGauge()
+                    .Name("magicpig_gpu_memory_bytes")
+                    .Help(
+                        "GPU memory allocated by the compute backend (in_use) and the GPU's size "
+                        "(total); 0 on the CPU backend")
+                    .Register(*options.metrics_registry);
+    e->gpu_memory_in_use_ = &gpu.Add({{"kind", "in_use"}});
+    e->gpu_memory_total_ = &gpu.Add({{"kind", "total"}});
+    auto& kv = prometheus::BuildGauge()
+                   .Name("magicpig_kv_cache_bytes")
+                   .Help(
+                       "KV cache bytes of the live sequences on the compute node, by memory: gpu "
+                       "(the cache on a GPU backend) or host (the CPU backend's cache, or the "
+                       "host mirror a GPU backend keeps for sparse attention)")
+                   .Register(*options.metrics_registry);
+    e->kv_gpu_bytes_ = &kv.Add({{"memory", "gpu"}});
+    e->kv_host_bytes_ = &kv.Add({{"memory", "host"}});
+    e->RefreshMemoryMetrics();
+  }
   e->transformer_ = std::make_unique<Transformer>(e->weights_.get(), e->backend_.get());
   MAGICPIG_RETURN_IF_ERROR(e->transformer_->PrepareWeights());
   e->context_length_ =
@@ -227,7 +247,8 @@ absl::Status Engine::PlaceAgain(const SparseAttentionOptions& attention, Sequenc
   seq.router_.reset();
   seq.shards_.reset();  // releases what the nodes that still answer hold
   MAGICPIG_ASSIGN_OR_RETURN(
-      seq.kv_, KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq.capacity_, backend_.get()));
+      seq.kv_, KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq.capacity_, backend_.get(),
+                               &kv_accounting_));
   return SetUpSparseAttention(attention, seq, avoid);
 }
 
@@ -293,8 +314,9 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
   seq->request_ = request;
   seq->callbacks_ = std::move(callbacks);
   seq->capacity_ = std::min(context_length_, n_prompt + request.max_tokens);
-  MAGICPIG_ASSIGN_OR_RETURN(seq->kv_, KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim,
-                                                      seq->capacity_, backend_.get()));
+  MAGICPIG_ASSIGN_OR_RETURN(
+      seq->kv_, KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq->capacity_, backend_.get(),
+                                &kv_accounting_));
   seq->sampler_ = std::make_unique<Sampler>(request.sampling);
   seq->stream_ = std::make_unique<TextStream>(request.stop);
   seq->result_.stats.prompt_tokens = n_prompt;
@@ -478,6 +500,16 @@ attention::AttentionRunner::PhaseSeconds Engine::TakeEstimatorPhaseSeconds() {
   absl::MutexLock lock(&mu_);
   return attention_runner_ != nullptr ? attention_runner_->TakePhaseSeconds()
                                       : attention::AttentionRunner::PhaseSeconds{};
+}
+
+void Engine::RefreshMemoryMetrics() {
+  if (gpu_memory_in_use_ == nullptr) return;
+  // DeviceMemory reads atomics: no lock needed against a running step.
+  const backend::Backend::DeviceMemoryStats gpu = backend_->DeviceMemory();
+  gpu_memory_in_use_->Set(static_cast<double>(gpu.in_use));
+  gpu_memory_total_->Set(static_cast<double>(gpu.total));
+  kv_gpu_bytes_->Set(static_cast<double>(kv_accounting_.device_bytes.load()));
+  kv_host_bytes_->Set(static_cast<double>(kv_accounting_.host_bytes.load()));
 }
 
 absl::StatusOr<std::vector<float>> Engine::ScoreAll(const std::vector<int32_t>& tokens) {

@@ -39,6 +39,7 @@
 #include "gpu_node/remote/attention_node_pool.h"
 #include "gpu_node/remote/micro_batch_tuner.h"
 #include "gpu_node/remote/remote_attention_shards.h"
+#include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
 namespace magicpig::engine {
@@ -204,6 +205,12 @@ class Engine {
   const model::ChatTemplate& chat_template() const { return *chat_template_; }
   const model::ModelWeights& weights() const { return *weights_; }
   backend::Backend& backend() { return *backend_; }
+  // KV cache bytes of the live sequences by where they live (kv_cache.h).
+  const KvAccounting& kv_accounting() const { return kv_accounting_; }
+  // Sets the memory gauges (magicpig_gpu_memory_bytes, magicpig_kv_cache_bytes; docs/metrics.md)
+  // in EngineOptions::metrics_registry from the backend and the live caches; called before each
+  // scrape. Thread-safe.
+  void RefreshMemoryMetrics();
   int64_t context_length() const { return context_length_; }
   const SparseAttentionOptions& attention_options() const { return attention_; }
   // The attention nodes this engine places shards on (empty: embedded).
@@ -255,6 +262,12 @@ class Engine {
   // With a device backend: the CPU backend that attends sparse layers' static windows on the
   // host mirror of each sequence's cache (KvCache::EnsureHostMirror). Null otherwise.
   std::unique_ptr<backend::Backend> window_backend_;
+  KvAccounting kv_accounting_;
+  // The memory gauges (null without a metrics registry).
+  prometheus::Gauge* gpu_memory_in_use_ = nullptr;
+  prometheus::Gauge* gpu_memory_total_ = nullptr;
+  prometheus::Gauge* kv_gpu_bytes_ = nullptr;
+  prometheus::Gauge* kv_host_bytes_ = nullptr;
   std::shared_ptr<const model::GgufFile> file_;
   std::unique_ptr<model::ModelWeights> weights_;
   std::unique_ptr<model::Tokenizer> tokenizer_;

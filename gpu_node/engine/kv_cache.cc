@@ -20,7 +20,8 @@ int64_t KvCache::layer_bytes() const {
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t n_layer, int64_t n_head_kv,
                                                          int64_t head_dim, int64_t capacity,
-                                                         backend::Backend* memory) {
+                                                         backend::Backend* memory,
+                                                         KvAccounting* accounting) {
   std::unique_ptr<KvCache> c(new KvCache());
   c->n_layer_ = n_layer;
   c->n_head_kv_ = n_head_kv;
@@ -40,6 +41,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t n_layer, int64_
         c->device_.push_back(*std::move(b));
       }
     }
+    c->accounting_ = accounting;
+    if (accounting != nullptr) accounting->device_bytes += c->bytes();
     return c;
   }
   for (int64_t l = 0; l < n_layer; ++l) {
@@ -53,12 +56,15 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t n_layer, int64_
       tensor->push_back(static_cast<uint16_t*>(p));
     }
   }
+  c->accounting_ = accounting;
+  if (accounting != nullptr) accounting->host_bytes += c->bytes();
   return c;
 }
 
 absl::Status KvCache::EnsureHostMirror() {
   if (device_.empty() || mirror_ != nullptr) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<KvCache>> m = Create(n_layer_, n_head_kv_, head_dim_, capacity_);
+  absl::StatusOr<std::unique_ptr<KvCache>> m =
+      Create(n_layer_, n_head_kv_, head_dim_, capacity_, nullptr, accounting_);
   if (!m.ok()) return m.status();
   mirror_ = *std::move(m);
   mirror_->set_size(size_);
@@ -66,6 +72,13 @@ absl::Status KvCache::EnsureHostMirror() {
 }
 
 KvCache::~KvCache() {
+  if (accounting_ != nullptr) {
+    if (device_.empty()) {
+      accounting_->host_bytes -= bytes() - released_bytes_;
+    } else {
+      accounting_->device_bytes -= bytes();
+    }
+  }
   if (!device_.empty()) return;  // the buffers give themselves back
   const size_t bytes = static_cast<size_t>(layer_bytes());
   for (uint16_t* p : k_) munmap(p, bytes);
@@ -98,6 +111,7 @@ int64_t KvCache::Release(int64_t layer, int64_t begin, int64_t end) {
     }
   }
   released_bytes_ += freed;
+  if (accounting_ != nullptr) accounting_->host_bytes -= freed;
   return freed;
 }
 

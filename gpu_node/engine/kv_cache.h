@@ -21,6 +21,7 @@
 #ifndef MAGICPIG_GPU_NODE_ENGINE_KV_CACHE_H_
 #define MAGICPIG_GPU_NODE_ENGINE_KV_CACHE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -30,13 +31,22 @@
 
 namespace magicpig::engine {
 
+// Bytes of KV caches alive now, by where they live, summed over the caches created with it (for
+// /metrics). Host bytes count the address space minus what Release gave back. Thread-safe.
+struct KvAccounting {
+  std::atomic<int64_t> device_bytes{0};
+  std::atomic<int64_t> host_bytes{0};
+};
+
 class KvCache {
  public:
   // RESOURCE_EXHAUSTED if the allocation fails. `memory`: the backend whose memory holds the
   // cache when it is not host memory (null or a host-memory backend: anonymous mappings).
+  // `accounting` (optional, must outlive the cache) counts its bytes and its mirror's.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(int64_t n_layer, int64_t n_head_kv,
                                                          int64_t head_dim, int64_t capacity,
-                                                         backend::Backend* memory = nullptr);
+                                                         backend::Backend* memory = nullptr,
+                                                         KvAccounting* accounting = nullptr);
 
   backend::KvLayerView layer(int64_t l);
   // The cache in host memory: the mirror when there is one, else this cache (host memory unless
@@ -76,6 +86,7 @@ class KvCache {
   std::vector<uint16_t*> k_, v_;  // mappings (or device buffers) of layer_bytes() each
   std::vector<backend::BackendBuffer> device_;  // owns k_ and v_ when on a device
   std::unique_ptr<KvCache> mirror_;             // host copy of a device cache
+  KvAccounting* accounting_ = nullptr;
 };
 
 }  // namespace magicpig::engine

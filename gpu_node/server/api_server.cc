@@ -574,6 +574,7 @@ int ApiServer::Ready(http::Responder& responder, RequestLog* log) {
 }
 
 int ApiServer::Metrics(http::Responder& responder) {
+  engine_->RefreshMemoryMetrics();
   responder.Send(200, metrics::kContentType, metrics::Render(*registry_)).IgnoreError();
   return 200;
 }

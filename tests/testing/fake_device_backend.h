@@ -30,6 +30,7 @@ class FakeDeviceBackend final : public backend::Backend {
 
   std::string_view name() const override { return "fake-device"; }
   bool host_memory() const override { return false; }
+  DeviceMemoryStats DeviceMemory() const override { return {bytes_in_use(), 0}; }
   absl::StatusOr<backend::BackendBuffer> Allocate(int64_t bytes) override;
   absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes) override;
   absl::Status CopyOut(void* host_dst, const void* src, int64_t bytes) override;

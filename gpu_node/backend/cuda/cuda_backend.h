@@ -48,6 +48,9 @@ class CudaBackend final : public Backend {
   int64_t weight_bytes() const { return weight_bytes_; }
 
   bool host_memory() const override { return false; }
+  DeviceMemoryStats DeviceMemory() const override {
+    return {device_->bytes_in_use(), device_->total_memory()};
+  }
   absl::StatusOr<BackendBuffer> Allocate(int64_t bytes) override;
   absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes) override;
   absl::Status CopyOut(void* host_dst, const void* src, int64_t bytes) override;

@@ -181,8 +181,10 @@ __global__ void AttentionPiecesKernel(AttentionPieces a) {
     p[threadIdx.x] = pj;
     l = l * alpha + BlockSum(pj);  // BlockSum's barrier also publishes p
     const int64_t n = min(static_cast<int64_t>(kAttentionThreads), end - tile);
-    for (int r = 0; r * kAttentionThreads + threadIdx.x < hd; ++r) {
+#pragma unroll
+    for (int r = 0; r < kMaxHeadDim / kAttentionThreads; ++r) {  // unrolled: acc stays in registers
       const int64_t d = r * kAttentionThreads + threadIdx.x;
+      if (d >= hd) continue;
       float sum = 0.0f;
       for (int64_t jj = 0; jj < n; ++jj) sum += p[jj] * __half2float(v[(tile + jj) * stride + d]);
       acc[r] = acc[r] * alpha + sum;
@@ -190,8 +192,10 @@ __global__ void AttentionPiecesKernel(AttentionPieces a) {
     m = m_new;
     __syncthreads();  // p is rewritten by the next tile
   }
-  for (int r = 0; r * kAttentionThreads + threadIdx.x < hd; ++r) {
-    o[r * kAttentionThreads + threadIdx.x] = acc[r] / l;
+#pragma unroll
+  for (int r = 0; r < kMaxHeadDim / kAttentionThreads; ++r) {
+    if (r * kAttentionThreads + threadIdx.x < hd)
+      o[r * kAttentionThreads + threadIdx.x] = acc[r] / l;
   }
   if (threadIdx.x == 0) a.part_lse[row] = m + logf(l);
 }
