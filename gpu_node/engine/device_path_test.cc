@@ -9,6 +9,7 @@
 #include "gpu_node/backend/cpu/cpu_backend.h"
 #include "gpu_node/engine/engine.h"
 #include "gpu_node/engine/kv_cache.h"
+#include "gpu_node/engine/scheduler.h"
 #include "gpu_node/engine/transformer.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
@@ -202,6 +203,60 @@ TEST(DevicePathTest, MemoryGaugesFollowTheLiveCaches) {
   e->RefreshMemoryMetrics();
   EXPECT_EQ(GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "gpu"), 0);
   EXPECT_EQ(GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "host"), 0);
+}
+
+// --gpu-kv-budget: requests whose caches do not fit beside the running ones wait in the queue
+// (all finish, and the device KV never exceeds the budget); one that can never fit fails.
+TEST(DevicePathTest, GpuKvBudgetQueuesWhatDoesNotFit) {
+  const auto model = testing::SmallModel(3);  // 3 layers, 2 KV heads of 16 dims
+  const int64_t prompt = 20, max_tokens = 8;
+  const int64_t one = KvCache::BytesFor(3, 2, 16, prompt + max_tokens);
+  EngineOptions options = testing::FullAttentionOptions();
+  options.gpu_kv_budget = one + one / 2;  // room for one sequence at a time
+  auto e = MakeEngine(ModelFile(model), std::make_unique<testing::FakeDeviceBackend>(1), options);
+  ASSERT_NE(e, nullptr);
+  Scheduler scheduler(e.get(), SchedulerOptions{8, 64}, nullptr);
+  absl::Mutex mu;
+  int done = 0;
+  int64_t peak = 0;
+  std::vector<absl::Status> results;
+  auto callbacks = [&] {
+    RequestCallbacks cb;
+    cb.on_token = [&](const TokenOutput&) {
+      absl::MutexLock lock(&mu);
+      peak = std::max(peak, e->kv_accounting().device_bytes.load());
+    };
+    cb.on_done = [&](absl::StatusOr<GenerateResult> r) {
+      absl::MutexLock lock(&mu);
+      results.push_back(r.status());
+      ++done;
+    };
+    return cb;
+  };
+  for (int i = 0; i < 3; ++i) {
+    GenerateRequest req;
+    req.prompt = std::vector<int32_t>(prompt, 50 + i);
+    req.max_tokens = max_tokens;
+    req.ignore_eos = true;
+    ASSERT_TRUE(scheduler.Submit(req, callbacks()).ok());
+  }
+  GenerateRequest big;
+  big.prompt = std::vector<int32_t>(100, 60);
+  big.max_tokens = max_tokens;
+  ASSERT_TRUE(scheduler.Submit(big, callbacks()).ok());
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(
+        +[](int* d) { return *d == 4; }, &done));
+  }
+  int ok = 0, exhausted = 0;
+  for (const absl::Status& r : results) {
+    ok += r.ok();
+    exhausted += absl::IsResourceExhausted(r);
+  }
+  EXPECT_EQ(ok, 3);
+  EXPECT_EQ(exhausted, 1);
+  EXPECT_EQ(peak, one);  // one at a time, never over the budget
 }
 
 // The fake itself: host memory handed to an operation fails the batch, as a GPU would fault.

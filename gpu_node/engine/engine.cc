@@ -75,6 +75,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   e->chat_template_ = std::make_unique<model::ChatTemplate>(*std::move(chat));
   if (!e->backend_->host_memory()) {
     e->window_backend_ = std::make_unique<backend::CpuBackend>(options.num_threads);
+    e->gpu_kv_budget_ = options.gpu_kv_budget;
   }
   if (options.metrics_registry != nullptr) {
     auto& gpu = prometheus::BuildGauge()
@@ -310,6 +311,10 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
         "sparse attention needs a head dim that is a multiple of 16; this model has ", c.head_dim));
   }
   absl::MutexLock lock(&mu_);
+  if (absl::Status fits = CheckKvBudget(request); !fits.ok()) {
+    // Callers that do not wait (the scheduler does) get the budget as a capacity error.
+    return absl::ResourceExhaustedError(fits.message());
+  }
   std::unique_ptr<Sequence> seq(new Sequence());
   seq->request_ = request;
   seq->callbacks_ = std::move(callbacks);
@@ -500,6 +505,25 @@ attention::AttentionRunner::PhaseSeconds Engine::TakeEstimatorPhaseSeconds() {
   absl::MutexLock lock(&mu_);
   return attention_runner_ != nullptr ? attention_runner_->TakePhaseSeconds()
                                       : attention::AttentionRunner::PhaseSeconds{};
+}
+
+absl::Status Engine::CheckKvBudget(const GenerateRequest& request) const {
+  if (gpu_kv_budget_ <= 0) return absl::OkStatus();
+  const model::ModelConfig& c = weights_->config();
+  const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
+  const int64_t capacity = std::min(context_length_, n_prompt + request.max_tokens);
+  const int64_t need = KvCache::BytesFor(c.n_layer, c.n_head_kv, c.head_dim, capacity);
+  if (need > gpu_kv_budget_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the request's KV cache (", capacity, " tokens, ", need,
+                     " bytes) exceeds --gpu-kv-budget (", gpu_kv_budget_, " bytes)"));
+  }
+  const int64_t used = kv_accounting_.device_bytes.load();
+  if (used + need > gpu_kv_budget_) {
+    return absl::UnavailableError(
+        absl::StrCat("--gpu-kv-budget: ", need, " bytes needed, ", gpu_kv_budget_ - used, " free"));
+  }
+  return absl::OkStatus();
 }
 
 void Engine::RefreshMemoryMetrics() {

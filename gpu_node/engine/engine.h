@@ -62,6 +62,10 @@ struct EngineOptions {
   // The compute backend (backend_factory.h) and, for CUDA, the device index.
   backend::BackendKind backend = backend::BackendKind::kAuto;
   int gpu = 0;
+  // Cap on the bytes the live sequences' KV caches may take in GPU memory (0: none; no effect on
+  // a backend that computes in host memory). A request whose cache does not fit waits in the
+  // scheduler's queue until running sequences free enough (CheckKvBudget).
+  int64_t gpu_kv_budget = 0;
   // Decode-time attention: MagicPIG by default; kFull keeps every step exact.
   SparseAttentionOptions attention;
   // Attention nodes ("host:port") holding the offloaded keys; empty: in this process (embedded).
@@ -223,6 +227,11 @@ class Engine {
   absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
                                           const GenerateCallbacks& callbacks);
 
+  // Whether the request's KV cache fits --gpu-kv-budget now: OK (also without a budget or on a
+  // host-memory backend); UNAVAILABLE when it does not fit beside the live caches but would
+  // alone; RESOURCE_EXHAUSTED when it never can. Thread-safe.
+  absl::Status CheckKvBudget(const GenerateRequest& request) const;
+
   // Validates the request, allocates its cache and shards and runs the prefill. INVALID_ARGUMENT
   // / OUT_OF_RANGE for a bad request, RESOURCE_EXHAUSTED when memory or attention capacity is
   // short. The returned sequence has its first token's logits ready (finished already when
@@ -263,6 +272,7 @@ class Engine {
   // host mirror of each sequence's cache (KvCache::EnsureHostMirror). Null otherwise.
   std::unique_ptr<backend::Backend> window_backend_;
   KvAccounting kv_accounting_;
+  int64_t gpu_kv_budget_ = 0;  // 0 or a host-memory backend: no cap
   // The memory gauges (null without a metrics registry).
   prometheus::Gauge* gpu_memory_in_use_ = nullptr;
   prometheus::Gauge* gpu_memory_total_ = nullptr;

@@ -30,6 +30,10 @@ void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options) {
                "this build has it and a device is visible, else cpu)",
                backend::BackendKindChoices());
   table.Number("gpu", &options->gpu, "the CUDA device index, with --backend cuda", 0, 1023);
+  table.Bytes("gpu-kv-budget", &options->gpu_kv_budget,
+              "cap on the GPU memory the sequences' KV caches may take (0: none; e.g. 24G to "
+              "behave like a 24 GB card on a larger one); a request that does not fit waits for "
+              "running ones to finish. No effect on the cpu backend");
   table.Number("ctx", &options->context_length, "context length in tokens; 0 = the model's",
                int64_t{0}, std::numeric_limits<int64_t>::max());
 }

@@ -91,6 +91,11 @@ backend::KvLayerView KvCache::layer(int64_t l) {
 
 int64_t KvCache::bytes() const { return 2 * n_layer_ * layer_bytes(); }
 
+int64_t KvCache::BytesFor(int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t capacity) {
+  return 2 * n_layer * std::max<int64_t>(1, capacity * n_head_kv * head_dim) *
+         static_cast<int64_t>(sizeof(uint16_t));
+}
+
 int64_t KvCache::Release(int64_t layer, int64_t begin, int64_t end) {
   if (layer < 0 || layer >= n_layer_) return 0;
   begin = std::max<int64_t>(begin, 0);

@@ -64,6 +64,8 @@ class KvCache {
   }
   // Address space of the whole cache (K and V, every layer).
   int64_t bytes() const;
+  // bytes() of a cache of that shape.
+  static int64_t BytesFor(int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t capacity);
   // Releases positions [begin, end) of `layer` (see the class comment); returns the bytes given
   // back (whole pages only, so rows sharing a page with kept rows stay).
   int64_t Release(int64_t layer, int64_t begin, int64_t end);

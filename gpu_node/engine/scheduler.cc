@@ -107,6 +107,13 @@ void Scheduler::Admit() {
     {
       absl::MutexLock lock(&mu_);
       if (waiting_.empty() || stop_) return;
+      // A request whose KV cache does not fit the GPU budget beside the running sequences waits
+      // (first in, first out) until a step frees enough; with nothing running it goes on to
+      // Start, which fails it if it cannot fit at all.
+      if (!running_.empty() &&
+          absl::IsUnavailable(engine_->CheckKvBudget(waiting_.front()->request))) {
+        return;
+      }
       r = std::move(waiting_.front());
       waiting_.pop_front();
       ++running_count_;
