@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/attention/simhash.h"
 #include "common/quant/matmul.h"
 
 namespace magicpig::backend {
@@ -152,6 +153,14 @@ class Backend {
   // reads kv head h / (n_head / n_head_kv). scale multiplies q·k. No n² buffer is formed.
   virtual void CausalAttention(const float* q, int64_t n_tokens, int64_t first_pos, int64_t n_head,
                                float scale, const KvLayerView& cache, float* out) = 0;
+
+  // SimHash codes of n vectors x ([n][hash.dim()], backend memory) into host codes [n][hash.l()],
+  // as attention::SimHash defines them; a device's bits may differ from SimHash::Codes' only where
+  // a projection is within rounding of zero. The CPU backend calls hash.Codes.
+  virtual absl::Status SimHashCodes(const attention::SimHash& hash, const float* x, int64_t n,
+                                    uint16_t* codes) {
+    return hash.Codes(x, n, hash.dim(), codes);
+  }
 
   // Exact attention of ONE query token (q: [n_head][head_dim]) over the cache rows in `ranges`
   // (disjoint [begin, end) position ranges): the static-window part of a sparse decode step.

@@ -173,6 +173,34 @@ absl::StatusOr<bool> SparseAttentionRouter::Attend(int64_t layer, const float* q
 absl::StatusOr<bool> SparseAttentionRouter::StartAttend(int64_t layer, const float* q, int64_t pos,
                                                         const backend::KvLayerView& cache,
                                                         float scale, float* out) {
+  return Start(layer, q, pos, cache, scale, out, nullptr);
+}
+
+absl::StatusOr<bool> SparseAttentionRouter::StartAttendWith(int64_t layer, const float* q,
+                                                            int64_t pos,
+                                                            const backend::KvLayerView& cache,
+                                                            float scale, float* out,
+                                                            const DeviceResults& results) {
+  return Start(layer, q, pos, cache, scale, out, &results);
+}
+
+bool SparseAttentionRouter::PlanDeviceWork(int64_t layer, int64_t pos, DeviceWork* work) {
+  if (IsDense(layer)) return false;
+  const Layer& st = layers_[static_cast<size_t>(layer)];
+  if (!st.offloaded) return false;
+  work->hash = hash_;
+  work->window_ranges = WindowRanges(st, pos);
+  return true;
+}
+
+std::vector<std::pair<int64_t, int64_t>> SparseAttentionRouter::WindowRanges(const Layer& st,
+                                                                             int64_t pos) const {
+  return {{0, std::min(options_.n_sinks, pos + 1)}, {st.window_begin, pos + 1}};
+}
+
+absl::StatusOr<bool> SparseAttentionRouter::Start(int64_t layer, const float* q, int64_t pos,
+                                                  const backend::KvLayerView& cache, float scale,
+                                                  float* out, const DeviceResults* results) {
   if (IsDense(layer)) return false;
   Layer& st = layers_[static_cast<size_t>(layer)];
   if (!st.offloaded) return false;
@@ -183,9 +211,19 @@ absl::StatusOr<bool> SparseAttentionRouter::StartAttend(int64_t layer, const flo
   // FlushStarted (or FinishAttend), after the micro-batch's queries have been sent, so that the
   // nodes' round trip also overlaps that work.
   PhaseClock clock(options_.time_phases);
-  codes_.resize(static_cast<size_t>(n_head * hash_->l()));
-  MAGICPIG_RETURN_IF_ERROR(hash_->Codes(q, n_head, hd, codes_.data()));
+  const size_t n_codes = static_cast<size_t>(n_head * hash_->l());
+  if (results != nullptr && results->codes != nullptr) {
+    codes_.assign(results->codes, results->codes + n_codes);
+  } else {
+    codes_.resize(n_codes);
+    MAGICPIG_RETURN_IF_ERROR(hash_->Codes(q, n_head, hd, codes_.data()));
+  }
   clock.Lap(&stats_.phases.hash);
+  if (results != nullptr && results->window_o != nullptr) {
+    static_o_.assign(results->window_o, results->window_o + n_head * hd);
+    static_lse_.assign(results->window_lse, results->window_lse + n_head);
+    pending_.window_done = true;
+  }
   parts_.assign(static_cast<size_t>(n_head), PartialAttention{});
   // A failure here is kept for FinishAttend, which recovers like any other.
   pending_.start = shards_->StartAttend(layer, q, codes_.data(), scale);
@@ -199,9 +237,7 @@ void SparseAttentionRouter::AttendStaticWindow() {
   p.window_done = true;
   const Layer& st = layers_[static_cast<size_t>(p.layer)];
   const int64_t n_head = config_.n_head, hd = config_.head_dim;
-  // Sinks and [window_begin, pos].
-  const std::pair<int64_t, int64_t> ranges[2] = {{0, std::min(options_.n_sinks, p.pos + 1)},
-                                                 {st.window_begin, p.pos + 1}};
+  const std::vector<std::pair<int64_t, int64_t>> ranges = WindowRanges(st, p.pos);
   static_o_.resize(static_cast<size_t>(n_head * hd));
   static_lse_.resize(static_cast<size_t>(n_head));
   PhaseClock clock(options_.time_phases);

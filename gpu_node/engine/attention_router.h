@@ -123,6 +123,12 @@ class SparseAttentionRouter final : public LayerAttentionHook {
                                    float* out) override;
   void FlushStarted() override;
   absl::Status FinishAttend() override;
+  // On a device backend: the query's codes and the static window are computed on the device
+  // (hash_ and the sinks + [window_begin, pos] ranges); StartAttendWith takes them.
+  bool PlanDeviceWork(int64_t layer, int64_t pos, DeviceWork* work) override;
+  absl::StatusOr<bool> StartAttendWith(int64_t layer, const float* q, int64_t pos,
+                                       const backend::KvLayerView& cache, float scale, float* out,
+                                       const DeviceResults& results) override;
 
   bool IsDense(int64_t layer) const;
   const SparseAttentionStats& stats() const { return stats_; }
@@ -183,6 +189,12 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   // Exact attention of the pending query over the static window into static_o_ / static_lse_,
   // once per step.
   void AttendStaticWindow();
+  // The static window's ranges at pos: the sinks and [window_begin, pos].
+  std::vector<std::pair<int64_t, int64_t>> WindowRanges(const Layer& st, int64_t pos) const;
+  // StartAttend, with the codes (null: hash q here) and the window (null: attend it here).
+  absl::StatusOr<bool> Start(int64_t layer, const float* q, int64_t pos,
+                             const backend::KvLayerView& cache, float scale, float* out,
+                             const DeviceResults* results);
   // Decode scratch.
   std::vector<float> static_o_, static_lse_, center_dot_;
   std::vector<uint16_t> codes_;

@@ -124,8 +124,9 @@ TEST(DevicePathTest, KvCacheLivesInDeviceMemory) {
   EXPECT_EQ(dev.bytes_in_use(), 0);
 }
 
-// Sparse attention on a device backend runs through the cache's host mirror (the router offloads
-// and attends the window on the host): the tokens equal the CPU backend's, embedded MagicPIG.
+// Sparse attention on a device backend: the queries are hashed and the static window attended on
+// the device (PlanDeviceWork), the router offloads from the cache's host mirror and merges: the
+// tokens and log-probabilities equal the CPU backend's, embedded MagicPIG.
 TEST(DevicePathTest, MagicPigThroughTheHostMirrorEqualsTheCpuBackends) {
   EngineOptions options;  // MagicPIG by default
   options.attention.n_sinks = 4;
@@ -133,7 +134,9 @@ TEST(DevicePathTest, MagicPigThroughTheHostMirrorEqualsTheCpuBackends) {
   options.num_threads = 1;
   auto file = ModelFile(testing::SmallModel(3));
   auto cpu = MakeEngine(file, std::make_unique<backend::CpuBackend>(1), options);
-  auto dev = MakeEngine(file, std::make_unique<testing::FakeDeviceBackend>(1), options);
+  auto device = std::make_unique<testing::FakeDeviceBackend>(1);
+  testing::FakeDeviceBackend* fake = device.get();
+  auto dev = MakeEngine(file, std::move(device), options);
   ASSERT_NE(cpu, nullptr);
   ASSERT_NE(dev, nullptr);
   GenerateRequest req;
@@ -151,6 +154,9 @@ TEST(DevicePathTest, MagicPigThroughTheHostMirrorEqualsTheCpuBackends) {
   EXPECT_GT(a->stats.attention_keys_offloaded, 0);  // the sparse path really ran
   EXPECT_EQ(a->stats.attention_keys_touched, b->stats.attention_keys_touched);
   EXPECT_EQ(a->tokens, b->tokens);
+  // The queries were hashed and the static windows attended on the device.
+  EXPECT_GT(fake->simhash_calls(), 0);
+  EXPECT_EQ(fake->range_attention_calls(), fake->simhash_calls());
   ASSERT_EQ(a->logprobs.size(), b->logprobs.size());
   for (size_t i = 0; i < a->logprobs.size(); ++i) {
     EXPECT_EQ(a->logprobs[i].logprob, b->logprobs[i].logprob) << "token " << i;

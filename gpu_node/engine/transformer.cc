@@ -65,6 +65,10 @@ absl::Status Transformer::ResizeScratch(int64_t rows) {
   if (!b.host_memory()) {
     hook_q_.resize(rows * c.q_dim());
     hook_out_.resize(rows * c.q_dim());
+    hook_window_o_.resize(rows * c.q_dim());
+    hook_window_lse_.resize(rows * c.n_head);
+    MAGICPIG_ASSIGN_OR_RETURN(window_o_, b.Allocate(rows * c.q_dim() * f));
+    MAGICPIG_ASSIGN_OR_RETURN(window_lse_, b.Allocate(rows * c.n_head * f));
   }
   scratch_rows_ = rows;
   return absl::OkStatus();
@@ -86,6 +90,35 @@ absl::Status Transformer::MirrorRows(int64_t layer, KvCache& kv, int64_t first, 
   const int64_t bytes = n * row * static_cast<int64_t>(sizeof(uint16_t));
   MAGICPIG_RETURN_IF_ERROR(backend_->CopyOut(to.k + first * row, from.k + first * row, bytes));
   return backend_->CopyOut(to.v + first * row, from.v + first * row, bytes);
+}
+
+absl::StatusOr<LayerAttentionHook::DeviceResults> Transformer::DeviceWorkFor(
+    const LayerAttentionHook::DeviceWork& work, int64_t row, const float* q,
+    const backend::KvLayerView& cache, float scale) {
+  const model::ModelConfig& c = weights_->config();
+  backend::Backend& b = *backend_;
+  LayerAttentionHook::DeviceResults results;
+  if (work.hash != nullptr) {
+    const int64_t per_row = c.n_head * work.hash->l();
+    if (static_cast<int64_t>(hook_codes_.size()) < scratch_rows_ * per_row) {
+      hook_codes_.resize(scratch_rows_ * per_row);
+    }
+    uint16_t* codes = hook_codes_.data() + row * per_row;
+    MAGICPIG_RETURN_IF_ERROR(b.SimHashCodes(*work.hash, q, c.n_head, codes));
+    results.codes = codes;
+  }
+  if (!work.window_ranges.empty()) {
+    float* o = window_o_.as<float>() + row * c.q_dim();
+    float* lse = window_lse_.as<float>() + row * c.n_head;
+    b.RangeAttention(q, c.n_head, scale, cache, work.window_ranges, o, lse);
+    float* o_host = hook_window_o_.data() + row * c.q_dim();
+    float* lse_host = hook_window_lse_.data() + row * c.n_head;
+    MAGICPIG_RETURN_IF_ERROR(b.CopyOut(o_host, o, c.q_dim() * 4));
+    MAGICPIG_RETURN_IF_ERROR(b.CopyOut(lse_host, lse, c.n_head * 4));
+    results.window_o = o_host;
+    results.window_lse = lse_host;
+  }
+  return results;
 }
 
 absl::Status Transformer::Logits(const float* x, int64_t n, float* logits) {
@@ -157,9 +190,20 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
         // waits for q, and for the rows mirrored above).
         float* q_host = hook_q_.data() + s.row * c.q_dim();
         MAGICPIG_RETURN_IF_ERROR(b.CopyOut(q_host, sq, c.q_dim() * 4));
-        MAGICPIG_ASSIGN_OR_RETURN(
-            started, s.hook->StartAttend(layer, q_host, s.first_pos, s.kv->host().layer(layer),
-                                         scale, hook_out_.data() + s.row * c.q_dim()));
+        float* out_host = hook_out_.data() + s.row * c.q_dim();
+        LayerAttentionHook::DeviceWork work;
+        if (s.hook->PlanDeviceWork(layer, s.first_pos, &work)) {
+          // Hashing and the static window where q and the cache are; the rest on the host.
+          MAGICPIG_ASSIGN_OR_RETURN(const LayerAttentionHook::DeviceResults results,
+                                    DeviceWorkFor(work, s.row, sq, cache, scale));
+          MAGICPIG_ASSIGN_OR_RETURN(started, s.hook->StartAttendWith(layer, q_host, s.first_pos,
+                                                                     s.kv->host().layer(layer),
+                                                                     scale, out_host, results));
+        } else {
+          MAGICPIG_ASSIGN_OR_RETURN(
+              started, s.hook->StartAttend(layer, q_host, s.first_pos, s.kv->host().layer(layer),
+                                           scale, out_host));
+        }
       } else {
         MAGICPIG_ASSIGN_OR_RETURN(started,
                                   s.hook->StartAttend(layer, sq, s.first_pos, cache, scale, out));

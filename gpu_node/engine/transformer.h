@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -64,6 +65,28 @@ class LayerAttentionHook {
   // static window). A failure is kept for FinishAttend to report.
   virtual void FlushStarted() {}
   virtual absl::Status FinishAttend() { return absl::OkStatus(); }
+
+  // On a device backend the transformer can do part of a one-token step's work where q and the
+  // cache live: the hook says what (PlanDeviceWork), the transformer computes it and passes the
+  // results, in host memory, to StartAttendWith instead of StartAttend.
+  struct DeviceWork {
+    const attention::SimHash* hash = nullptr;                // hash q's heads with it
+    std::vector<std::pair<int64_t, int64_t>> window_ranges;  // attend q exactly over these rows
+  };
+  struct DeviceResults {
+    const uint16_t* codes = nullptr;    // [n_head][L] codes of q's heads
+    const float* window_o = nullptr;    // [n_head][head_dim] static-window output ...
+    const float* window_lse = nullptr;  // ... and its lse ([n_head]), as Backend::RangeAttention
+  };
+  // Whether layer's step at pos is sparse here and, if so, what the device should compute.
+  // Default: false (the hook does everything in StartAttend).
+  virtual bool PlanDeviceWork(int64_t layer, int64_t pos, DeviceWork* work) { return false; }
+  // StartAttend with the planned results (valid during the call only: copy what is kept).
+  virtual absl::StatusOr<bool> StartAttendWith(int64_t layer, const float* q, int64_t pos,
+                                               const backend::KvLayerView& cache, float scale,
+                                               float* out, const DeviceResults& results) {
+    return StartAttend(layer, q, pos, cache, scale, out);
+  }
 };
 
 struct ForwardOptions {
@@ -145,6 +168,10 @@ class Transformer {
   absl::Status ResizeScratch(int64_t rows);
   // positions_host_[0..n) -> positions_ (backend memory).
   absl::Status UploadPositions(int64_t n);
+  // Computes a hook's planned device work for the one-token row `row` (q and cache on the device).
+  absl::StatusOr<LayerAttentionHook::DeviceResults> DeviceWorkFor(
+      const LayerAttentionHook::DeviceWork& work, int64_t row, const float* q,
+      const backend::KvLayerView& cache, float scale);
   // Copies rows [first, first + n) of `layer` from a device cache to its host mirror.
   absl::Status MirrorRows(int64_t layer, KvCache& kv, int64_t first, int64_t n);
   // Final norm and LM head over rows [0, n) of x into host logits ([n][n_vocab]).
@@ -162,6 +189,11 @@ class Transformer {
   // Host q and attention output of hooked decode rows on a device backend ([rows][q_dim]; valid
   // from StartAttend to FinishAttend).
   std::vector<float> hook_q_, hook_out_;
+  // Device work for hooks (PlanDeviceWork): codes and window partials per row, on the host, and
+  // the window partials on the device.
+  std::vector<uint16_t> hook_codes_;
+  std::vector<float> hook_window_o_, hook_window_lse_;
+  backend::BackendBuffer window_o_, window_lse_;
 };
 
 }  // namespace magicpig::engine

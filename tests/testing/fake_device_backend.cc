@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -174,10 +175,23 @@ void FakeDeviceBackend::CausalAttention(const float* q, int64_t n_tokens, int64_
   }
 }
 
+absl::Status FakeDeviceBackend::SimHashCodes(const attention::SimHash& hash, const float* x,
+                                             int64_t n, uint16_t* codes) {
+  ++simhash_calls_;
+  if (!Check(IsDevice(x, n * hash.dim() * 4), "SimHashCodes", "x is not device memory") ||
+      !Check(!IsDevice(codes, n * hash.l() * 2), "SimHashCodes", "codes must be host memory")) {
+    return error_;
+  }
+  std::vector<float> host(static_cast<size_t>(n * hash.dim()));
+  std::memcpy(host.data(), x, host.size() * sizeof(float));
+  return hash.Codes(host.data(), n, hash.dim(), codes);
+}
+
 void FakeDeviceBackend::RangeAttention(const float* q, int64_t n_head, float scale,
                                        const backend::KvLayerView& cache,
                                        absl::Span<const std::pair<int64_t, int64_t>> ranges,
                                        float* out, float* lse) {
+  ++range_attention_calls_;
   const int64_t q_bytes = n_head * cache.head_dim * 4;
   if (Check(IsDevice(q, q_bytes) && IsDevice(out, q_bytes) && IsDevice(lse, n_head * 4),
             "RangeAttention", "q/out/lse are not device memory") &&

@@ -51,6 +51,8 @@ class FakeDeviceBackend final : public backend::Backend {
                const backend::KvLayerView& cache) override;
   void CausalAttention(const float* q, int64_t n_tokens, int64_t first_pos, int64_t n_head,
                        float scale, const backend::KvLayerView& cache, float* out) override;
+  absl::Status SimHashCodes(const attention::SimHash& hash, const float* x, int64_t n,
+                            uint16_t* codes) override;
   void RangeAttention(const float* q, int64_t n_head, float scale,
                       const backend::KvLayerView& cache,
                       absl::Span<const std::pair<int64_t, int64_t>> ranges, float* out,
@@ -58,6 +60,9 @@ class FakeDeviceBackend final : public backend::Backend {
 
   // Bytes allocated and not yet released.
   int64_t bytes_in_use() const;
+  // Calls of SimHashCodes and RangeAttention so far (the sparse path's device work).
+  int64_t simhash_calls() const { return simhash_calls_; }
+  int64_t range_attention_calls() const { return range_attention_calls_; }
 
  private:
   struct Registry {
@@ -75,6 +80,8 @@ class FakeDeviceBackend final : public backend::Backend {
   std::set<const void*> matrices_;
   std::set<const float*> vectors_;
   absl::Status error_;
+  int64_t simhash_calls_ = 0;
+  int64_t range_attention_calls_ = 0;
 };
 
 }  // namespace magicpig::testing

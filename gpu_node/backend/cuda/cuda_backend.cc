@@ -40,6 +40,9 @@ CudaBackend::~CudaBackend() {
   part_o_ = BackendBuffer();
   part_lse_ = BackendBuffer();
   ranges_ = BackendBuffer();
+  hash_proj_ = BackendBuffer();
+  hash_codes_ = BackendBuffer();
+  projections_.clear();
 }
 
 std::string CudaBackend::Describe() const {
@@ -272,6 +275,35 @@ void CudaBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t firs
   a.piece_len = (n_keys + pieces - 1) / pieces;
   a.n_pieces = (n_keys + a.piece_len - 1) / a.piece_len;
   Fail(RunPieces(a, out, nullptr));
+}
+
+absl::Status CudaBackend::SimHashCodes(const attention::SimHash& hash, const float* x, int64_t n,
+                                       uint16_t* codes) {
+  MAGICPIG_RETURN_IF_ERROR(error_);
+  if (n == 0) return absl::OkStatus();
+  const int64_t d = hash.dim(), cols = static_cast<int64_t>(hash.k()) * hash.l();
+  const auto key = std::make_tuple(hash.seed(), d, hash.k(), hash.l());
+  auto it = projections_.find(key);
+  if (it == projections_.end()) {
+    MAGICPIG_ASSIGN_OR_RETURN(BackendBuffer w, device_->Allocate(d * cols * 4));
+    MAGICPIG_RETURN_IF_ERROR(CopyIn(w.data(), hash.projection().data(), d * cols * 4));
+    it = projections_.emplace(key, std::move(w)).first;
+  }
+  MAGICPIG_RETURN_IF_ERROR(Reserve(hash_proj_, n * cols * 4));
+  MAGICPIG_RETURN_IF_ERROR(Reserve(hash_codes_, n * hash.l() * 2));
+  // proj [n][cols] = x [n][d] · W [d][cols], all row-major: column-major, projᵀ = Wᵀ · xᵀ with
+  // W as a cols x d matrix and x as d x n, no transposes. fp32 without reduced precision, so
+  // that signs flip only where a projection is within rounding of zero.
+  const float one = 1.0f, zero = 0.0f;
+  MAGICPIG_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+      device_->cublas(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(cols), static_cast<int>(n),
+      static_cast<int>(d), &one, it->second.data(), CUDA_R_32F, static_cast<int>(cols), x,
+      CUDA_R_32F, static_cast<int>(d), &zero, hash_proj_.data(), CUDA_R_32F, static_cast<int>(cols),
+      CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+  MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchPackSigns(hash_proj_.as<float>(), n, hash.k(),
+                                                               hash.l(), hash_codes_.as<uint16_t>(),
+                                                               device_->stream()));
+  return CopyOut(codes, hash_codes_.data(), n * hash.l() * 2);
 }
 
 void CudaBackend::RangeAttention(const float* q, int64_t n_head, float scale,

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -71,6 +72,8 @@ class CudaBackend final : public Backend {
                const KvLayerView& cache) override;
   void CausalAttention(const float* q, int64_t n_tokens, int64_t first_pos, int64_t n_head,
                        float scale, const KvLayerView& cache, float* out) override;
+  absl::Status SimHashCodes(const attention::SimHash& hash, const float* x, int64_t n,
+                            uint16_t* codes) override;
   void RangeAttention(const float* q, int64_t n_head, float scale, const KvLayerView& cache,
                       absl::Span<const std::pair<int64_t, int64_t>> ranges, float* out,
                       float* lse) override;
@@ -97,11 +100,13 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   absl::flat_hash_map<const void*, ResidentMatrix> matrices_;
   absl::flat_hash_map<const float*, BackendBuffer> vectors_;
+  // SimHash projections on the device, by (seed, d, K, L): the same key gives the same W.
+  absl::flat_hash_map<std::tuple<uint64_t, int64_t, int, int>, BackendBuffer> projections_;
   int64_t weight_bytes_ = 0;
   absl::Status error_;
   // Scratch, grown as needed: fp16 activations for the products, token ids, attention partials
   // and key ranges.
-  BackendBuffer half_x_, ids_, part_o_, part_lse_, ranges_;
+  BackendBuffer half_x_, ids_, part_o_, part_lse_, ranges_, hash_proj_, hash_codes_;
 };
 
 }  // namespace magicpig::backend

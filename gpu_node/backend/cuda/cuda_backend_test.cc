@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/attention/simhash.h"
 #include "common/half.h"
 #include "common/quant/dequantize.h"
 #include "gpu_node/backend/cpu/cpu_backend.h"
@@ -249,6 +250,45 @@ TEST(CudaBackendTest, UnpreparedVectorFailsTheBatch) {
     return absl::OkStatus();
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+}
+
+// SimHash codes on the GPU (cuBLAS projection + sign packing) against the float64 reference, bit
+// for bit except where a projection is within rounding of zero.
+TEST(CudaBackendTest, SimHashCodesMatchTheReference) {
+  MAGICPIG_REQUIRE_GPU();
+  auto b = MakeBackend(false);
+  ASSERT_NE(b, nullptr);
+  struct Shape {
+    int64_t d;
+    int k, l;
+  };
+  for (const Shape& shape : {Shape{64, 10, 150}, Shape{128, 8, 75}, Shape{16, 16, 4}}) {
+    auto hash = attention::SimHash::Create(shape.d, shape.k, shape.l, 1234);
+    ASSERT_TRUE(hash.ok()) << hash.status();
+    const int64_t n = 37;
+    const std::vector<float> x = Random(n * shape.d, 21);
+    DeviceData d(b.get());
+    const float* xd = d.Put(x);
+    std::vector<uint16_t> got(n * shape.l, 0xffff), want(n * shape.l);
+    ASSERT_TRUE(b->Execute([&] { return b->SimHashCodes(*hash, xd, n, got.data()); }).ok());
+    ASSERT_TRUE(hash->CodesReference(x.data(), n, shape.d, want.data()).ok());
+    const std::vector<float>& w = hash->projection();
+    const int64_t cols = static_cast<int64_t>(shape.k) * shape.l;
+    for (int64_t v = 0; v < n; ++v) {
+      for (int t = 0; t < shape.l; ++t) {
+        const uint16_t diff = got[v * shape.l + t] ^ want[v * shape.l + t];
+        ASSERT_LT(got[v * shape.l + t], 1u << shape.k);
+        for (int bit = 0; bit < shape.k; ++bit) {
+          if (((diff >> bit) & 1) == 0) continue;
+          double proj = 0;
+          for (int64_t i = 0; i < shape.d; ++i) {
+            proj += static_cast<double>(x[v * shape.d + i]) * w[i * cols + t * shape.k + bit];
+          }
+          EXPECT_LT(std::fabs(proj), 1e-4) << "vector " << v << " table " << t << " bit " << bit;
+        }
+      }
+    }
+  }
 }
 
 struct AttentionCase {

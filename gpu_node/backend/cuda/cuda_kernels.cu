@@ -132,6 +132,15 @@ __global__ void StoreKvKernel(const float* k, const float* v, int64_t n, __half*
   vd[i] = __float2half_rn(v[i]);
 }
 
+__global__ void PackSignsKernel(const float* proj, int64_t n, int k, int l, uint16_t* codes) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * l) return;
+  const float* p = proj + (i / l) * (static_cast<int64_t>(k) * l) + (i % l) * k;
+  unsigned code = 0;
+  for (int b = 0; b < k; ++b) code |= (p[b] > 0.0f ? 1u : 0u) << b;  // strict: 0 gives bit 0
+  codes[i] = static_cast<uint16_t>(code);
+}
+
 constexpr int kAttentionThreads = 128;  // keys per tile: one per thread
 constexpr int kMaxHeadDim = 256;
 
@@ -293,6 +302,13 @@ cudaError_t LaunchStoreKv(const float* k, const float* v, int64_t n, uint16_t* k
   if (n == 0) return cudaSuccess;
   StoreKvKernel<<<Blocks(n), kThreads, 0, stream>>>(k, v, n, reinterpret_cast<__half*>(k_dst),
                                                     reinterpret_cast<__half*>(v_dst));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPackSigns(const float* proj, int64_t n, int k, int l, uint16_t* codes,
+                            cudaStream_t stream) {
+  if (n * l == 0) return cudaSuccess;
+  PackSignsKernel<<<Blocks(n * l), kThreads, 0, stream>>>(proj, n, k, l, codes);
   return cudaGetLastError();
 }
 

@@ -34,6 +34,11 @@ cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* o
 cudaError_t LaunchStoreKv(const float* k, const float* v, int64_t n, uint16_t* k_dst,
                           uint16_t* v_dst, cudaStream_t stream);
 
+// codes[v][t] = sum over b < k of (proj[v][t * k + b] > 0) << b, for v < n, t < l (SimHash sign
+// packing; proj is [n][k * l]).
+cudaError_t LaunchPackSigns(const float* proj, int64_t n, int k, int l, uint16_t* codes,
+                            cudaStream_t stream);
+
 // Partial attention over pieces of keys ("split-K"): block (query t, head h, piece s) attends
 // query t's head h over the keys of piece s and writes the piece's normalised output and
 // log-sum-exp (natural log; -inf and o = 0 for an empty piece). MergePartials combines the
