@@ -29,4 +29,25 @@ absl::Status Backend::CopyOut(void* host_dst, const void* src, int64_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status Backend::CopyWithin(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<int64_t, int64_t>> RangesAsRows(
+    const KvLayerView& cache, absl::Span<const std::pair<int64_t, int64_t>> ranges) {
+  std::vector<std::pair<int64_t, int64_t>> rows;
+  rows.reserve(ranges.size() + 1);
+  for (auto [begin, end] : ranges) {
+    if (!cache.has_gap() || end <= cache.gap_begin || begin >= cache.gap_end) {
+      rows.emplace_back(cache.Row(begin), begin < end ? cache.Row(end - 1) + 1 : cache.Row(begin));
+      continue;
+    }
+    // The range meets the gap: its stored parts before and after.
+    if (begin < cache.gap_begin) rows.emplace_back(begin, cache.gap_begin);
+    if (end > cache.gap_end) rows.emplace_back(cache.Row(cache.gap_end), cache.Row(end - 1) + 1);
+  }
+  return rows;
+}
+
 }  // namespace magicpig::backend

@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -55,7 +56,19 @@ struct KvLayerView {
   int64_t capacity = 0;  // rows allocated
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
+  // Positions [gap_begin, gap_end) are not stored (a sparse layer's offloaded region, dropped from
+  // a device cache once it is on the attention shards); position p >= gap_end is row
+  // p - (gap_end - gap_begin). No gap by default. Only StoreKv and RangeAttention accept a view
+  // with a gap.
+  int64_t gap_begin = 0;
+  int64_t gap_end = 0;
+  bool has_gap() const { return gap_end > gap_begin; }
+  int64_t Row(int64_t pos) const { return pos >= gap_end ? pos - (gap_end - gap_begin) : pos; }
 };
+
+// `ranges` of positions as ranges of rows of `cache`; positions inside the gap are skipped.
+std::vector<std::pair<int64_t, int64_t>> RangesAsRows(
+    const KvLayerView& cache, absl::Span<const std::pair<int64_t, int64_t>> ranges);
 
 // Memory allocated by a backend in its own address space; gives it back when destroyed.
 // Move-only. Thread-safety: none (owned by one user).
@@ -120,6 +133,8 @@ class Backend {
   // data is on the host, after every operation issued before it.
   virtual absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes);
   virtual absl::Status CopyOut(void* host_dst, const void* src, int64_t bytes);
+  // dst <- src, both backend memory (ordered with the operations issued before and after).
+  virtual absl::Status CopyWithin(void* dst, const void* src, int64_t bytes);
   // Takes the backend's own copy of a weight matrix or vector (no-ops on the CPU backend). The
   // host data must stay unchanged while the backend lives.
   virtual absl::Status PrepareMatrix(const QuantMatrix& w) { return absl::OkStatus(); }

@@ -193,6 +193,13 @@ bool SparseAttentionRouter::PlanDeviceWork(int64_t layer, int64_t pos, DeviceWor
   return true;
 }
 
+std::pair<int64_t, int64_t> SparseAttentionRouter::OffloadedPositions(int64_t layer) const {
+  if (IsDense(layer)) return {0, 0};
+  const Layer& st = layers_[static_cast<size_t>(layer)];
+  if (!st.offloaded) return {0, 0};
+  return {options_.n_sinks, st.window_begin};
+}
+
 std::vector<std::pair<int64_t, int64_t>> SparseAttentionRouter::WindowRanges(const Layer& st,
                                                                              int64_t pos) const {
   return {{0, std::min(options_.n_sinks, pos + 1)}, {st.window_begin, pos + 1}};

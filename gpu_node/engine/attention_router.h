@@ -126,6 +126,9 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   // On a device backend: the query's codes and the static window are computed on the device
   // (hash_ and the sinks + [window_begin, pos] ranges); StartAttendWith takes them.
   bool PlanDeviceWork(int64_t layer, int64_t pos, DeviceWork* work) override;
+  // [n_sinks, window_begin) of an offloaded sparse layer: on the shards from now on (the window
+  // only moves forward, so these positions are never attended exactly again).
+  std::pair<int64_t, int64_t> OffloadedPositions(int64_t layer) const override;
   absl::StatusOr<bool> StartAttendWith(int64_t layer, const float* q, int64_t pos,
                                        const backend::KvLayerView& cache, float scale, float* out,
                                        const DeviceResults& results) override;

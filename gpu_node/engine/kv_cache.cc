@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace magicpig::engine {
 
@@ -42,6 +43,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t n_layer, int64_
       }
     }
     c->accounting_ = accounting;
+    c->memory_ = memory;
+    c->gaps_.assign(static_cast<size_t>(n_layer), {0, 0});
     if (accounting != nullptr) accounting->device_bytes += c->bytes();
     return c;
   }
@@ -76,7 +79,9 @@ KvCache::~KvCache() {
     if (device_.empty()) {
       accounting_->host_bytes -= bytes() - released_bytes_;
     } else {
-      accounting_->device_bytes -= bytes();
+      int64_t held = 0;
+      for (const backend::BackendBuffer& b : device_) held += b.bytes();
+      accounting_->device_bytes -= held;
     }
   }
   if (!device_.empty()) return;  // the buffers give themselves back
@@ -86,7 +91,46 @@ KvCache::~KvCache() {
 }
 
 backend::KvLayerView KvCache::layer(int64_t l) {
-  return backend::KvLayerView{k_[l], v_[l], capacity_, n_head_kv_, head_dim_};
+  backend::KvLayerView view{k_[l], v_[l], capacity_, n_head_kv_, head_dim_};
+  if (!gaps_.empty()) {
+    view.gap_begin = gaps_[l].first;
+    view.gap_end = gaps_[l].second;
+    view.capacity -= view.gap_end - view.gap_begin;
+  }
+  return view;
+}
+
+absl::Status KvCache::DropRows(int64_t layer, int64_t begin, int64_t end, int64_t filled) {
+  if (device_.empty() || end <= begin) return absl::OkStatus();
+  if (layer < 0 || layer >= n_layer_ || begin < 0 || end > capacity_ || filled > capacity_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DropRows(", layer, ", ", begin, ", ", end, ") outside the cache"));
+  }
+  std::pair<int64_t, int64_t>& gap = gaps_[static_cast<size_t>(layer)];
+  if (gap.second > gap.first) {
+    return absl::FailedPreconditionError(absl::StrCat("layer ", layer, " already dropped rows"));
+  }
+  const int64_t row_bytes = n_head_kv_ * head_dim_ * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t dropped = end - begin;
+  const int64_t kept_bytes = std::max<int64_t>(row_bytes, (capacity_ - dropped) * row_bytes);
+  const int64_t before = std::min(begin, filled);            // rows [0, before) keep their place
+  const int64_t after = std::max<int64_t>(0, filled - end);  // rows [end, filled) move down
+  for (int t = 0; t < 2; ++t) {
+    std::vector<uint16_t*>& tensor = t == 0 ? k_ : v_;
+    absl::StatusOr<backend::BackendBuffer> fresh = memory_->Allocate(kept_bytes);
+    if (!fresh.ok()) return fresh.status();
+    uint16_t* old = tensor[static_cast<size_t>(layer)];
+    uint16_t* now = fresh->as<uint16_t>();
+    const int64_t row = n_head_kv_ * head_dim_;
+    MAGICPIG_RETURN_IF_ERROR(memory_->CopyWithin(now, old, before * row_bytes));
+    MAGICPIG_RETURN_IF_ERROR(
+        memory_->CopyWithin(now + begin * row, old + end * row, after * row_bytes));
+    tensor[static_cast<size_t>(layer)] = now;
+    device_[static_cast<size_t>(2 * layer + t)] = *std::move(fresh);  // frees the old buffer
+  }
+  gap = {begin, end};
+  if (accounting_ != nullptr) accounting_->device_bytes -= 2 * (layer_bytes() - kept_bytes);
+  return absl::OkStatus();
 }
 
 int64_t KvCache::bytes() const { return 2 * n_layer_ * layer_bytes(); }
@@ -121,7 +165,11 @@ int64_t KvCache::Release(int64_t layer, int64_t begin, int64_t end) {
 }
 
 int64_t KvCache::ResidentBytes() const {
-  if (!device_.empty()) return bytes();
+  if (!device_.empty()) {
+    int64_t held = 0;
+    for (const backend::BackendBuffer& b : device_) held += b.bytes();
+    return held;
+  }
   const int64_t page = PageSize();
   const int64_t bytes = layer_bytes();
   std::vector<unsigned char> vec(static_cast<size_t>((bytes + page - 1) / page));

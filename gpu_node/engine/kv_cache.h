@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -55,6 +56,11 @@ class KvCache {
   bool has_host_mirror() const { return mirror_ != nullptr; }
   // Adds the host mirror to a cache in device memory (a no-op for a host cache).
   absl::Status EnsureHostMirror();
+  // Device caches: drops positions [begin, end) of `layer` from device memory (a sparse layer's
+  // offloaded region, once the shards have it): the layer is reallocated without them, the
+  // `filled` rows outside are copied over, and its view has the gap (backend.h). At most once per
+  // layer. A no-op for a host cache (Release gives host memory back).
+  absl::Status DropRows(int64_t layer, int64_t begin, int64_t end, int64_t filled);
   int64_t capacity() const { return capacity_; }
   // Positions filled so far (all layers agree after each forward pass).
   int64_t size() const { return size_; }
@@ -89,6 +95,8 @@ class KvCache {
   std::vector<backend::BackendBuffer> device_;  // owns k_ and v_ when on a device
   std::unique_ptr<KvCache> mirror_;             // host copy of a device cache
   KvAccounting* accounting_ = nullptr;
+  backend::Backend* memory_ = nullptr;             // the device backend, for device caches
+  std::vector<std::pair<int64_t, int64_t>> gaps_;  // per layer: positions dropped (DropRows)
 };
 
 }  // namespace magicpig::engine

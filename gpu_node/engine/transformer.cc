@@ -88,8 +88,9 @@ absl::Status Transformer::MirrorRows(int64_t layer, KvCache& kv, int64_t first, 
   const backend::KvLayerView to = kv.host().layer(layer);
   const int64_t row = from.n_head_kv * from.head_dim;
   const int64_t bytes = n * row * static_cast<int64_t>(sizeof(uint16_t));
-  MAGICPIG_RETURN_IF_ERROR(backend_->CopyOut(to.k + first * row, from.k + first * row, bytes));
-  return backend_->CopyOut(to.v + first * row, from.v + first * row, bytes);
+  MAGICPIG_RETURN_IF_ERROR(
+      backend_->CopyOut(to.k + first * row, from.k + from.Row(first) * row, bytes));
+  return backend_->CopyOut(to.v + first * row, from.v + from.Row(first) * row, bytes);
 }
 
 absl::StatusOr<LayerAttentionHook::DeviceResults> Transformer::DeviceWorkFor(
@@ -210,7 +211,14 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
       }
     }
     (*pending)[i] = started;
-    if (!started) b.CausalAttention(sq, s.n, s.first_pos, c.n_head, scale, cache, out);
+    if (!started) {
+      if (cache.has_gap()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("layer ", layer,
+                         ": exact attention over a cache whose offloaded rows left the device"));
+      }
+      b.CausalAttention(sq, s.n, s.first_pos, c.n_head, scale, cache, out);
+    }
   }
   for (size_t i = 0; i < slots.size(); ++i) {
     if ((*pending)[i]) slots[i].hook->FlushStarted();
@@ -295,6 +303,11 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
       if (options.attention_hook != nullptr) {
         MAGICPIG_RETURN_IF_ERROR(
             options.attention_hook->OnLayerStored(l, kv.host().layer(l), first_pos + n));
+        if (!backend_->host_memory() && !kv.layer(l).has_gap()) {
+          // The offloaded region is on the shards now: the GPU keeps the window only.
+          const auto [begin, end] = options.attention_hook->OffloadedPositions(l);
+          MAGICPIG_RETURN_IF_ERROR(kv.DropRows(l, begin, end, first_pos + n));
+        }
       }
       if (options.on_layer_done) options.on_layer_done(l, c.n_layer);
     }

@@ -78,6 +78,9 @@ class LayerAttentionHook {
     const float* window_o = nullptr;    // [n_head][head_dim] static-window output ...
     const float* window_lse = nullptr;  // ... and its lse ([n_head]), as Backend::RangeAttention
   };
+  // Positions of `layer` the hook holds elsewhere for good (the offloaded region on the shards),
+  // which a device cache may drop after the prefill leaves the layer; empty (default) for none.
+  virtual std::pair<int64_t, int64_t> OffloadedPositions(int64_t layer) const { return {0, 0}; }
   // Whether layer's step at pos is sparse here and, if so, what the device should compute.
   // Default: false (the hook does everything in StartAttend).
   virtual bool PlanDeviceWork(int64_t layer, int64_t pos, DeviceWork* work) { return false; }

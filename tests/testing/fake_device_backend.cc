@@ -76,6 +76,15 @@ absl::Status FakeDeviceBackend::CopyOut(void* host_dst, const void* src, int64_t
   return absl::OkStatus();
 }
 
+absl::Status FakeDeviceBackend::CopyWithin(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return absl::OkStatus();
+  if (!IsDevice(dst, bytes) || !IsDevice(src, bytes)) {
+    return absl::FailedPreconditionError("CopyWithin: not device memory");
+  }
+  std::memmove(dst, src, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
+
 absl::Status FakeDeviceBackend::PrepareMatrix(const QuantMatrix& w) {
   matrices_.insert(w.data);
   return absl::OkStatus();
@@ -155,8 +164,8 @@ void FakeDeviceBackend::StoreKv(const float* k, const float* v, int64_t n_tokens
   const int64_t row = cache.n_head_kv * cache.head_dim;
   if (Check(IsDevice(k, n_tokens * row * 4) && IsDevice(v, n_tokens * row * 4), "StoreKv",
             "k/v are not device memory") &&
-      Check(IsDevice(cache.k + first_pos * row, n_tokens * row * 2) &&
-                IsDevice(cache.v + first_pos * row, n_tokens * row * 2),
+      Check(IsDevice(cache.k + cache.Row(first_pos) * row, n_tokens * row * 2) &&
+                IsDevice(cache.v + cache.Row(first_pos) * row, n_tokens * row * 2),
             "StoreKv", "the cache rows are not device memory")) {
     cpu_.StoreKv(k, v, n_tokens, first_pos, cache);
   }
@@ -167,7 +176,8 @@ void FakeDeviceBackend::CausalAttention(const float* q, int64_t n_tokens, int64_
                                         const backend::KvLayerView& cache, float* out) {
   const int64_t q_bytes = n_tokens * n_head * cache.head_dim * 4;
   const int64_t kv_bytes = (first_pos + n_tokens) * cache.n_head_kv * cache.head_dim * 2;
-  if (Check(IsDevice(q, q_bytes) && IsDevice(out, q_bytes), "CausalAttention",
+  if (Check(!cache.has_gap(), "CausalAttention", "the layer's offloaded rows left the device") &&
+      Check(IsDevice(q, q_bytes) && IsDevice(out, q_bytes), "CausalAttention",
             "q/out are not device memory") &&
       Check(IsDevice(cache.k, kv_bytes) && IsDevice(cache.v, kv_bytes), "CausalAttention",
             "the cache is not device memory")) {

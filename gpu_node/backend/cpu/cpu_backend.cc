@@ -129,8 +129,9 @@ void CpuBackend::SwiGlu(const float* gate, const float* up, int64_t n, float* ou
 void CpuBackend::StoreKv(const float* k, const float* v, int64_t n_tokens, int64_t first_pos,
                          const KvLayerView& cache) {
   const int64_t row = cache.n_head_kv * cache.head_dim;
-  ConvertF32ToF16(k, cache.k + first_pos * row, n_tokens * row, level_);
-  ConvertF32ToF16(v, cache.v + first_pos * row, n_tokens * row, level_);
+  const int64_t at = cache.Row(first_pos);
+  ConvertF32ToF16(k, cache.k + at * row, n_tokens * row, level_);
+  ConvertF32ToF16(v, cache.v + at * row, n_tokens * row, level_);
 }
 
 void CpuBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t first_pos,
@@ -213,8 +214,9 @@ void CpuBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t first
 
 void CpuBackend::RangeAttention(const float* q, int64_t n_head, float scale,
                                 const KvLayerView& cache,
-                                absl::Span<const std::pair<int64_t, int64_t>> ranges, float* out,
-                                float* lse) {
+                                absl::Span<const std::pair<int64_t, int64_t>> position_ranges,
+                                float* out, float* lse) {
+  const std::vector<std::pair<int64_t, int64_t>> ranges = RangesAsRows(cache, position_ranges);
   auto* kernel = AttentionKernelFor(level_);
   const int64_t group = n_head / cache.n_head_kv;
   const int64_t hd = cache.head_dim;

@@ -174,6 +174,46 @@ TEST(CpuBackendTest, RangeAttentionMatchesFloat64OverTheRanges) {
   }
 }
 
+// A view with a gap (positions dropped from the cache): StoreKv and RangeAttention address
+// positions, and give exactly what the whole cache gives.
+TEST(CpuBackendTest, GappedViewMatchesTheWholeCache) {
+  const int64_t n_head = 4, n_kv = 2, hd = 32, rows = 300, kv_row = n_kv * hd;
+  const int64_t gap_begin = 4, gap_end = 250;
+  const std::vector<float> kf = Random(rows * kv_row, 7, 2.0f), vf = Random(rows * kv_row, 8);
+  const std::vector<float> q = Random(n_head * hd, 9, 2.0f);
+  CpuBackend backend(2);
+  std::vector<uint16_t> k(rows * kv_row), v(rows * kv_row);
+  const KvLayerView whole{k.data(), v.data(), rows, n_kv, hd};
+  const int64_t kept = rows - (gap_end - gap_begin);
+  std::vector<uint16_t> ck(kept * kv_row), cv(kept * kv_row);
+  KvLayerView gapped{ck.data(), cv.data(), kept, n_kv, hd};
+  gapped.gap_begin = gap_begin;
+  gapped.gap_end = gap_end;
+  EXPECT_EQ(gapped.Row(3), 3);
+  EXPECT_EQ(gapped.Row(250), 4);
+  EXPECT_EQ(gapped.Row(299), 53);
+  const std::pair<int64_t, int64_t> across[1] = {{2, 260}};
+  EXPECT_EQ(RangesAsRows(gapped, across),
+            (std::vector<std::pair<int64_t, int64_t>>{{2, 4}, {4, 14}}));
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 4}, {270, 300}};
+  std::vector<float> o1(n_head * hd), l1(n_head), o2(n_head * hd), l2(n_head);
+  ASSERT_TRUE(
+      backend
+          .Execute([&] {
+            backend.StoreKv(kf.data(), vf.data(), rows, 0, whole);
+            // The gapped cache is filled in two stores on either side of the gap.
+            backend.StoreKv(kf.data(), vf.data(), gap_begin, 0, gapped);
+            backend.StoreKv(kf.data() + gap_end * kv_row, vf.data() + gap_end * kv_row,
+                            rows - gap_end, gap_end, gapped);
+            backend.RangeAttention(q.data(), n_head, 0.2f, whole, ranges, o1.data(), l1.data());
+            backend.RangeAttention(q.data(), n_head, 0.2f, gapped, ranges, o2.data(), l2.data());
+            return absl::OkStatus();
+          })
+          .ok());
+  EXPECT_EQ(o1, o2);
+  EXPECT_EQ(l1, l2);
+}
+
 TEST(CpuBackendTest, RopePairings) {
   // One head of 8 dims, n_rot 6 (the last two dims are not rotated), position 3, base 100.
   const int32_t pos = 3;

@@ -72,6 +72,14 @@ absl::Status CudaBackend::CopyOut(void* host_dst, const void* src, int64_t bytes
   return device_->Synchronize();
 }
 
+absl::Status CudaBackend::CopyWithin(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return absl::OkStatus();
+  MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
+  return CudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
+                                    device_->stream()),
+                    "cudaMemcpyAsync (within the device)");
+}
+
 absl::Status CudaBackend::PrepareMatrix(const QuantMatrix& w) {
   if (matrices_.contains(w.data)) return absl::OkStatus();
   const int type = static_cast<int>(w.type);
@@ -236,8 +244,9 @@ void CudaBackend::StoreKv(const float* k, const float* v, int64_t n_tokens, int6
                           const KvLayerView& cache) {
   if (!error_.ok()) return;
   const int64_t row = cache.n_head_kv * cache.head_dim;
-  Fail(CudaStatus(cuda_internal::LaunchStoreKv(k, v, n_tokens * row, cache.k + first_pos * row,
-                                               cache.v + first_pos * row, device_->stream()),
+  const int64_t at = cache.Row(first_pos);
+  Fail(CudaStatus(cuda_internal::LaunchStoreKv(k, v, n_tokens * row, cache.k + at * row,
+                                               cache.v + at * row, device_->stream()),
                   "KV store"));
 }
 
@@ -257,6 +266,10 @@ void CudaBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t firs
                                   int64_t n_head, float scale, const KvLayerView& cache,
                                   float* out) {
   if (!error_.ok() || n_tokens == 0) return;
+  if (cache.has_gap()) {
+    return Fail(absl::FailedPreconditionError(
+        "exact attention over a layer whose offloaded rows left the device"));
+  }
   AttentionPieces a;
   a.q = q;
   a.k = cache.k;
@@ -314,7 +327,7 @@ void CudaBackend::RangeAttention(const float* q, int64_t n_head, float scale,
   // Each range in pieces of at most kMinPieceKeys keys; an all-empty list keeps one empty piece
   // so that every head gets o = 0 and lse = -inf.
   std::vector<int64_t> pieces;
-  for (auto [begin, end] : ranges) {
+  for (auto [begin, end] : RangesAsRows(cache, ranges)) {
     for (int64_t b = begin; b < end; b += kMinPieceKeys) {
       pieces.push_back(b);
       pieces.push_back(std::min(end, b + kMinPieceKeys));

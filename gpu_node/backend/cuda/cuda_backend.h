@@ -55,6 +55,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<BackendBuffer> Allocate(int64_t bytes) override;
   absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes) override;
   absl::Status CopyOut(void* host_dst, const void* src, int64_t bytes) override;
+  absl::Status CopyWithin(void* dst, const void* src, int64_t bytes) override;
   absl::Status PrepareMatrix(const QuantMatrix& w) override;
   absl::Status PrepareVector(const float* v, int64_t n) override;
 

@@ -430,6 +430,46 @@ TEST(CudaBackendTest, RangeAttentionMatchesFloat64) {
   }
 }
 
+// A view with a gap (a sparse layer's offloaded positions dropped from the GPU): StoreKv and
+// RangeAttention address positions and give what the whole cache gives.
+TEST(CudaBackendTest, GappedViewMatchesTheWholeCache) {
+  MAGICPIG_REQUIRE_GPU();
+  auto b = MakeBackend(true);
+  ASSERT_NE(b, nullptr);
+  const int64_t n_head = 4, n_kv = 2, hd = 32, rows = 300, kv_row = n_kv * hd;
+  const int64_t gap_begin = 4, gap_end = 250, kept = rows - (gap_end - gap_begin);
+  const std::vector<float> kf = Random(rows * kv_row, 7, 2.0f), vf = Random(rows * kv_row, 8);
+  const std::vector<float> q = Random(n_head * hd, 9, 2.0f);
+  DeviceData d(b.get());
+  const KvLayerView whole{d.Poisoned<uint16_t>(rows * kv_row), d.Poisoned<uint16_t>(rows * kv_row),
+                          rows, n_kv, hd};
+  KvLayerView gapped{d.Poisoned<uint16_t>(kept * kv_row), d.Poisoned<uint16_t>(kept * kv_row), kept,
+                     n_kv, hd};
+  gapped.gap_begin = gap_begin;
+  gapped.gap_end = gap_end;
+  const float* kd = d.Put(kf);
+  const float* vd = d.Put(vf);
+  const float* qd = d.Put(q);
+  float* o1 = d.Poisoned<float>(n_head * hd);
+  float* o2 = d.Poisoned<float>(n_head * hd);
+  float* l1 = d.Poisoned<float>(n_head);
+  float* l2 = d.Poisoned<float>(n_head);
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 4}, {270, 300}};
+  ASSERT_TRUE(b->Execute([&] {
+                 b->StoreKv(kd, vd, rows, 0, whole);
+                 b->StoreKv(kd, vd, gap_begin, 0, gapped);
+                 b->StoreKv(kd + gap_end * kv_row, vd + gap_end * kv_row, rows - gap_end, gap_end,
+                            gapped);
+                 b->RangeAttention(qd, n_head, 0.2f, whole, ranges, o1, l1);
+                 b->RangeAttention(qd, n_head, 0.2f, gapped, ranges, o2, l2);
+                 return absl::OkStatus();
+               }).ok());
+  EXPECT_EQ(d.Get(static_cast<const float*>(o1), n_head * hd),
+            d.Get(static_cast<const float*>(o2), n_head * hd));
+  EXPECT_EQ(d.Get(static_cast<const float*>(l1), n_head),
+            d.Get(static_cast<const float*>(l2), n_head));
+}
+
 // End to end: an engine on the GPU against the CPU engine's float-activation path on synthetic
 // llama and qwen2 models: logits close, and the same greedy continuation.
 std::unique_ptr<engine::Engine> MakeEngine(const testing::SyntheticModelOptions& model, bool gpu) {
