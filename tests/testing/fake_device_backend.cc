@@ -67,8 +67,10 @@ absl::Status FakeDeviceBackend::CopyIn(void* dst, const void* host_src, int64_t 
 
 absl::Status FakeDeviceBackend::CopyOut(void* host_dst, const void* src, int64_t bytes) {
   if (bytes <= 0) return absl::OkStatus();
-  if (!IsDevice(src, bytes))
-    return absl::FailedPreconditionError("CopyOut: src is not device memory");
+  if (!IsDevice(src, bytes)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CopyOut: src is not device memory (", bytes, " bytes)"));
+  }
   if (IsDevice(host_dst, bytes)) {
     return absl::FailedPreconditionError("CopyOut: dst is device memory");
   }
