@@ -76,30 +76,59 @@ struct Run {
   attention::AttentionRunner::PhaseSeconds estimator;
 };
 
-absl::StatusOr<Run> RunOnce(engine::Engine& e, const std::vector<int32_t>& prompt,
-                            int64_t decode_tokens,
-                            const engine::SparseAttentionOptions& attention) {
-  engine::GenerateRequest req;
-  req.prompt = prompt;
-  req.max_tokens = decode_tokens + 1;
-  req.ignore_eos = true;
-  req.attention = attention;
+// `prompts.size()` sequences prefilled one after the other, then decoded together.
+absl::StatusOr<Run> RunBatch(engine::Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+                             int64_t decode_tokens,
+                             const engine::SparseAttentionOptions& attention) {
   (void)e.TakeEstimatorPhaseSeconds();
-  absl::StatusOr<std::unique_ptr<engine::Sequence>> seq = e.Start(req, {});
-  if (!seq.ok()) return seq.status();
+  std::vector<std::unique_ptr<engine::Sequence>> seqs;
   Run run;
-  engine::Sequence* one[1] = {seq->get()};
-  while (!(*seq)->finished()) {
+  int64_t prompt_tokens = 0;
+  double prefill_seconds = 0;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    engine::GenerateRequest req;
+    req.prompt = prompt;
+    req.max_tokens = decode_tokens + 1;
+    req.ignore_eos = true;
+    req.attention = attention;
     const auto start = std::chrono::steady_clock::now();
-    if (absl::Status s = e.Step(one, &run.timings, &run.sampling); !s.ok()) return s;
+    absl::StatusOr<std::unique_ptr<engine::Sequence>> seq = e.Start(req, {});
+    if (!seq.ok()) return seq.status();
+    prefill_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    prompt_tokens += static_cast<int64_t>(prompt.size());
+    seqs.push_back(*std::move(seq));
+  }
+  int64_t decoded = 0;
+  for (;;) {
+    std::vector<engine::Sequence*> batch;
+    for (auto& s : seqs) {
+      if (!s->finished()) batch.push_back(s.get());
+    }
+    if (batch.empty()) break;
+    const auto start = std::chrono::steady_clock::now();
+    if (absl::Status s = e.Step(batch, &run.timings, &run.sampling); !s.ok()) return s;
     run.step_wall +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!(*seq)->finished()) ++run.steps;
+    int64_t going_on = 0;
+    for (engine::Sequence* s : batch) going_on += s->finished() ? 0 : 1;
+    // A step samples one token per sequence from the last logits and runs a forward pass for the
+    // sequences that go on: those passes are the decode work timed here.
+    decoded += going_on;
+    if (going_on > 0) ++run.steps;
   }
   run.estimator = e.TakeEstimatorPhaseSeconds();
-  run.stats = (*seq)->TakeResult().stats;
-  run.prefill_tps = run.stats.prefill_tokens_per_second();
-  run.decode_tps = run.stats.decode_tokens_per_second();
+  for (auto& s : seqs) {
+    engine::GenerateStats st = s->TakeResult().stats;
+    run.stats.attention_keys_touched += st.attention_keys_touched;
+    run.stats.attention_keys_offloaded += st.attention_keys_offloaded;
+    run.stats.attention_phases.hash += st.attention_phases.hash;
+    run.stats.attention_phases.window += st.attention_phases.window;
+    run.stats.attention_phases.shards += st.attention_phases.shards;
+    run.stats.attention_phases.merge += st.attention_phases.merge;
+  }
+  run.prefill_tps = prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0;
+  run.decode_tps = run.step_wall > 0 ? decoded / run.step_wall : 0;
   return run;
 }
 
@@ -161,6 +190,10 @@ std::unique_ptr<flags::FlagTable> BenchFlagTable(BenchFlags* f) {
                     int64_t{1} << 40);
   table->Number("decode-tokens", &f->decode_tokens, "tokens decoded per depth", int64_t{2},
                 int64_t{1} << 20);
+  table->NumberList("batch", &f->batches,
+                    "sequences decoded together (each row: that many prompts of the depth); "
+                    "a batch that does not fit is reported and larger ones skipped",
+                    int64_t{1}, int64_t{4096});
   table->Number("repeat", &f->repeat, "rounds per depth (the best is shown)", int64_t{1},
                 int64_t{1000});
   table->Choice("baseline", &f->baseline,
@@ -189,6 +222,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   options.attention.time_phases = f.breakdown;
   int64_t max_depth = 1;
   for (int64_t d : f.depths) max_depth = std::max(max_depth, d);
+  const bool batched = f.batches.size() > 1 || f.batches[0] != 1;
   if (options.context_length == 0) options.context_length = max_depth + f.decode_tokens + 1;
   auto loaded = engine::Engine::Load(options);
   if (!loaded.ok()) {
@@ -216,74 +250,99 @@ int BenchCommand(const std::vector<std::string>& args) {
     modes.push_back(exact);
   }
   modes.push_back(options.attention);
-  std::cout << absl::StrFormat("%7s %-16s %10s %10s %9s %9s %8s %8s %8s %9s %8s %8s\n", "depth",
-                               "attention", "prefill/s", "decode/s", "vs full", "MB/step", "KV MB",
-                               "rows MB", "keys %", "bound/s", "of bound", "GB/s");
+  std::cout << absl::StrFormat("%7s %5s %-16s %10s %10s %9s %9s %8s %8s %8s %9s %8s %8s\n", "depth",
+                               "batch", "attention", "prefill/s", "decode/s", "vs full", "MB/step",
+                               "KV MB", "rows MB", "keys %", "bound/s", "of bound", "GB/s");
   std::ofstream csv;
   if (!f.csv.empty()) {
     csv.open(f.csv);
-    csv << "depth,attention,threads,prefill_tok_s,decode_tok_s,vs_full,step_mb,exact_kv_mb,"
+    csv << "depth,batch,attention,threads,prefill_tok_s,decode_tok_s,vs_full,step_mb,exact_kv_mb,"
            "sampled_mb,bucket_mb,keys_sampled,bound_tok_s,probe_gb_s\n";
   }
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> token(100, static_cast<int32_t>(c.n_vocab) - 1);
   for (int64_t depth : f.depths) {
-    std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>(1, depth)));
-    for (int32_t& t : prompt) t = token(rng);
-    std::vector<Run> best(modes.size());
-    for (int64_t round = 0; round < f.repeat; ++round) {
-      for (size_t m = 0; m < modes.size(); ++m) {
-        absl::StatusOr<Run> r = RunOnce(e, prompt, f.decode_tokens, modes[m]);
-        if (!r.ok()) {
-          std::cerr << "magicpig bench: " << r.status().message() << "\n";
-          return 1;
+    std::vector<bool> too_big(modes.size(), false);  // a smaller batch of the mode did not fit
+    for (int64_t batch : f.batches) {
+      std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
+      for (std::vector<int32_t>& prompt : prompts) {
+        prompt.resize(static_cast<size_t>(std::max<int64_t>(1, depth)));
+        for (int32_t& t : prompt) t = token(rng);
+      }
+      std::vector<Run> best(modes.size());
+      std::vector<bool> fits(modes.size(), true);
+      for (int64_t round = 0; round < f.repeat; ++round) {
+        for (size_t m = 0; m < modes.size(); ++m) {
+          if (too_big[m] || !fits[m]) continue;
+          absl::StatusOr<Run> r = RunBatch(e, prompts, f.decode_tokens, modes[m]);
+          if (absl::IsResourceExhausted(r.status()) && batched) {
+            fits[m] = false;
+            continue;
+          }
+          if (!r.ok()) {
+            std::cerr << "magicpig bench: " << r.status().message() << "\n";
+            return 1;
+          }
+          if (r->decode_tps > best[m].decode_tps) best[m] = *std::move(r);
         }
-        if (r->decode_tps > best[m].decode_tps) best[m] = *std::move(r);
       }
-    }
-    const double full_tps = modes.size() > 1 || modes[0].mode == attention::EstimatorKind::kFull
-                                ? best[0].decode_tps
-                                : 0;
-    for (size_t m = 0; m < modes.size(); ++m) {
-      const Run& r = best[m];
-      const double touched =
-          r.steps > 0 ? static_cast<double>(r.stats.attention_keys_touched) / r.steps : 0;
-      // Mid-decode: position depth + decode_tokens / 2 with half the tokens generated.
-      const StepBytes b = DecodeStepBytes(c, e.weights().weight_bytes(), modes[m],
-                                          std::max<int64_t>(1, depth) + f.decode_tokens / 2,
-                                          f.decode_tokens / 2, touched);
-      const double bound = probe * 1e9 / b.total();
-      std::cout << absl::StrFormat(
-          "%7d %-16s %10s %10.1f %9s %9.1f %8.1f %8.1f %8s %9.1f %7.0f%% %8.1f\n", depth,
-          ModeName(modes[m]), depth > 0 ? absl::StrFormat("%.1f", r.prefill_tps) : "-",
-          r.decode_tps, full_tps > 0 ? absl::StrFormat("%.2fx", r.decode_tps / full_tps) : "-",
-          b.total() / 1e6, b.exact_kv / 1e6, (b.sampled + b.buckets) / 1e6,
-          r.stats.attention_keys_offloaded > 0
-              ? absl::StrFormat("%.2f", 100.0 * r.stats.sampled_fraction())
-              : "-",
-          bound, 100.0 * r.decode_tps / bound, r.decode_tps * b.total() / 1e9);
-      if (csv.is_open()) {
-        csv << depth << "," << ModeName(modes[m]) << "," << n_threads << ","
-            << (depth > 0 ? r.prefill_tps : 0) << "," << r.decode_tps << ","
-            << (full_tps > 0 ? r.decode_tps / full_tps : 0) << "," << b.total() / 1e6 << ","
-            << b.exact_kv / 1e6 << "," << b.sampled / 1e6 << "," << b.buckets / 1e6 << ","
-            << r.stats.sampled_fraction() << "," << bound << "," << probe << "\n";
-      }
-    }
-    if (f.breakdown) {
+      const bool has_full = modes[0].mode == attention::EstimatorKind::kFull && fits[0];
+      const double full_tps = has_full ? best[0].decode_tps : 0;
       for (size_t m = 0; m < modes.size(); ++m) {
+        if (too_big[m]) continue;
+        if (!fits[m]) {
+          std::cout << absl::StrFormat("%7d %5d %-16s  does not fit (%s)\n", depth, batch,
+                                       ModeName(modes[m]),
+                                       options.gpu_kv_budget > 0 ? "--gpu-kv-budget" : "memory");
+          too_big[m] = true;
+          continue;
+        }
         const Run& r = best[m];
-        const double n = std::max<int64_t>(1, r.steps);
-        const engine::AttentionPhaseSeconds& p = r.stats.attention_phases;
-        const double ms = 1e3 / n;
+        const double steps = static_cast<double>(std::max<int64_t>(1, r.steps));
+        const double touched =
+            static_cast<double>(r.stats.attention_keys_touched) / (steps * batch);
+        // Mid-decode: position depth + decode_tokens / 2 with half the tokens generated; the
+        // weights are read once per step, the rest once per sequence.
+        const StepBytes one = DecodeStepBytes(c, e.weights().weight_bytes(), modes[m],
+                                              std::max<int64_t>(1, depth) + f.decode_tokens / 2,
+                                              f.decode_tokens / 2, touched);
+        const double n = static_cast<double>(batch);
+        const double total = one.weights + n * (one.total() - one.weights);
+        const double bound = probe * 1e9 / total * n;  // tokens/s: n tokens per step
         std::cout << absl::StrFormat(
-            "        ms/token %-16s step %.2f = dense %.2f + attention %.2f (sparse layers: hash "
-            "%.2f, window %.2f, shards %.2f [retrieve %.2f, kernel %.2f thread-ms], merge %.2f) "
-            "+ sampling %.2f + other %.2f\n",
-            ModeName(modes[m]), r.step_wall * ms, r.timings.dense * ms, r.timings.attention * ms,
-            p.hash * ms, p.window * ms, p.shards * ms, r.estimator.retrieve * ms,
-            r.estimator.kernel * ms, p.merge * ms, r.sampling * ms,
-            (r.step_wall - r.timings.dense - r.timings.attention - r.sampling) * ms);
+            "%7d %5d %-16s %10s %10.1f %9s %9.1f %8.1f %8.1f %8s %9.1f %7.0f%% %8.1f\n", depth,
+            batch, ModeName(modes[m]), depth > 0 ? absl::StrFormat("%.1f", r.prefill_tps) : "-",
+            r.decode_tps, full_tps > 0 ? absl::StrFormat("%.2fx", r.decode_tps / full_tps) : "-",
+            total / 1e6, n * one.exact_kv / 1e6, n * (one.sampled + one.buckets) / 1e6,
+            r.stats.attention_keys_offloaded > 0
+                ? absl::StrFormat("%.2f", 100.0 * r.stats.sampled_fraction())
+                : "-",
+            bound, 100.0 * r.decode_tps / bound, r.decode_tps / n * total / 1e9);
+        if (csv.is_open()) {
+          csv << depth << "," << batch << "," << ModeName(modes[m]) << "," << n_threads << ","
+              << (depth > 0 ? r.prefill_tps : 0) << "," << r.decode_tps << ","
+              << (full_tps > 0 ? r.decode_tps / full_tps : 0) << "," << total / 1e6 << ","
+              << n * one.exact_kv / 1e6 << "," << n * one.sampled / 1e6 << ","
+              << n * one.buckets / 1e6 << "," << r.stats.sampled_fraction() << "," << bound << ","
+              << probe << "\n";
+        }
+      }
+      if (f.breakdown) {
+        for (size_t m = 0; m < modes.size(); ++m) {
+          if (!fits[m] || too_big[m]) continue;
+          const Run& r = best[m];
+          const double n = std::max<int64_t>(1, r.steps);
+          const engine::AttentionPhaseSeconds& p = r.stats.attention_phases;
+          const double ms = 1e3 / n;
+          std::cout << absl::StrFormat(
+              "        ms/step %-16s step %.2f = dense %.2f + attention %.2f (sparse layers: hash "
+              "%.2f, window %.2f, shards %.2f [retrieve %.2f, kernel %.2f thread-ms], merge "
+              "%.2f) + sampling %.2f + other %.2f\n",
+              ModeName(modes[m]), r.step_wall * ms, r.timings.dense * ms, r.timings.attention * ms,
+              p.hash * ms, p.window * ms, p.shards * ms, r.estimator.retrieve * ms,
+              r.estimator.kernel * ms, p.merge * ms, r.sampling * ms,
+              (r.step_wall - r.timings.dense - r.timings.attention - r.sampling) * ms);
+        }
       }
     }
   }

@@ -8,7 +8,10 @@
 // read in that mode (StepBytes: weights, exact KV, sampled rows, LSH buckets), the tokens/s those
 // bytes allow at the probe's bandwidth, and the fraction of it reached. --breakdown adds the
 // decode step's time by phase (dense work, the sparse layers' hashing, window, shards and merge,
-// sampling), from timers that are off otherwise.
+// sampling), from timers that are off otherwise. With --batch, each row runs that many sequences
+// (each with its own random prompt of the depth) decoding together; decode/s is then the batch's
+// tokens per second, and a batch whose caches do not fit (--gpu-kv-budget, or memory) is shown as
+// such and larger batches of that mode are skipped.
 #ifndef MAGICPIG_TOOLS_BENCH_COMMAND_H_
 #define MAGICPIG_TOOLS_BENCH_COMMAND_H_
 
@@ -25,6 +28,7 @@ namespace magicpig::tools {
 struct BenchFlags {
   engine::EngineOptions engine;
   std::vector<int64_t> depths = {0, 1024, 4096, 8192};
+  std::vector<int64_t> batches = {1};
   int64_t decode_tokens = 32;
   int64_t repeat = 1;
   bool baseline = true;  // also exact attention, alternating

@@ -194,18 +194,21 @@ TEST(DevicePathTest, MemoryGaugesFollowTheLiveCaches) {
   EXPECT_EQ(idle, static_cast<double>(fake->bytes_in_use()));
   EXPECT_EQ(GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "gpu"), 0);
   GenerateRequest req;
-  req.prompt = std::vector<int32_t>(64, 100);
+  req.prompt = std::vector<int32_t>(200, 100);
   req.max_tokens = 4;
   auto seq = e->Start(req, {});
   ASSERT_TRUE(seq.ok()) << seq.status();
   e->RefreshMemoryMetrics();
-  // Capacity 68 tokens x 3 layers x (K, V) x 2 heads x 16 dims x 2 bytes: the host mirror holds
-  // it all. On the device, the one sparse layer (dense layers {0, 1}) dropped its offloaded
-  // positions [4, 56) (sinks 4, local 8) once the prefill left it: 52 rows of 64 bytes, K and V.
-  const double cache = 68.0 * 3 * 2 * 2 * 16 * 2;
-  const double dropped = 2.0 * 52 * 64;
+  // Capacity 204 tokens x 3 layers x (K, V) x 2 heads x 16 dims x 2 bytes. On the device, the one
+  // sparse layer (dense layers {0, 1}) dropped its offloaded positions [4, 192) (sinks 4, local 8)
+  // once the prefill left it: 188 rows of 64 bytes, K and V. The host mirror gave the whole pages
+  // among those rows back (the shards hold them).
+  const double cache = 204.0 * 3 * 2 * 2 * 16 * 2;
+  const double dropped = 2.0 * 188 * 64;
   EXPECT_EQ(GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "gpu"), cache - dropped);
-  EXPECT_EQ(GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "host"), cache);
+  const double host = GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "host");
+  EXPECT_LT(host, cache);
+  EXPECT_GE(host, cache - dropped);
   EXPECT_GE(GaugeValue(registry, "magicpig_gpu_memory_bytes", "kind", "in_use"),
             idle + cache - dropped);
   seq->reset();

@@ -237,7 +237,9 @@ absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attentio
   seq.router_ = std::make_unique<SparseAttentionRouter>(
       c, attention, hash, seq.shards_.get(),
       window_backend_ != nullptr ? window_backend_.get() : backend_.get(), &seq.kv_->host(),
-      /*release_offloaded=*/node_pool_ != nullptr);
+      // On a device backend the host mirror also gives offloaded rows back when the shards are
+      // in process: nothing there fails in a way that re-offloading from the mirror repairs.
+      /*release_offloaded=*/node_pool_ != nullptr || !backend_->host_memory());
   return absl::OkStatus();
 }
 
