@@ -125,15 +125,22 @@ absl::StatusOr<LayerAttentionHook::DeviceResults> Transformer::DeviceWorkFor(
 absl::Status Transformer::Logits(const float* x, int64_t n, float* logits) {
   const model::ModelConfig& c = weights_->config();
   backend::Backend& b = *backend_;
-  MAGICPIG_ASSIGN_OR_RETURN(backend::BackendBuffer normed,
-                            b.Allocate(n * c.n_embd * static_cast<int64_t>(sizeof(float))));
-  b.RmsNorm(x, weights_->output_norm().data(), n, c.n_embd, static_cast<float>(c.rms_eps),
-            normed.as<float>());
-  if (b.host_memory()) return b.MatMul(weights_->output(), normed.as<float>(), n, logits);
+  // Kept between calls: a device allocation per decode step would cost more than the step's norm.
+  auto ensure = [&b](backend::BackendBuffer& buffer, int64_t bytes) -> absl::Status {
+    if (buffer.bytes() >= bytes) return absl::OkStatus();
+    buffer = backend::BackendBuffer();
+    MAGICPIG_ASSIGN_OR_RETURN(buffer, b.Allocate(bytes));
+    return absl::OkStatus();
+  };
+  MAGICPIG_RETURN_IF_ERROR(
+      ensure(logits_norm_, n * c.n_embd * static_cast<int64_t>(sizeof(float))));
+  float* normed = logits_norm_.as<float>();
+  b.RmsNorm(x, weights_->output_norm().data(), n, c.n_embd, static_cast<float>(c.rms_eps), normed);
+  if (b.host_memory()) return b.MatMul(weights_->output(), normed, n, logits);
   const int64_t bytes = n * c.n_vocab * static_cast<int64_t>(sizeof(float));
-  MAGICPIG_ASSIGN_OR_RETURN(backend::BackendBuffer out, b.Allocate(bytes));
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(weights_->output(), normed.as<float>(), n, out.as<float>()));
-  return b.CopyOut(logits, out.data(), bytes);
+  MAGICPIG_RETURN_IF_ERROR(ensure(logits_out_, bytes));
+  MAGICPIG_RETURN_IF_ERROR(b.MatMul(weights_->output(), normed, n, logits_out_.as<float>()));
+  return b.CopyOut(logits, logits_out_.data(), bytes);
 }
 
 absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t n,

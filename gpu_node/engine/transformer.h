@@ -197,6 +197,8 @@ class Transformer {
   std::vector<uint16_t> hook_codes_;
   std::vector<float> hook_window_o_, hook_window_lse_;
   backend::BackendBuffer window_o_, window_lse_;
+  // The final norm's output and (device backends) the logits before they are copied out.
+  backend::BackendBuffer logits_norm_, logits_out_;
 };
 
 }  // namespace magicpig::engine
