@@ -90,6 +90,8 @@ int main(int argc, char** argv) {
   options.memory_budget_bytes = flags->memory_budget_bytes;
   options.threads = flags->threads;
   options.metrics_listen = flags->metrics_listen;
+  options.sequence_ttl =
+      std::chrono::milliseconds(static_cast<int64_t>(flags->sequence_ttl_seconds * 1000.0));
   options.metrics_registry = &registry;
   options.logger = &logger;
   absl::StatusOr<std::unique_ptr<magicpig::AttentionServer>> server =

@@ -31,6 +31,9 @@
 // Log: with options.logger set, the service writes one line per released sequence and one per
 // failed call (attention_service.h), and Shutdown one line per sequence it drops. Null: no log.
 //
+// Leases: with sequence_ttl > 0 a thread releases the sequences that no call has named for that
+// long (AttentionServiceImpl::ExpireIdle).
+//
 // Thread-safety: StartDraining, Shutdown and the accessors may be called from any thread;
 // Shutdown is idempotent (the destructor calls it with an immediate deadline).
 #ifndef MAGICPIG_ATTN_NODE_SERVICE_ATTENTION_SERVER_H_
@@ -40,6 +43,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -68,6 +72,9 @@ struct AttentionServerOptions {
   // Where the per-sequence and failed-call lines go (borrowed; must outlive the server). Null: no
   // logging.
   logging::Logger* logger = nullptr;
+  // Leases: a sequence that no call names for this long is released (its owner is gone: a
+  // compute node that crashed, or marked this node failed and moved on). 0: never.
+  std::chrono::milliseconds sequence_ttl{0};
 };
 
 class AttentionServer {
@@ -125,6 +132,10 @@ class AttentionServer {
   std::unique_ptr<http::Server> http_;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // The lease reaper: wakes every ttl / 4 (at most 1 s) until Shutdown.
+  void ReapLoop(std::chrono::milliseconds ttl);
+  bool stop_reaper_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;
 };
 
 }  // namespace magicpig

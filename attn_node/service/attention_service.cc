@@ -426,6 +426,17 @@ void AttentionServiceImpl::LogHeldSequences() const {
   }
 }
 
+int AttentionServiceImpl::ExpireIdle(std::chrono::nanoseconds ttl) {
+  const std::vector<SequenceSummary> expired = store_->ReleaseIdle(ttl);
+  for (const SequenceSummary& s : expired) {
+    if (logging::ShouldLog(logger_, LogLevel::kWarning)) {
+      LogSequence(logger_, LogLevel::kWarning, s, "expired");
+    }
+    if (metrics_ != nullptr) metrics_->Expired();
+  }
+  return static_cast<int>(expired.size());
+}
+
 grpc::ServerUnaryReactor* AttentionServiceImpl::NodeStatus(grpc::CallbackServerContext* context,
                                                            const v1::NodeStatusRequest* request,
                                                            v1::NodeStatusResponse* response) {

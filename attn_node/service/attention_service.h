@@ -84,6 +84,10 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
   // store goes away). Nothing without a logger.
   void LogHeldSequences() const;
 
+  // Leases: releases the sequences no call has named for `ttl` (ShardStore::ReleaseIdle), logs
+  // each as expired and counts them (magicpig_attn_sequences_expired_total). Returns how many.
+  int ExpireIdle(std::chrono::nanoseconds ttl);
+
   ShardStore* store() const { return store_; }
 
  private:

@@ -21,6 +21,11 @@ std::unique_ptr<flags::FlagTable> NodeFlagTable(NodeFlags* f) {
   table.ShowDefault("memory-budget", "half the RAM");
   table.Number("threads", &f->threads, "attention and table-build threads; 0 = one per core", 0,
                4096);
+  table.Number("sequence-ttl", &f->sequence_ttl_seconds,
+               "a sequence that no call (AppendKV, Attend) names for this long is released: its "
+               "compute node is gone or moved on; 0 = never. Longer than the longest pause of a "
+               "live sequence (a long prefill of another request)",
+               0.0, 1e9, "SECONDS");
   table.Number("shutdown-grace", &f->shutdown_grace_seconds,
                "seconds in-flight calls may run after SIGTERM", 0.0, 1e9, "SECONDS");
   table.Address("metrics-listen", &f->metrics_listen,

@@ -22,6 +22,7 @@ struct NodeFlags {
   int64_t memory_budget_bytes = 0;       // DefaultMemoryBudget() unless given
   int threads = 0;                       // 0: one per core
   double shutdown_grace_seconds = 10.0;
+  double sequence_ttl_seconds = 600.0;          // 0: sequences never expire
   std::string metrics_listen = "0.0.0.0:9091";  // empty: no metrics / probe port
   logging::LogLevel log_level = logging::LogLevel::kInfo;
   bool health = false;

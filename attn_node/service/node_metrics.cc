@@ -48,7 +48,12 @@ NodeMetrics::NodeMetrics(prometheus::Registry& registry)
       rejected_budget_(rejected_.Add({{"reason", "budget"}})),
       rejected_invalid_(rejected_.Add({{"reason", "invalid"}})),
       rejected_draining_(rejected_.Add({{"reason", "draining"}})),
-      rejected_not_found_(rejected_.Add({{"reason", "not_found"}})) {}
+      rejected_not_found_(rejected_.Add({{"reason", "not_found"}})),
+      expired_(prometheus::BuildCounter()
+                   .Name("magicpig_attn_sequences_expired_total")
+                   .Help("Sequences released because no call named them for --sequence-ttl")
+                   .Register(registry)
+                   .Add({})) {}
 
 void NodeMetrics::Attended(double seconds, int64_t touched, int64_t held) {
   attend_requests_.Increment();
@@ -59,6 +64,8 @@ void NodeMetrics::Attended(double seconds, int64_t touched, int64_t held) {
 }
 
 void NodeMetrics::Committed(double seconds) { table_build_.Observe(seconds); }
+
+void NodeMetrics::Expired() { expired_.Increment(); }
 
 void NodeMetrics::Finished(const absl::Status& status) {
   switch (status.code()) {

@@ -23,6 +23,8 @@
 //   magicpig_attn_rejected_total{reason}     counter    calls refused: budget (RESOURCE_EXHAUSTED),
 //                                                       invalid (INVALID_ARGUMENT, ALREADY_EXISTS),
 //                                                       draining (UNAVAILABLE), not_found
+//   magicpig_attn_sequences_expired_total    counter    sequences released because no call named
+//                                                       them for --sequence-ttl
 //
 // Thread-safety: every method may be called concurrently (prometheus-cpp metrics are atomic).
 #ifndef MAGICPIG_ATTN_NODE_SERVICE_NODE_METRICS_H_
@@ -53,6 +55,8 @@ class NodeMetrics {
   void Attended(double seconds, int64_t touched, int64_t held);
   // One AppendKV stream committed in `seconds`.
   void Committed(double seconds);
+  // One sequence released for want of renewal (its lease ran out).
+  void Expired();
   // A call finished with `status`: counted in rejected_total when it is a refusal (see the file
   // comment); OK and other codes (CANCELLED, INTERNAL) are not.
   void Finished(const absl::Status& status);
@@ -75,6 +79,7 @@ class NodeMetrics {
   prometheus::Counter& rejected_invalid_;
   prometheus::Counter& rejected_draining_;
   prometheus::Counter& rejected_not_found_;
+  prometheus::Counter& expired_;
 };
 
 }  // namespace magicpig

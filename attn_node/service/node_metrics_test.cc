@@ -16,6 +16,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attn_node/service/attention_server.h"
@@ -301,6 +302,43 @@ TEST(NodeMetricsTest, HttpPortServesMetricsAndProbes) {
   const int port = server->metrics_port();
   server->Shutdown(std::chrono::system_clock::now());
   EXPECT_FALSE(Get(port, "/healthz").ok());
+}
+
+// Leases over gRPC: an orphaned sequence (its client gone) is released after --sequence-ttl and
+// counted; one whose client keeps attending lives on.
+TEST(NodeMetricsTest, OrphanedSequencesExpireWhileUsedOnesLive) {
+  prometheus::Registry registry;
+  AttentionServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.memory_budget_bytes = kBudget;
+  options.threads = 1;
+  options.metrics_registry = &registry;
+  options.sequence_ttl = std::chrono::milliseconds(400);
+  auto server = AttentionServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client((*server)->address());
+  auto hash = SimHash::Create(kD, kK, kL, 77);
+  ASSERT_TRUE(hash.ok());
+  const LayerData data = MakeLayer(*hash, kKv, 100, 1);
+  ASSERT_TRUE(client.Create(Create("orphan", {0}, 200)).ok());
+  ASSERT_TRUE(client.Create(Create("used", {0}, 200)).ok());
+  ASSERT_TRUE(client.Append({MakeChunk("used", 0, data, 0, 0, 100)}).ok());
+  EXPECT_EQ(Sample((*server)->RenderMetrics(), "magicpig_attn_sequences_expired_total"), 0);
+  // Two seconds (five TTLs) of attending "used" every 100 ms.
+  std::mt19937 rng(3);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  uint64_t step = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    std::vector<v1::AttendResponse> responses;
+    ASSERT_TRUE(client.Attend({Attend(step++, "used", 0, data, *hash, 3, rng)}, &responses).ok())
+        << "the used sequence expired at step " << step;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const StoreStats stats = (*server)->store().Stats();
+  EXPECT_EQ(stats.sequences, 1);
+  ASSERT_EQ((*server)->store().HeldSequences().size(), 1u);
+  EXPECT_EQ((*server)->store().HeldSequences()[0].id, "used");
+  EXPECT_EQ(Sample((*server)->RenderMetrics(), "magicpig_attn_sequences_expired_total"), 1);
 }
 
 TEST(NodeMetricsTest, NoMetricsPortAndOwnRegistry) {

@@ -48,6 +48,8 @@ struct StoredSequence {
   absl::flat_hash_map<int32_t, int> layer_index;  // layer id -> index into layers
   std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   std::atomic<int64_t> attend_calls{0};  // Attend queries answered (relaxed: a statistic)
+  // The lease: when a call last named the sequence (steady clock, ns since its epoch).
+  std::atomic<int64_t> last_used_ns{std::chrono::steady_clock::now().time_since_epoch().count()};
 
   mutable absl::Mutex mu;
   bool released ABSL_GUARDED_BY(mu) = false;
@@ -117,8 +119,8 @@ absl::Status DecodeFloats(std::string_view bytes, int64_t n, std::string_view fi
     const float v = (*out)[static_cast<size_t>(i)];
     if (!std::isfinite(v)) return Invalid(field, absl::StrCat("element ", i, " is not finite"));
     if (std::fabs(v) > kMaxAbsElement) {
-      return Invalid(field, absl::StrCat("element ", i, " = ", v, " is outside [-",
-                                         kMaxAbsElement, ", ", kMaxAbsElement, "]"));
+      return Invalid(field, absl::StrCat("element ", i, " = ", v, " is outside [-", kMaxAbsElement,
+                                         ", ", kMaxAbsElement, "]"));
     }
   }
   return absl::OkStatus();
@@ -356,7 +358,38 @@ absl::StatusOr<SequenceSummary> ShardStore::ReleaseSequence(std::string_view id)
 std::shared_ptr<ShardStore::Sequence> ShardStore::Find(std::string_view id) const {
   absl::MutexLock lock(&mu_);
   auto it = sequences_.find(id);
-  return it == sequences_.end() ? nullptr : it->second.seq;
+  if (it == sequences_.end()) return nullptr;
+  // Every call that names the sequence renews its lease (ReleaseIdle).
+  it->second.seq->last_used_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                                     std::memory_order_relaxed);
+  return it->second.seq;
+}
+
+std::vector<SequenceSummary> ShardStore::ReleaseIdle(std::chrono::nanoseconds ttl,
+                                                     std::chrono::steady_clock::time_point now) {
+  std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t cutoff = (now - ttl).time_since_epoch().count();
+    for (auto it = sequences_.begin(); it != sequences_.end();) {
+      if (it->second.seq->last_used_ns.load(std::memory_order_relaxed) >= cutoff) {
+        ++it;
+        continue;
+      }
+      used_ -= it->second.charged;
+      expired.emplace_back(std::move(it->second.seq), it->second.charged);
+      it = sequences_.erase(it);
+    }
+  }
+  std::vector<SequenceSummary> out;
+  for (auto& [seq, charge] : expired) {
+    {
+      absl::MutexLock lock(&seq->mu);
+      seq->released = true;
+    }
+    out.push_back(Summarize(*seq, charge));
+  }
+  return out;
 }
 
 absl::Status ShardStore::Recharge(const Sequence& seq, int64_t actual, bool check_budget) {

@@ -27,6 +27,7 @@
 #ifndef MAGICPIG_ATTN_NODE_SERVICE_SHARD_STORE_H_
 #define MAGICPIG_ATTN_NODE_SERVICE_SHARD_STORE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -214,6 +215,13 @@ class ShardStore {
   // answered query adds one to its sequence's attend_calls (a relaxed atomic increment).
   absl::Status Attend(int32_t layer, float scale, std::span<const QueryView> queries,
                       std::vector<SequencePartialResult>* out) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+
+  // Leases: every call that names a sequence (AppendKV chunks, Attend) renews it. Releases the
+  // sequences not named since `now - ttl`, as ReleaseSequence would, and returns their summaries
+  // (calls still using one finish on their own reference).
+  std::vector<SequenceSummary> ReleaseIdle(
+      std::chrono::nanoseconds ttl,
+      std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
 
   // Stops admitting: CreateSequence returns UNAVAILABLE from now on. Other calls are unaffected.
   void StartDraining();

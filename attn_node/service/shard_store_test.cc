@@ -173,5 +173,34 @@ TEST(ShardStoreTest, ConcurrentAttendAndAppend) {
   EXPECT_EQ(KeysHeld(store, "s", 0, *hash), n);
 }
 
+// Leases: a sequence that no call names for the TTL is released with its charge; a call (here
+// Attend) renews it. The clock is passed in, so nothing sleeps.
+TEST(ShardStoreTest, IdleSequencesExpireAndCallsRenewThem) {
+  auto hash = SimHash::Create(kD, kK, kL, 5);
+  ASSERT_TRUE(hash.ok());
+  ShardStore store(int64_t{1} << 30);
+  ASSERT_TRUE(store.CreateSequence(Spec("idle", 100)).ok());
+  ASSERT_TRUE(store.CreateSequence(Spec("busy", 100)).ok());
+  const auto ttl = std::chrono::seconds(10);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(store.ReleaseIdle(ttl, t0 + std::chrono::seconds(5)).empty());
+  // "busy" is named by a call now; "idle" was last named at creation, before t0.
+  KeysHeld(store, "busy", 0, *hash);
+  const std::vector<SequenceSummary> expired =
+      store.ReleaseIdle(ttl, std::chrono::steady_clock::now() + std::chrono::seconds(9));
+  ASSERT_EQ(expired.size(), 0u);
+  const std::vector<SequenceSummary> later = store.ReleaseIdle(ttl, t0 + std::chrono::seconds(10));
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].id, "idle");
+  EXPECT_GT(later[0].bytes, 0);
+  const StoreStats stats = store.Stats();
+  EXPECT_EQ(stats.sequences, 1);
+  EXPECT_EQ(stats.memory_used_bytes, store.HeldSequences()[0].bytes);  // the charge went back
+  EXPECT_EQ(store.ReleaseSequence("idle").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.ReleaseIdle(ttl, std::chrono::steady_clock::now() + ttl * 2).size(), 1u);
+  EXPECT_EQ(store.Stats().sequences, 0);
+  EXPECT_EQ(store.Stats().memory_used_bytes, 0);
+}
+
 }  // namespace
 }  // namespace magicpig
