@@ -11,7 +11,7 @@ namespace magicpig::remote {
 
 AttentionNodePool::AttentionNodePool(const std::vector<std::string>& addresses,
                                      AttentionNodePoolOptions options)
-    : options_(options) {
+    : options_(options), deferred_(std::make_unique<DeferredReleases>()) {
   for (const std::string& address : addresses) {
     nodes_.push_back(std::make_unique<AttentionNodeClient>(address, options_.metrics_registry));
     if (options_.coalesce_attend) {
@@ -35,6 +35,7 @@ std::unique_ptr<RemoteAttentionShards> AttentionNodePool::MakeShards(
       std::move(coalescers));
   shards->AvoidNodes(avoid);
   shards->set_placement(options_.placement);
+  shards->set_deferred_releases(deferred_.get());
   return shards;
 }
 

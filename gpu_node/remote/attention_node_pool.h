@@ -20,6 +20,7 @@
 
 #include "gpu_node/remote/attend_coalescer.h"
 #include "gpu_node/remote/attention_node_client.h"
+#include "gpu_node/remote/deferred_releases.h"
 #include "gpu_node/remote/remote_attention_shards.h"
 #include "prometheus/registry.h"
 
@@ -51,6 +52,8 @@ class AttentionNodePool {
 
   const std::vector<std::unique_ptr<AttentionNodeClient>>& nodes() const { return nodes_; }
   bool empty() const { return nodes_.empty(); }
+  // Releases waiting for a node that was marked failed to answer again.
+  const DeferredReleases& deferred_releases() const { return *deferred_; }
 
   // "seq-" and 128 bits from the kernel's CSPRNG (getrandom) in hex.
   static std::string NewSequenceId();
@@ -66,6 +69,9 @@ class AttentionNodePool {
   std::vector<std::unique_ptr<AttentionNodeClient>> nodes_;
   // One per node when coalescing; declared after nodes_, so destroyed before the clients they use.
   std::vector<std::unique_ptr<AttendCoalescer>> coalescers_;
+  // Releases of sequences that ended while their node was marked failed; after the clients (it
+  // calls them) and before nothing else.
+  std::unique_ptr<DeferredReleases> deferred_;
 };
 
 }  // namespace magicpig::remote

@@ -76,7 +76,11 @@ void RemoteAttentionShards::Release() {
   for (Range& r : ranges_) {
     // Cancelled: the stream may hold an unread answer (after another node failed mid-step).
     CancelAttendStream(r.attend_context, r.attend_stream);
-    if (std::find(failed_.begin(), failed_.end(), r.node) != failed_.end()) continue;
+    if (std::find(failed_.begin(), failed_.end(), r.node) != failed_.end()) {
+      // A failed node would hold this call for its deadline: try again in the background.
+      if (deferred_ != nullptr) deferred_->Add(nodes_[static_cast<size_t>(r.node)], r.id);
+      continue;
+    }
     grpc::ClientContext ctx;
     ctx.set_deadline(Deadline(kControlSeconds));
     v1::ReleaseSequenceRequest req;

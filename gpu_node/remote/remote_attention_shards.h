@@ -55,6 +55,7 @@
 #include "common/attention/attention_shards.h"
 #include "gpu_node/remote/attend_coalescer.h"
 #include "gpu_node/remote/attention_node_client.h"
+#include "gpu_node/remote/deferred_releases.h"
 #include "gpu_node/remote/stream_watchdog.h"
 #include "grpcpp/grpcpp.h"
 #include "magicpig/v1/attention.grpc.pb.h"
@@ -90,6 +91,10 @@ class RemoteAttentionShards final : public attention::AttentionShards {
                         std::vector<AttendCoalescer*> coalescers = {});
   static constexpr std::chrono::milliseconds kDefaultAttendTimeout{10000};
   ~RemoteAttentionShards() override;  // releases the sequence on every node
+
+  // Where releases on nodes marked failed go (borrowed; outlives this). Null: they are skipped
+  // (the nodes' leases free them).
+  void set_deferred_releases(DeferredReleases* deferred) { deferred_ = deferred; }
 
   absl::Status Append(int64_t layer, int64_t first_pos, int64_t n, const float* keys,
                       const float* values, const uint16_t* codes) override;
@@ -174,6 +179,7 @@ class RemoteAttentionShards final : public attention::AttentionShards {
   int64_t block_;
   std::vector<Range> ranges_;
   std::vector<int> failed_;  // node indices that failed for this sequence
+  DeferredReleases* deferred_ = nullptr;
   Placement placement_ = Placement::kSpread;
   std::vector<int64_t> layer_size_;  // tokens per layer (indexed by layer id)
   uint64_t step_ = 0;

@@ -17,6 +17,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -249,8 +250,9 @@ TEST_F(DistributedDecodeTest, NodeKilledMidGenerationRecoversWithSameTokens) {
 // A hung node: SIGSTOP one of two nodes during a generation. Its process keeps the connections
 // open but answers nothing, so only the Attend timeout (1 s here) notices; the router places the
 // sequence again on the other node and the request completes with the embedded run's tokens. The
-// stopped node is not asked to release anything (it would hold each release for its deadline); the
-// survivor holds nothing at the end.
+// survivor holds nothing at the end. The stopped node is not asked to release anything while it
+// hangs (it would hold each release for its deadline); once it runs again the compute node's
+// deferred releases free what it held (not its lease, ten minutes away).
 TEST_F(DistributedDecodeTest, NodeHungMidGenerationTimesOutWithSameTokens) {
   const std::string fact = ReadFile(SourceDir() + "/examples/buried_fact.txt");
   auto embedded = LoadEngine({});
@@ -287,6 +289,23 @@ TEST_F(DistributedDecodeTest, NodeHungMidGenerationTimesOutWithSameTokens) {
   EXPECT_EQ(status.sequences(), 0);
   EXPECT_EQ(status.memory_used_bytes(), 0);
   kill(procs_[0]->pid(), SIGCONT);
+  remote::AttentionNodeClient revived(addresses_[0]);
+  int64_t held = -1;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < end) {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    magicpig::v1::NodeStatusResponse st;
+    if (revived.stub().NodeStatus(&c, status_req, &st).ok()) {
+      held = st.sequences();
+      if (held == 0) {
+        EXPECT_EQ(st.memory_used_bytes(), 0);
+        break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(held, 0) << "the revived node still holds the moved sequence";
 }
 
 // Admission: with 256-token blocks a block of this 1041-token prompt reserves about 64 MB on a
