@@ -7,6 +7,7 @@
 
 #include "common/half.h"
 #include "gtest/gtest.h"
+#include "tests/testing/attention_reference.h"
 
 namespace magicpig::backend {
 namespace {
@@ -22,40 +23,6 @@ std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
 struct AttentionCase {
   int64_t n_head, n_head_kv, head_dim, first_pos, n_tokens;
 };
-
-// Naive float64 causal attention over the fp16-rounded cache: the independent reference.
-std::vector<double> NaiveAttention(const std::vector<float>& q, const std::vector<uint16_t>& k,
-                                   const std::vector<uint16_t>& v, const AttentionCase& c,
-                                   double scale) {
-  const int64_t hd = c.head_dim, group = c.n_head / c.n_head_kv;
-  std::vector<double> out(c.n_tokens * c.n_head * hd, 0.0);
-  for (int64_t t = 0; t < c.n_tokens; ++t) {
-    const int64_t pos = c.first_pos + t;
-    for (int64_t h = 0; h < c.n_head; ++h) {
-      const int64_t g = h / group;
-      std::vector<double> s(pos + 1);
-      double m = -INFINITY;
-      for (int64_t j = 0; j <= pos; ++j) {
-        double dot = 0;
-        for (int64_t d = 0; d < hd; ++d) {
-          dot += static_cast<double>(q[(t * c.n_head + h) * hd + d]) *
-                 Fp16ToFloat(k[(j * c.n_head_kv + g) * hd + d]);
-        }
-        s[j] = dot * scale;
-        m = std::max(m, s[j]);
-      }
-      double z = 0;
-      for (double& x : s) z += x = std::exp(x - m);
-      for (int64_t j = 0; j <= pos; ++j) {
-        for (int64_t d = 0; d < hd; ++d) {
-          out[(t * c.n_head + h) * hd + d] +=
-              s[j] / z * Fp16ToFloat(v[(j * c.n_head_kv + g) * hd + d]);
-        }
-      }
-    }
-  }
-  return out;
-}
 
 class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 
@@ -84,7 +51,9 @@ TEST_P(AttentionTest, MatchesFloat64AtEverySimdLevel) {
       ASSERT_EQ(k[i], FloatToFp16(kf[i]));
       ASSERT_EQ(v[i], FloatToFp16(vf[i]));
     }
-    std::vector<double> expected = NaiveAttention(q, k, v, c, scale);
+    const std::vector<double> expected =
+        testing::CausalAttentionReference(q.data(), c.n_tokens, c.first_pos, c.n_head, scale,
+                                          testing::Fp16Cache{&k, &v, c.n_head_kv, c.head_dim});
     for (size_t i = 0; i < out.size(); ++i) {
       ASSERT_NEAR(out[i], expected[i], 2e-5 + 2e-5 * std::fabs(expected[i]))
           << "level " << SimdLevelName(level) << " index " << i;
@@ -141,32 +110,17 @@ TEST(CpuBackendTest, RangeAttentionMatchesFloat64OverTheRanges) {
                         return absl::OkStatus();
                       })
                       .ok());
+      const testing::ReferenceAttention ref = testing::RangeAttentionReference(
+          q.data(), n_head, scale, testing::Fp16Cache{&k, &v, n_kv, hd}, ranges);
       for (int64_t h = 0; h < n_head; ++h) {
-        const int64_t g = h / (n_head / n_kv);
-        std::vector<int64_t> keys;
-        for (auto [b, e] : ranges)
-          for (int64_t j = b; j < e; ++j) keys.push_back(j);
-        if (keys.empty()) {
-          EXPECT_EQ(lse[h], -INFINITY);
+        if (std::isinf(ref.lse[h])) {  // no key: o = 0, lse = -inf
+          EXPECT_EQ(lse[h], -INFINITY) << SimdLevelName(level);
           for (int64_t d = 0; d < hd; ++d) EXPECT_EQ(out[h * hd + d], 0.0f);
           continue;
         }
-        std::vector<double> s;
-        double m = -INFINITY;
-        for (int64_t j : keys) {
-          double dot = 0;
-          for (int64_t d = 0; d < hd; ++d)
-            dot += static_cast<double>(q[h * hd + d]) * Fp16ToFloat(k[(j * n_kv + g) * hd + d]);
-          s.push_back(dot * scale);
-          m = std::max(m, s.back());
-        }
-        double z = 0;
-        for (double x : s) z += std::exp(x - m);
-        EXPECT_NEAR(lse[h], m + std::log(z), 1e-4 * (1 + std::fabs(m))) << SimdLevelName(level);
+        EXPECT_NEAR(lse[h], ref.lse[h], 1e-4 * (1 + std::fabs(ref.lse[h]))) << SimdLevelName(level);
         for (int64_t d = 0; d < hd; ++d) {
-          double o = 0;
-          for (size_t i = 0; i < keys.size(); ++i)
-            o += std::exp(s[i] - m) / z * Fp16ToFloat(v[(keys[i] * n_kv + g) * hd + d]);
+          const double o = ref.o[h * hd + d];
           ASSERT_NEAR(out[h * hd + d], o, 2e-5 + 2e-5 * std::fabs(o)) << SimdLevelName(level);
         }
       }

@@ -16,6 +16,7 @@
 #include "gpu_node/backend/cpu/cpu_backend.h"
 #include "gpu_node/engine/engine.h"
 #include "gtest/gtest.h"
+#include "tests/testing/attention_reference.h"
 #include "tests/testing/synthetic_engine.h"
 #include "tests/testing/synthetic_model.h"
 
@@ -328,32 +329,11 @@ TEST_P(CudaAttentionTest, MatchesFloat64) {
     ASSERT_EQ(vh[i], FloatToFp16(vf[i]));
   }
   const std::vector<float> got = d.Get(static_cast<const float*>(out), c.n_tokens * q_row);
-  const int64_t group = c.n_head / c.n_head_kv, hd = c.head_dim;
-  for (int64_t t = 0; t < c.n_tokens; ++t) {
-    const int64_t pos = c.first_pos + t;
-    for (int64_t h = 0; h < c.n_head; ++h) {
-      const int64_t g = h / group;
-      std::vector<double> s(pos + 1);
-      double m = -INFINITY;
-      for (int64_t j = 0; j <= pos; ++j) {
-        double dot = 0;
-        for (int64_t e = 0; e < hd; ++e) {
-          dot += static_cast<double>(q[t * q_row + h * hd + e]) *
-                 Fp16ToFloat(kh[(j * c.n_head_kv + g) * hd + e]);
-        }
-        s[j] = dot * scale;
-        m = std::max(m, s[j]);
-      }
-      double z = 0;
-      for (double& x : s) z += x = std::exp(x - m);
-      for (int64_t e = 0; e < hd; ++e) {
-        double o = 0;
-        for (int64_t j = 0; j <= pos; ++j)
-          o += s[j] / z * Fp16ToFloat(vh[(j * c.n_head_kv + g) * hd + e]);
-        ASSERT_NEAR(got[t * q_row + h * hd + e], o, 2e-5 + 2e-5 * std::fabs(o))
-            << "token " << t << " head " << h << " dim " << e;
-      }
-    }
+  const std::vector<double> want =
+      testing::CausalAttentionReference(q.data(), c.n_tokens, c.first_pos, c.n_head, scale,
+                                        testing::Fp16Cache{&kh, &vh, c.n_head_kv, c.head_dim});
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 2e-5 + 2e-5 * std::fabs(want[i])) << "index " << i;
   }
 }
 
@@ -384,6 +364,11 @@ TEST(CudaBackendTest, RangeAttentionMatchesFloat64) {
   const float* qd = d.Put(q);
   const std::vector<std::vector<std::pair<int64_t, int64_t>>> cases = {
       {{0, 4}, {613, 700}}, {{0, 4}, {37, 38}, {100, 699}}, {{5, 5}}, {{0, 1}}, {}};
+  std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+  for (size_t i = 0; i < kf.size(); ++i) {
+    kh[i] = FloatToFp16(kf[i]);
+    vh[i] = FloatToFp16(vf[i]);
+  }
   for (const auto& ranges : cases) {
     float* out = d.Poisoned<float>(n_head * hd);
     float* lse = d.Poisoned<float>(n_head);
@@ -394,36 +379,17 @@ TEST(CudaBackendTest, RangeAttentionMatchesFloat64) {
                  }).ok());
     const std::vector<float> o = d.Get(static_cast<const float*>(out), n_head * hd);
     const std::vector<float> l = d.Get(static_cast<const float*>(lse), n_head);
+    const testing::ReferenceAttention ref = testing::RangeAttentionReference(
+        q.data(), n_head, scale, testing::Fp16Cache{&kh, &vh, n_kv, hd}, ranges);
     for (int64_t h = 0; h < n_head; ++h) {
-      const int64_t g = h / (n_head / n_kv);
-      std::vector<int64_t> keys;
-      for (auto [kb, ke] : ranges)
-        for (int64_t j = kb; j < ke; ++j) keys.push_back(j);
-      if (keys.empty()) {
+      if (std::isinf(ref.lse[h])) {  // no key: o = 0, lse = -inf
         EXPECT_EQ(l[h], -INFINITY);
         for (int64_t e = 0; e < hd; ++e) EXPECT_EQ(o[h * hd + e], 0.0f);
         continue;
       }
-      std::vector<double> s;
-      double m = -INFINITY;
-      for (int64_t j : keys) {
-        double dot = 0;
-        for (int64_t e = 0; e < hd; ++e) {
-          dot += static_cast<double>(q[h * hd + e]) *
-                 Fp16ToFloat(FloatToFp16(kf[(j * n_kv + g) * hd + e]));
-        }
-        s.push_back(dot * scale);
-        m = std::max(m, s.back());
-      }
-      double z = 0;
-      for (double x : s) z += std::exp(x - m);
-      EXPECT_NEAR(l[h], m + std::log(z), 1e-4 * (1 + std::fabs(m)));
+      EXPECT_NEAR(l[h], ref.lse[h], 1e-4 * (1 + std::fabs(ref.lse[h])));
       for (int64_t e = 0; e < hd; ++e) {
-        double want = 0;
-        for (size_t i = 0; i < keys.size(); ++i) {
-          want +=
-              std::exp(s[i] - m) / z * Fp16ToFloat(FloatToFp16(vf[(keys[i] * n_kv + g) * hd + e]));
-        }
+        const double want = ref.o[h * hd + e];
         ASSERT_NEAR(o[h * hd + e], want, 2e-5 + 2e-5 * std::fabs(want));
       }
     }
