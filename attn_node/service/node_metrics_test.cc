@@ -313,7 +313,8 @@ TEST(NodeMetricsTest, OrphanedSequencesExpireWhileUsedOnesLive) {
   options.memory_budget_bytes = kBudget;
   options.threads = 1;
   options.metrics_registry = &registry;
-  options.sequence_ttl = std::chrono::milliseconds(400);
+  // 1 s: an Attend every 100 ms renews it with room to spare on a loaded machine.
+  options.sequence_ttl = std::chrono::milliseconds(1000);
   auto server = AttentionServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
   Client client((*server)->address());
@@ -324,9 +325,9 @@ TEST(NodeMetricsTest, OrphanedSequencesExpireWhileUsedOnesLive) {
   ASSERT_TRUE(client.Create(Create("used", {0}, 200)).ok());
   ASSERT_TRUE(client.Append({MakeChunk("used", 0, data, 0, 0, 100)}).ok());
   EXPECT_EQ(Sample((*server)->RenderMetrics(), "magicpig_attn_sequences_expired_total"), 0);
-  // Two seconds (five TTLs) of attending "used" every 100 ms.
+  // Three seconds (three TTLs) of attending "used" every 100 ms.
   std::mt19937 rng(3);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   uint64_t step = 0;
   while (std::chrono::steady_clock::now() < end) {
     std::vector<v1::AttendResponse> responses;
