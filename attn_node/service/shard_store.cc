@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -74,9 +75,39 @@ using service_internal::StagedChunk;
 using service_internal::StoredSequence;
 
 AppendStaging::AppendStaging() = default;
-AppendStaging::AppendStaging(AppendStaging&&) = default;
-AppendStaging& AppendStaging::operator=(AppendStaging&&) = default;
-AppendStaging::~AppendStaging() = default;
+
+AppendStaging::AppendStaging(AppendStaging&& other) noexcept
+    : chunks_(std::move(other.chunks_)),
+      next_pos_(std::move(other.next_pos_)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      store_(std::exchange(other.store_, nullptr)),
+      charged_(std::move(other.charged_)) {
+  other.charged_.clear();
+}
+
+AppendStaging& AppendStaging::operator=(AppendStaging&& other) noexcept {
+  if (this != &other) {
+    GiveBack();
+    chunks_ = std::move(other.chunks_);
+    next_pos_ = std::move(other.next_pos_);
+    bytes_ = std::exchange(other.bytes_, 0);
+    store_ = std::exchange(other.store_, nullptr);
+    charged_ = std::move(other.charged_);
+    other.charged_.clear();
+  }
+  return *this;
+}
+
+AppendStaging::~AppendStaging() { GiveBack(); }
+
+void AppendStaging::GiveBack() {
+  if (store_ != nullptr) {
+    for (const auto& [seq, bytes] : charged_) store_->Unstage(*seq, bytes);
+  }
+  charged_.clear();
+  bytes_ = 0;
+}
+
 int64_t AppendStaging::chunks() const { return static_cast<int64_t>(chunks_.size()); }
 
 namespace {
@@ -396,7 +427,7 @@ absl::Status ShardStore::Recharge(const Sequence& seq, int64_t actual, bool chec
   absl::MutexLock lock(&mu_);
   auto it = sequences_.find(seq.spec.id);
   if (it == sequences_.end() || it->second.seq.get() != &seq) return absl::OkStatus();
-  const int64_t charge = std::max(seq.reserved, actual);
+  const int64_t charge = std::max(seq.reserved, actual + it->second.staged);
   const int64_t delta = charge - it->second.charged;
   if (check_budget && delta > 0 && delta > budget_ - used_) {
     return absl::ResourceExhaustedError(absl::StrCat("sequence '", seq.spec.id, "' would grow to ",
@@ -405,6 +436,7 @@ absl::Status ShardStore::Recharge(const Sequence& seq, int64_t actual, bool chec
   }
   used_ += delta;
   it->second.charged = charge;
+  it->second.actual = actual;
   return absl::OkStatus();
 }
 
@@ -449,6 +481,41 @@ absl::Status ShardStore::Stage(const ChunkView& c, AppendStaging* staging) const
                      held_after, " tokens, more than its max_tokens ", s.max_tokens));
   }
   const int64_t rows = int64_t{s.n_kv_heads} * c.n_tokens;
+  // What the decoded chunk will hold (float32 keys and values, 16-bit codes), counted against the
+  // budget before anything is decoded.
+  const int64_t chunk_bytes = rows * s.head_dim * 2 * static_cast<int64_t>(sizeof(float)) +
+                              rows * s.lsh_l * static_cast<int64_t>(sizeof(uint16_t));
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sequences_.find(s.id);
+    if (it == sequences_.end() || it->second.seq != seq) {
+      return absl::NotFoundError(
+          absl::StrCat("KvChunk.sequence_id '", Av(c.sequence_id), "' is not on this node"));
+    }
+    Entry& e = it->second;
+    const int64_t charge = std::max(seq->reserved, e.actual + e.staged + chunk_bytes);
+    const int64_t delta = charge - e.charged;
+    if (delta > 0 && delta > budget_ - used_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("AppendKV staging: a chunk of ", chunk_bytes, " bytes for sequence '", s.id,
+                       "' would pass the node budget of ", budget_, " bytes (", used_, " charged, ",
+                       staged_, " of it staged)"));
+    }
+    used_ += delta;
+    e.charged = charge;
+    e.staged += chunk_bytes;
+    staged_ += chunk_bytes;
+  }
+  bool kept = false;
+  struct Unreserve {
+    const ShardStore* store;
+    const Sequence* seq;
+    int64_t bytes;
+    const bool* kept;
+    ~Unreserve() {
+      if (!*kept) store->Unstage(*seq, bytes);
+    }
+  } unreserve{this, seq.get(), chunk_bytes, &kept};
   StagedChunk chunk;
   chunk.seq = seq;
   chunk.layer = layer;
@@ -467,8 +534,13 @@ absl::Status ShardStore::Stage(const ChunkView& c, AppendStaging* staging) const
       !st.ok()) {
     return st;
   }
-  staging->bytes_ +=
-      static_cast<int64_t>((chunk.keys.size() + chunk.values.size()) * 4 + chunk.codes.size() * 2);
+  if (staging->store_ != nullptr && staging->store_ != this) {
+    return absl::InternalError("an AppendStaging was used with two stores");
+  }
+  staging->store_ = this;
+  staging->bytes_ += chunk_bytes;
+  staging->charged_.emplace_back(seq, chunk_bytes);
+  kept = true;
   staging->next_pos_[{seq.get(), layer}] = c.first_pos + c.n_tokens;
   staging->chunks_.push_back(std::move(chunk));
   return absl::OkStatus();
@@ -778,6 +850,18 @@ bool ShardStore::draining() const {
   return draining_;
 }
 
+void ShardStore::Unstage(const Sequence& seq, int64_t bytes) const {
+  absl::MutexLock lock(&mu_);
+  staged_ -= bytes;
+  auto it = sequences_.find(seq.spec.id);
+  if (it == sequences_.end() || it->second.seq.get() != &seq) return;  // released: charge gone
+  Entry& e = it->second;
+  e.staged -= bytes;
+  const int64_t charge = std::max(seq.reserved, e.actual + e.staged);
+  used_ += charge - e.charged;
+  e.charged = charge;
+}
+
 StoreStats ShardStore::Stats() const {
   std::vector<std::shared_ptr<Sequence>> seqs;
   StoreStats stats;
@@ -785,6 +869,7 @@ StoreStats ShardStore::Stats() const {
     absl::MutexLock lock(&mu_);
     stats.memory_budget_bytes = budget_;
     stats.memory_used_bytes = used_;
+    stats.staging_bytes = staged_;
     stats.sequences = static_cast<int32_t>(sequences_.size());
     stats.draining = draining_;
     for (const auto& [id, entry] : sequences_) seqs.push_back(entry.seq);

@@ -108,12 +108,16 @@ struct StagedChunk;
 
 // The chunks of one AppendKV stream, decoded and checked, waiting for Commit. Owned by the
 // caller; not thread-safe (one stream stages into it at a time).
+//
+// Its bytes count against the store's budget from Stage until Commit or destruction: a sequence is
+// charged max(reserved, actual + staged), so staging first uses the sequence's own reservation and
+// beyond it needs free budget; open upload streams cannot grow a node past its budget.
 class AppendStaging {
  public:
   AppendStaging();
-  AppendStaging(AppendStaging&&);
-  AppendStaging& operator=(AppendStaging&&);
-  ~AppendStaging();
+  AppendStaging(AppendStaging&&) noexcept;
+  AppendStaging& operator=(AppendStaging&&) noexcept;
+  ~AppendStaging();  // gives its bytes back to the store's staging count
 
   int64_t chunks() const;
   // Bytes of decoded rows held (keys, values and codes).
@@ -125,6 +129,10 @@ class AppendStaging {
   // Next expected first_pos per (sequence, layer index) staged so far.
   absl::flat_hash_map<std::pair<const service_internal::StoredSequence*, int>, int64_t> next_pos_;
   int64_t bytes_ = 0;
+  const ShardStore* store_ = nullptr;  // whose staging count holds bytes_
+  // The bytes charged to each sequence for this staging (given back by the destructor).
+  std::vector<std::pair<std::shared_ptr<service_internal::StoredSequence>, int64_t>> charged_;
+  void GiveBack();
 };
 
 struct AppendResult {
@@ -170,6 +178,9 @@ struct StoreStats {
   int64_t kv_tokens = 0;
   int32_t sequences = 0;
   bool draining = false;
+  // Decoded rows of AppendKV streams not yet committed; counted against the budget with
+  // memory_used_bytes.
+  int64_t staging_bytes = 0;
 };
 
 class ShardStore {
@@ -193,8 +204,9 @@ class ShardStore {
   // field for a layer the sequence does not hold, n_tokens outside 1 .. 4096, first_pos not
   // contiguous with what the layer holds plus what `staging` already has for it, wrong byte
   // lengths of keys / values / codes, bad packed codes, non-finite keys or values;
-  // RESOURCE_EXHAUSTED past the sequence's max_tokens) and adds it to *staging. On error
-  // *staging is unchanged.
+  // RESOURCE_EXHAUSTED past the sequence's max_tokens, or when the decoded chunk would take the
+  // admitted bytes plus everything staged past the node budget) and adds it to *staging. On
+  // error *staging is unchanged.
   absl::Status Stage(const ChunkView& chunk, AppendStaging* staging) const;
 
   // Applies every chunk of *staging, or none: re-checks contiguity and max_tokens under the
@@ -234,20 +246,29 @@ class ShardStore {
 
  private:
   using Sequence = service_internal::StoredSequence;
+  // charged = max(reserved, actual + staged), summed into used_.
   struct Entry {
     std::shared_ptr<Sequence> seq;
     int64_t charged = 0;
+    int64_t actual = 0;  // the shards' bytes as last recharged
+    int64_t staged = 0;  // decoded AppendKV chunks not yet committed
   };
 
   std::shared_ptr<Sequence> Find(std::string_view id) const;
-  // Sets the store's charge for `seq` to max(reserved, actual) if it is still admitted, first
-  // checking (when check_budget) that the node budget allows the increase: RESOURCE_EXHAUSTED.
+  // Gives `bytes` of `seq`'s staging back (AppendStaging's destruction or reuse).
+  friend class AppendStaging;
+  void Unstage(const Sequence& seq, int64_t bytes) const;
+  // Sets the store's charge for `seq` to max(reserved, actual + staged) if it is still admitted,
+  // first checking (when check_budget) that the node budget allows the increase:
+  // RESOURCE_EXHAUSTED.
   absl::Status Recharge(const Sequence& seq, int64_t actual, bool check_budget);
 
   const int64_t budget_;
   mutable absl::Mutex mu_;
-  std::map<std::string, Entry, std::less<>> sequences_ ABSL_GUARDED_BY(mu_);
-  int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::map<std::string, Entry, std::less<>> sequences_ ABSL_GUARDED_BY(mu_);
+  mutable int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes held by live AppendStaging objects, over all sequences (mutable: Stage is const).
+  mutable int64_t staged_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
 
   // Per worker thread estimator scratch for Attend.

@@ -173,6 +173,50 @@ TEST(ShardStoreTest, ConcurrentAttendAndAppend) {
   EXPECT_EQ(KeysHeld(store, "s", 0, *hash), n);
 }
 
+// AppendKV staging counts against the node budget: a sequence is charged max(reserved, actual +
+// staged), so streams that stage and never commit first use the sequence's reservation, then the
+// free budget, and are refused past it; what they staged comes back when they end (committed or
+// dropped), without double counting when a staging object moves.
+TEST(ShardStoreTest, StagingCountsAgainstTheBudget) {
+  auto hash = SimHash::Create(kD, kK, kL, 5);
+  ASSERT_TRUE(hash.ok());
+  const int n = 200;
+  const LayerData data = testing::MakeLayer(*hash, kKv, n, 2);
+  // One chunk of 100 tokens: 2 kv heads x 100 x 16 dims x (K, V) x 4 bytes + codes 2 x 100 x 6 x 2.
+  const int64_t chunk = 2 * 100 * 16 * 2 * 4 + 2 * 100 * 6 * 2;
+  ShardStore probe(int64_t{1} << 30);
+  ASSERT_TRUE(probe.CreateSequence(Spec("s", n)).ok());
+  const int64_t reserved = probe.Stats().memory_used_bytes;
+  const int64_t budget = reserved + chunk * 5 / 2;  // the reservation and 2.5 chunks free
+  ShardStore store(budget);
+  ASSERT_TRUE(store.CreateSequence(Spec("s", n)).ok());
+  // Streams that each stage one chunk and wait: as many as reserved + 2.5 chunks hold.
+  const int64_t fit = (reserved + chunk * 5 / 2) / chunk;
+  std::vector<AppendStaging> open;
+  absl::Status status;
+  while (status.ok() && static_cast<int64_t>(open.size()) <= fit + 1) {
+    open.emplace_back();
+    status = store.Stage(View(testing::MakeChunk("s", 0, data, 0, 0, 100)), &open.back());
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_EQ(static_cast<int64_t>(open.size()) - 1, fit);
+  EXPECT_EQ(open.back().chunks(), 0);
+  StoreStats stats = store.Stats();
+  EXPECT_EQ(stats.staging_bytes, fit * chunk);
+  EXPECT_LE(stats.memory_used_bytes, budget);
+  EXPECT_EQ(stats.memory_used_bytes, fit * chunk);  // past the reservation: charged as staged
+  AppendStaging moved = std::move(open[0]);         // moving does not count twice
+  EXPECT_EQ(store.Stats().staging_bytes, fit * chunk);
+  open[1] = AppendStaging();  // a dropped stream gives its bytes back
+  EXPECT_EQ(store.Stats().staging_bytes, (fit - 1) * chunk);
+  ASSERT_TRUE(store.Commit(&moved).ok());  // so does a committed one
+  EXPECT_EQ(store.Stats().staging_bytes, (fit - 2) * chunk);
+  open.clear();
+  stats = store.Stats();
+  EXPECT_EQ(stats.staging_bytes, 0);
+  EXPECT_EQ(stats.memory_used_bytes, reserved);  // back to the reservation
+}
+
 // Leases: a sequence that no call names for the TTL is released with its charge; a call (here
 // Attend) renews it. The clock is passed in, so nothing sleeps.
 TEST(ShardStoreTest, IdleSequencesExpireAndCallsRenewThem) {
