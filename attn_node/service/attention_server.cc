@@ -70,6 +70,9 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
     // two seconds, so that a handful of idle connections cannot hold every slot (and make the
     // liveness probe fail) for the default minute.
     http_options.max_connections = 64;
+    // And no one client (one IP) may hold more than a quarter of them: Prometheus and the
+    // kubelet's probes come from addresses of their own.
+    http_options.max_connections_per_client = 16;
     http_options.idle_timeout = absl::Seconds(2);
     http_options.read_timeout = absl::Seconds(2);
     absl::StatusOr<std::unique_ptr<http::Server>> http =

@@ -1,6 +1,7 @@
 // Server: listening, the acceptor thread, connection threads and shutdown (server.h).
 #include "common/http/server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -28,12 +29,26 @@ namespace magicpig::http {
 struct Server::Connection {
   uint64_t id = 0;
   int fd = -1;
+  std::string client;  // peer IP address (per-client limit)
   std::thread thread;
 };
 
 namespace {
 
 constexpr size_t kReadChunk = 16 << 10;
+
+// The peer's IP address as text (without the port), the key of the per-client limit.
+std::string ClientAddress(const sockaddr_storage& peer) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (peer.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);
+    ::inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+  } else if (peer.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&peer);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+  }
+  return text;
+}
 // Closing a socket with unread input makes the kernel send RST, which can destroy the response
 // just sent before the client reads it. So after answering and deciding to close, the server
 // half-closes and reads (and drops) what the client still sends, for this long / this much. Once
@@ -81,6 +96,9 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("port ", o.port, " outside 0..65535"));
   }
   if (o.max_connections < 1) return absl::InvalidArgumentError("max_connections must be >= 1");
+  if (o.max_connections_per_client < 0) {
+    return absl::InvalidArgumentError("max_connections_per_client must be >= 0");
+  }
   if (o.max_body_bytes < 0 || o.max_header_bytes < 1 || o.max_headers < 0) {
     return absl::InvalidArgumentError("negative or zero request limits");
   }
@@ -202,7 +220,10 @@ void Server::AcceptLoop() {
 
     if ((fds[1].revents & POLLIN) == 0) continue;
     for (int k = 0; k < 64; ++k) {  // a batch of pending connections
-      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      sockaddr_storage peer{};
+      socklen_t peer_len = sizeof(peer);
+      const int fd =
+          ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -212,26 +233,34 @@ void Server::AcceptLoop() {
       }
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      const std::string client = ClientAddress(peer);
       bool admitted = false;
+      std::string_view why = "too many connections";
       {
         absl::MutexLock lock(&mu_);
-        if (connections_.size() < static_cast<size_t>(options_.max_connections)) {
+        const bool client_full = options_.max_connections_per_client > 0 &&
+                                 per_client_[client] >= options_.max_connections_per_client;
+        if (client_full) why = "too many connections from this client";
+        if (!client_full && connections_.size() < static_cast<size_t>(options_.max_connections)) {
           auto conn = std::make_unique<Connection>();
           conn->id = next_id_++;
           conn->fd = fd;
+          conn->client = client;
           Connection* c = conn.get();
           connections_.emplace(c->id, std::move(conn));
           try {
             // The thread's exit takes mu_, so it cannot finish before `thread` is assigned.
             c->thread = std::thread(&Server::ServeConnection, this, c);
             admitted = true;
+            ++per_client_[client];
           } catch (const std::system_error&) {
             connections_.erase(c->id);  // no thread to spare: answer 503 below
           }
         }
+        if (!admitted && per_client_[client] == 0) per_client_.erase(client);
       }
       if (admitted) continue;
-      Reject(fd);
+      Reject(fd, why);
       if (lingering.size() < kMaxLingeringRejects) {
         ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
         lingering.push_back({fd, absl::Now() + kLingerTime});
@@ -243,10 +272,10 @@ void Server::AcceptLoop() {
   for (const Lingering& l : lingering) ::close(l.fd);
 }
 
-void Server::Reject(int fd) {
+void Server::Reject(int fd, std::string_view why) {
   SetSendTimeout(fd, absl::Milliseconds(100));  // the acceptor must not block on a slow client
   Responder responder(fd, /*version_minor=*/1, /*keep_alive=*/false);
-  SendError(responder, 503, "too many connections");
+  SendError(responder, 503, why);
   ::shutdown(fd, SHUT_WR);
 }
 
@@ -389,6 +418,9 @@ void Server::FinishConnection(Connection* conn) {
   // The descriptor is closed under mu_ so that Shutdown never shuts down a reused number.
   ::close(conn->fd);
   auto it = connections_.find(conn->id);
+  if (auto c = per_client_.find(conn->client); c != per_client_.end() && --c->second <= 0) {
+    per_client_.erase(c);
+  }
   finished_.push_back(std::move(it->second->thread));
   connections_.erase(it);
 }

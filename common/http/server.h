@@ -84,6 +84,9 @@ struct ServerOptions {
   std::string host = "0.0.0.0";  // numeric IPv4 / IPv6 address or a host name to bind
   int port = 0;                  // 0: the kernel picks a free port (see Server::port())
   int max_connections = 256;     // open connections (= connection threads) at most
+  // Open connections from one peer IP address at most (0: no such limit), so that one client
+  // cannot take every slot; beyond it a connection gets the same 503 as beyond max_connections.
+  int max_connections_per_client = 0;
   int64_t max_body_bytes = 8 << 20;
   int64_t max_header_bytes = 16 << 10;  // request line + header section
   int max_headers = 100;
@@ -126,7 +129,7 @@ class Server {
 
   Server(const ServerOptions& options, Router router);
   void AcceptLoop();
-  void Reject(int fd);  // 503 to a connection beyond max_connections
+  void Reject(int fd, std::string_view why);  // 503 to a connection beyond a connection limit
   void ServeConnection(Connection* conn);
   // Runs the handler (or answers 404 / 405 / 500); whether the connection may be reused.
   bool Dispatch(Connection* conn, Request& request);
@@ -151,7 +154,8 @@ class Server {
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> finished_ ABSL_GUARDED_BY(mu_);  // exited connection threads to join
+  std::map<std::string, int> per_client_ ABSL_GUARDED_BY(mu_);  // open connections per peer IP
+  std::vector<std::thread> finished_ ABSL_GUARDED_BY(mu_);      // exited connection threads to join
 };
 
 }  // namespace magicpig::http

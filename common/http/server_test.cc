@@ -496,6 +496,36 @@ TEST_F(ServerTest, ConnectionsBeyondTheBoundGet503) {
   ExpectStillServing(&a);
 }
 
+// One client (one peer IP) cannot take every slot: beyond its share it gets 503, while another
+// client (127.0.0.2, also loopback) is still served; a closed connection frees its share.
+TEST_F(ServerTest, ConnectionsPerClientAreCapped) {
+  server_.reset();
+  ServerOptions options;
+  options.max_connections = 16;
+  options.max_connections_per_client = 3;
+  StartServer(options);
+  std::vector<RawClient> idle;
+  for (int i = 0; i < 3; ++i) idle.push_back(Connect());
+  ASSERT_TRUE(WaitForConnections(3));
+  RawClient over = Connect();
+  absl::StatusOr<ClientResponse> r = over.ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 503);
+  EXPECT_THAT(r->body, HasSubstr("too many connections from this client"));
+  auto hello = [](RawClient& c) {
+    EXPECT_TRUE(c.Send(HttpRequest("GET", "/hello")).ok());
+    absl::StatusOr<ClientResponse> answer = c.ReadResponse();
+    return answer.ok() ? answer->status : -1;
+  };
+  absl::StatusOr<RawClient> other = RawClient::Connect(server_->port(), "127.0.0.1", "127.0.0.2");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(hello(*other), 200);
+  idle.pop_back();
+  ASSERT_TRUE(WaitForConnections(3));  // two idle ones and the other client's
+  RawClient again = Connect();
+  EXPECT_EQ(hello(again), 200);
+}
+
 TEST_F(ServerTest, HandlerWithoutResponseIs500) {
   RawClient c = Connect();
   ASSERT_TRUE(c.Send(HttpRequest("GET", "/silent")).ok());

@@ -34,9 +34,19 @@ std::string_view Trim(std::string_view s) {
 
 }  // namespace
 
-absl::StatusOr<RawClient> RawClient::Connect(int port, const std::string& host) {
+absl::StatusOr<RawClient> RawClient::Connect(int port, const std::string& host,
+                                             const std::string& source) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError("socket failed");
+  if (!source.empty()) {
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    if (::inet_pton(AF_INET, source.c_str(), &from.sin_addr) != 1 ||
+        ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat("cannot bind source address ", source));
+    }
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));

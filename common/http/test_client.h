@@ -35,8 +35,10 @@ struct ClientResponse {
 
 class RawClient {
  public:
-  // RawClient::Connect opens a TCP connection to host:port (IPv4 literal).
-  static absl::StatusOr<RawClient> Connect(int port, const std::string& host = "127.0.0.1");
+  // RawClient::Connect opens a TCP connection to host:port (IPv4 literal), from `source` (an IPv4
+  // literal to bind, e.g. 127.0.0.2 to appear as another loopback client) when not empty.
+  static absl::StatusOr<RawClient> Connect(int port, const std::string& host = "127.0.0.1",
+                                           const std::string& source = "");
   RawClient(RawClient&& other) noexcept;
   RawClient& operator=(RawClient&& other) noexcept;
   ~RawClient();

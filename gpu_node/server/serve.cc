@@ -41,6 +41,10 @@ std::unique_ptr<flags::FlagTable> ServeFlagTable(ServeFlags* f) {
   table->Number("max-queue", &f->max_queue, "requests waiting beyond the batch (more get 429)", 0,
                 1 << 20);
   table->Bytes("max-body", &f->max_body_bytes, "request body limit");
+  table->Number("max-connections-per-client", &f->max_connections_per_client,
+                "open HTTP connections from one client IP address at most (of 256), so that one "
+                "client cannot take every slot (probes included); 0 = no per-client limit",
+                0, 256);
   table->Number("shutdown-grace", &f->shutdown_grace_seconds,
                 "seconds in-flight requests may finish after SIGTERM", 0.0, 1e9, "SECONDS");
   table->Switch("allow-attention-override", &f->allow_attention_override,
@@ -71,6 +75,7 @@ int ServeMain(const std::vector<std::string>& args) {
   api.http.host = host_port.host;
   api.http.port = host_port.port;
   api.http.max_body_bytes = f.max_body_bytes;
+  api.http.max_connections_per_client = f.max_connections_per_client;
   api.model_name = !f.served_model_name.empty()
                        ? f.served_model_name
                        : std::filesystem::path(engine_options->model_path).stem().string();

@@ -25,6 +25,7 @@ struct ServeFlags {
   int max_batch = 8;
   int max_queue = 64;
   int64_t max_body_bytes = int64_t{8} << 20;
+  int max_connections_per_client = 64;  // of the 256 connection slots; 0: no per-client limit
   double shutdown_grace_seconds = 30;
   bool allow_attention_override = false;
   logging::LogLevel log_level = logging::LogLevel::kInfo;
