@@ -19,6 +19,15 @@ absl::StatusOr<BackendBuffer> Backend::Allocate(int64_t bytes) {
   return BackendBuffer(p, bytes, [](void* q) { std::free(q); });
 }
 
+absl::Status Backend::Reserve(BackendBuffer& buffer, int64_t bytes) {
+  if (buffer.bytes() >= bytes) return absl::OkStatus();
+  buffer = BackendBuffer();  // the old one goes first: the device need not hold both
+  absl::StatusOr<BackendBuffer> grown = Allocate(bytes);
+  if (!grown.ok()) return grown.status();
+  buffer = *std::move(grown);
+  return absl::OkStatus();
+}
+
 absl::Status Backend::CopyIn(void* dst, const void* host_src, int64_t bytes) {
   if (bytes > 0) std::memcpy(dst, host_src, static_cast<size_t>(bytes));
   return absl::OkStatus();

@@ -129,6 +129,10 @@ class Backend {
   // `bytes` of the backend's memory, 64-byte aligned, uninitialised. RESOURCE_EXHAUSTED when
   // there is not enough.
   virtual absl::StatusOr<BackendBuffer> Allocate(int64_t bytes);
+  // Grows `buffer` (this backend's) to at least `bytes` with Allocate; a buffer already that large
+  // is kept as it is (its contents are not carried over when it grows). For scratch kept between
+  // calls.
+  absl::Status Reserve(BackendBuffer& buffer, int64_t bytes);
   // dst (backend memory) <- host_src; host_dst <- src (backend memory). CopyOut returns once the
   // data is on the host, after every operation issued before it.
   virtual absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes);

@@ -126,19 +126,13 @@ absl::Status Transformer::Logits(const float* x, int64_t n, float* logits) {
   const model::ModelConfig& c = weights_->config();
   backend::Backend& b = *backend_;
   // Kept between calls: a device allocation per decode step would cost more than the step's norm.
-  auto ensure = [&b](backend::BackendBuffer& buffer, int64_t bytes) -> absl::Status {
-    if (buffer.bytes() >= bytes) return absl::OkStatus();
-    buffer = backend::BackendBuffer();
-    MAGICPIG_ASSIGN_OR_RETURN(buffer, b.Allocate(bytes));
-    return absl::OkStatus();
-  };
   MAGICPIG_RETURN_IF_ERROR(
-      ensure(logits_norm_, n * c.n_embd * static_cast<int64_t>(sizeof(float))));
+      b.Reserve(logits_norm_, n * c.n_embd * static_cast<int64_t>(sizeof(float))));
   float* normed = logits_norm_.as<float>();
   b.RmsNorm(x, weights_->output_norm().data(), n, c.n_embd, static_cast<float>(c.rms_eps), normed);
   if (b.host_memory()) return b.MatMul(weights_->output(), normed, n, logits);
   const int64_t bytes = n * c.n_vocab * static_cast<int64_t>(sizeof(float));
-  MAGICPIG_RETURN_IF_ERROR(ensure(logits_out_, bytes));
+  MAGICPIG_RETURN_IF_ERROR(b.Reserve(logits_out_, bytes));
   MAGICPIG_RETURN_IF_ERROR(b.MatMul(weights_->output(), normed, n, logits_out_.as<float>()));
   return b.CopyOut(logits, logits_out_.data(), bytes);
 }
@@ -371,10 +365,8 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
     tokens[i] = item.token;
   }
   MAGICPIG_RETURN_IF_ERROR(ResizeScratch(n));
-  const int64_t x_bytes = n * c.n_embd * static_cast<int64_t>(sizeof(float));
-  if (x_batch_.bytes() < x_bytes) {
-    MAGICPIG_ASSIGN_OR_RETURN(x_batch_, backend_->Allocate(x_bytes));
-  }
+  MAGICPIG_RETURN_IF_ERROR(
+      backend_->Reserve(x_batch_, n * c.n_embd * static_cast<int64_t>(sizeof(float))));
   float* x = x_batch_.as<float>();
   const Clock::time_point start = Clock::now();
   StepTimings local;

@@ -143,13 +143,6 @@ void CudaBackend::Fail(absl::Status status) {
   if (error_.ok() && !status.ok()) error_ = std::move(status);
 }
 
-absl::Status CudaBackend::Reserve(BackendBuffer& buffer, int64_t bytes) {
-  if (buffer.bytes() >= bytes) return absl::OkStatus();
-  buffer = BackendBuffer();
-  MAGICPIG_ASSIGN_OR_RETURN(buffer, device_->Allocate(bytes));
-  return absl::OkStatus();
-}
-
 absl::Status CudaBackend::Execute(absl::FunctionRef<absl::Status()> batch) {
   MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
   error_ = absl::OkStatus();

@@ -91,8 +91,6 @@ class CudaBackend final : public Backend {
   const float* FindVector(const float* host);
   // Keeps the first failure of a void operation.
   void Fail(absl::Status status);
-  // Grows `buffer` to at least `bytes`.
-  absl::Status Reserve(BackendBuffer& buffer, int64_t bytes);
   // Runs `a` (its part_o / part_lse are set here) and merges the pieces into out (and lse when
   // not null): split-K attention.
   absl::Status RunPieces(cuda_internal::AttentionPieces a, float* out, float* lse);
