@@ -541,9 +541,10 @@ void Engine::RefreshMemoryMetrics() {
 absl::StatusOr<std::vector<float>> Engine::ScoreAll(const std::vector<int32_t>& tokens) {
   absl::MutexLock lock(&mu_);
   const model::ModelConfig& c = weights_->config();
-  MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
-                            KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim,
-                                            static_cast<int64_t>(tokens.size()), backend_.get()));
+  MAGICPIG_ASSIGN_OR_RETURN(
+      std::unique_ptr<KvCache> kv,
+      KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, static_cast<int64_t>(tokens.size()),
+                      backend_.get(), &kv_accounting_));
   ForwardOptions options;
   options.logits = LogitsMode::kAll;
   options.max_chunk = prefill_chunk_;

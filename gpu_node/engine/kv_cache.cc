@@ -12,12 +12,16 @@ namespace magicpig::engine {
 
 namespace {
 int64_t PageSize() { return static_cast<int64_t>(sysconf(_SC_PAGESIZE)); }
-}  // namespace
 
-int64_t KvCache::layer_bytes() const {
-  return std::max<int64_t>(1, capacity_ * n_head_kv_ * head_dim_) *
+// One layer's K (or V): capacity rows of fp16, at least one element (a mapping is never empty).
+int64_t LayerBytesFor(int64_t n_head_kv, int64_t head_dim, int64_t capacity) {
+  return std::max<int64_t>(1, capacity * n_head_kv * head_dim) *
          static_cast<int64_t>(sizeof(uint16_t));
 }
+
+}  // namespace
+
+int64_t KvCache::layer_bytes() const { return LayerBytesFor(n_head_kv_, head_dim_, capacity_); }
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t n_layer, int64_t n_head_kv,
                                                          int64_t head_dim, int64_t capacity,
@@ -79,9 +83,7 @@ KvCache::~KvCache() {
     if (device_.empty()) {
       accounting_->host_bytes -= bytes() - released_bytes_;
     } else {
-      int64_t held = 0;
-      for (const backend::BackendBuffer& b : device_) held += b.bytes();
-      accounting_->device_bytes -= held;
+      accounting_->device_bytes -= DeviceBytes();
     }
   }
   if (!device_.empty()) return;  // the buffers give themselves back
@@ -133,11 +135,16 @@ absl::Status KvCache::DropRows(int64_t layer, int64_t begin, int64_t end, int64_
   return absl::OkStatus();
 }
 
-int64_t KvCache::bytes() const { return 2 * n_layer_ * layer_bytes(); }
+int64_t KvCache::bytes() const { return BytesFor(n_layer_, n_head_kv_, head_dim_, capacity_); }
+
+int64_t KvCache::DeviceBytes() const {
+  int64_t held = 0;
+  for (const backend::BackendBuffer& b : device_) held += b.bytes();
+  return held;
+}
 
 int64_t KvCache::BytesFor(int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t capacity) {
-  return 2 * n_layer * std::max<int64_t>(1, capacity * n_head_kv * head_dim) *
-         static_cast<int64_t>(sizeof(uint16_t));
+  return 2 * n_layer * LayerBytesFor(n_head_kv, head_dim, capacity);
 }
 
 int64_t KvCache::Release(int64_t layer, int64_t begin, int64_t end) {
@@ -165,11 +172,7 @@ int64_t KvCache::Release(int64_t layer, int64_t begin, int64_t end) {
 }
 
 int64_t KvCache::ResidentBytes() const {
-  if (!device_.empty()) {
-    int64_t held = 0;
-    for (const backend::BackendBuffer& b : device_) held += b.bytes();
-    return held;
-  }
+  if (!device_.empty()) return DeviceBytes();
   const int64_t page = PageSize();
   const int64_t bytes = layer_bytes();
   std::vector<unsigned char> vec(static_cast<size_t>((bytes + page - 1) / page));

@@ -89,6 +89,8 @@ class KvCache {
  private:
   KvCache() = default;
   int64_t layer_bytes() const;
+  // Bytes of the device buffers held now (less than bytes() after DropRows).
+  int64_t DeviceBytes() const;
   int64_t n_layer_ = 0, n_head_kv_ = 0, head_dim_ = 0, capacity_ = 0, size_ = 0;
   int64_t released_bytes_ = 0;
   std::vector<uint16_t*> k_, v_;  // mappings (or device buffers) of layer_bytes() each
