@@ -183,10 +183,11 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
     }
     const backend::KvLayerView cache = s.kv->layer(layer);
     b.StoreKv(sk, sv, s.n, s.first_pos, cache);
-    const bool staged = s.hook != nullptr && !b.host_memory();
+    const bool hooked = s.hook != nullptr && s.hook->AttendsLayer(layer);
+    const bool staged = hooked && !b.host_memory();
     if (staged) MAGICPIG_RETURN_IF_ERROR(MirrorRows(layer, *s.kv, s.first_pos, s.n));
     bool started = false;
-    if (s.n == 1 && s.hook != nullptr) {
+    if (s.n == 1 && hooked) {
       if (staged) {
         // The hook reads q and writes out on the host; LayerPost copies out back (CopyOut
         // waits for q, and for the rows mirrored above).

@@ -66,6 +66,10 @@ class LayerAttentionHook {
   virtual void FlushStarted() {}
   virtual absl::Status FinishAttend() { return absl::OkStatus(); }
 
+  // Whether the hook may attend `layer` or read its rows (false: the layer is always exact, and a
+  // device backend need not copy its queries or rows to the host). Default: every layer.
+  virtual bool AttendsLayer(int64_t layer) const { return true; }
+
   // On a device backend the transformer can do part of a one-token step's work where q and the
   // cache live: the hook says what (PlanDeviceWork), the transformer computes it and passes the
   // results, in host memory, to StartAttendWith instead of StartAttend.
