@@ -85,23 +85,13 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
     s->metrics_address_ = absl::StrCat(HostOf(options.metrics_listen), ":", s->http_->port());
   }
   if (options.sequence_ttl.count() > 0) {
-    AttentionServer* self = s.get();
     const std::chrono::milliseconds ttl = options.sequence_ttl;
-    s->reaper_ = std::thread([self, ttl] { self->ReapLoop(ttl); });
+    AttentionServiceImpl* service = s->service_.get();
+    s->reaper_ =
+        std::make_unique<PeriodicThread>(std::min(absl::FromChrono(ttl) / 4, absl::Seconds(1)),
+                                         [service, ttl] { service->ExpireIdle(ttl); });
   }
   return s;
-}
-
-void AttentionServer::ReapLoop(std::chrono::milliseconds ttl) {
-  const absl::Duration period = std::min(absl::FromChrono(ttl) / 4, absl::Seconds(1));
-  absl::MutexLock lock(&mu_);
-  while (!stop_reaper_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stop_reaper_), period);
-    if (stop_reaper_) break;
-    mu_.Unlock();
-    service_->ExpireIdle(ttl);
-    mu_.Lock();
-  }
 }
 
 std::string AttentionServer::RenderMetrics() {
@@ -145,9 +135,8 @@ void AttentionServer::Shutdown(std::chrono::system_clock::time_point deadline) {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    stop_reaper_ = true;
   }
-  if (reaper_.joinable()) reaper_.join();
+  if (reaper_ != nullptr) reaper_->Stop();
   if (server_ != nullptr) {
     StartDraining();
     server_->Shutdown(deadline);

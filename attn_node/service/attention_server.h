@@ -43,7 +43,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -54,6 +53,7 @@
 #include "attn_node/service/task_executor.h"
 #include "common/http/server.h"
 #include "common/logging/logger.h"
+#include "common/periodic_thread.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/registry.h"
 #include "tbb/global_control.h"
@@ -132,10 +132,8 @@ class AttentionServer {
   std::unique_ptr<http::Server> http_;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  // The lease reaper: wakes every ttl / 4 (at most 1 s) until Shutdown.
-  void ReapLoop(std::chrono::milliseconds ttl);
-  bool stop_reaper_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread reaper_;
+  // The lease reaper: every ttl / 4 (at most 1 s) until Shutdown.
+  std::unique_ptr<PeriodicThread> reaper_;
 };
 
 }  // namespace magicpig

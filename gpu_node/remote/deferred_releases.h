@@ -14,11 +14,11 @@
 
 #include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/periodic_thread.h"
 #include "gpu_node/remote/attention_node_client.h"
 
 namespace magicpig::remote {
@@ -27,13 +27,13 @@ class DeferredReleases {
  public:
   explicit DeferredReleases(std::chrono::milliseconds period = std::chrono::seconds(1),
                             std::chrono::seconds give_up_after = std::chrono::seconds(600));
-  ~DeferredReleases();  // stops the thread; what is still pending is left to the nodes' leases
+  // Destruction stops the thread; what is still pending is left to the nodes' leases.
   DeferredReleases(const DeferredReleases&) = delete;
   DeferredReleases& operator=(const DeferredReleases&) = delete;
 
   // Releases sequence `id` on `node` once it answers.
   void Add(AttentionNodeClient* node, std::string id);
-  // Releases not yet done.
+  // Releases not yet done (those a round is trying now included).
   int pending() const;
 
  private:
@@ -42,14 +42,14 @@ class DeferredReleases {
     std::string id;
     std::chrono::steady_clock::time_point added;
   };
-  void Loop();
+  // One round: tries every pending release once.
+  void Tick();
 
-  const std::chrono::milliseconds period_;
   const std::chrono::seconds give_up_after_;
   mutable absl::Mutex mu_;
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // taken by the round now running
+  PeriodicThread thread_;                   // last: stopped first, while the members it uses exist
 };
 
 }  // namespace magicpig::remote
