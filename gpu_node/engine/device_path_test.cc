@@ -28,10 +28,10 @@ std::shared_ptr<const model::GgufFile> ModelFile(const testing::SyntheticModelOp
   return std::shared_ptr<const model::GgufFile>(*std::move(file));
 }
 
-std::unique_ptr<Engine> MakeEngine(std::shared_ptr<const model::GgufFile> file,
+std::unique_ptr<Engine> MakeEngine(const testing::SyntheticModelOptions& model,
                                    std::unique_ptr<backend::Backend> backend,
                                    const EngineOptions& options) {
-  auto e = Engine::Create(std::move(file), std::move(backend), options);
+  auto e = testing::MakeSyntheticEngine(model, options, std::move(backend));
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? *std::move(e) : nullptr;
 }
@@ -48,10 +48,9 @@ class DevicePathTest : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(DevicePathTest, ScoresAndGreedyTokensEqualTheCpuBackends) {
-  auto file = ModelFile(Model());
-  auto cpu =
-      MakeEngine(file, std::make_unique<backend::CpuBackend>(1), testing::FullAttentionOptions());
-  auto dev = MakeEngine(file, std::make_unique<testing::FakeDeviceBackend>(1),
+  auto cpu = MakeEngine(Model(), std::make_unique<backend::CpuBackend>(1),
+                        testing::FullAttentionOptions());
+  auto dev = MakeEngine(Model(), std::make_unique<testing::FakeDeviceBackend>(1),
                         testing::FullAttentionOptions());
   ASSERT_NE(cpu, nullptr);
   ASSERT_NE(dev, nullptr);
@@ -132,11 +131,10 @@ TEST(DevicePathTest, MagicPigThroughTheHostMirrorEqualsTheCpuBackends) {
   options.attention.n_sinks = 4;
   options.attention.n_local = 8;
   options.num_threads = 1;
-  auto file = ModelFile(testing::SmallModel(3));
-  auto cpu = MakeEngine(file, std::make_unique<backend::CpuBackend>(1), options);
+  auto cpu = MakeEngine(testing::SmallModel(3), std::make_unique<backend::CpuBackend>(1), options);
   auto device = std::make_unique<testing::FakeDeviceBackend>(1);
   testing::FakeDeviceBackend* fake = device.get();
-  auto dev = MakeEngine(file, std::move(device), options);
+  auto dev = MakeEngine(testing::SmallModel(3), std::move(device), options);
   ASSERT_NE(cpu, nullptr);
   ASSERT_NE(dev, nullptr);
   GenerateRequest req;
@@ -187,7 +185,7 @@ TEST(DevicePathTest, MemoryGaugesFollowTheLiveCaches) {
   options.metrics_registry = &registry;
   auto device = std::make_unique<testing::FakeDeviceBackend>(1);
   testing::FakeDeviceBackend* fake = device.get();
-  auto e = MakeEngine(ModelFile(testing::SmallModel(3)), std::move(device), options);
+  auto e = MakeEngine(testing::SmallModel(3), std::move(device), options);
   ASSERT_NE(e, nullptr);
   e->RefreshMemoryMetrics();
   const double idle = GaugeValue(registry, "magicpig_gpu_memory_bytes", "kind", "in_use");
@@ -225,7 +223,7 @@ TEST(DevicePathTest, GpuKvBudgetQueuesWhatDoesNotFit) {
   const int64_t one = KvCache::BytesFor(3, 2, 16, prompt + max_tokens);
   EngineOptions options = testing::FullAttentionOptions();
   options.gpu_kv_budget = one + one / 2;  // room for one sequence at a time
-  auto e = MakeEngine(ModelFile(model), std::make_unique<testing::FakeDeviceBackend>(1), options);
+  auto e = MakeEngine(model, std::make_unique<testing::FakeDeviceBackend>(1), options);
   ASSERT_NE(e, nullptr);
   Scheduler scheduler(e.get(), SchedulerOptions{8, 64}, nullptr);
   absl::Mutex mu;

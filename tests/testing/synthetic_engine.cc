@@ -9,10 +9,16 @@ namespace magicpig::testing {
 
 absl::StatusOr<std::unique_ptr<engine::Engine>> MakeSyntheticEngine(
     const SyntheticModelOptions& model, const engine::EngineOptions& options, SimdLevel level) {
+  return MakeSyntheticEngine(model, options, std::make_unique<backend::CpuBackend>(1, level));
+}
+
+absl::StatusOr<std::unique_ptr<engine::Engine>> MakeSyntheticEngine(
+    const SyntheticModelOptions& model, const engine::EngineOptions& options,
+    std::unique_ptr<backend::Backend> backend) {
   MAGICPIG_ASSIGN_OR_RETURN(auto bytes, BuildSyntheticModel(model));
   MAGICPIG_ASSIGN_OR_RETURN(auto file, model::GgufFile::FromBytes(bytes));
   return engine::Engine::Create(std::shared_ptr<const model::GgufFile>(std::move(file)),
-                                std::make_unique<backend::CpuBackend>(1, level), options);
+                                std::move(backend), options);
 }
 
 engine::EngineOptions FullAttentionOptions() {

@@ -17,6 +17,10 @@ namespace magicpig::testing {
 absl::StatusOr<std::unique_ptr<engine::Engine>> MakeSyntheticEngine(
     const SyntheticModelOptions& model, const engine::EngineOptions& options,
     SimdLevel level = ActiveSimdLevel());
+// The same on a backend of the caller's (a device backend, a fake one, another CPU setting).
+absl::StatusOr<std::unique_ptr<engine::Engine>> MakeSyntheticEngine(
+    const SyntheticModelOptions& model, const engine::EngineOptions& options,
+    std::unique_ptr<backend::Backend> backend);
 
 // Engine options with exact (full) attention for every decode step.
 engine::EngineOptions FullAttentionOptions();

@@ -438,19 +438,16 @@ TEST(CudaBackendTest, GappedViewMatchesTheWholeCache) {
 
 // End to end: an engine on the GPU against the CPU engine's float-activation path on synthetic
 // llama and qwen2 models: logits close, and the same greedy continuation.
-std::unique_ptr<engine::Engine> MakeEngine(const testing::SyntheticModelOptions& model, bool gpu) {
-  auto bytes = testing::BuildSyntheticModel(model);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
-  auto file = model::GgufFile::FromBytes(*bytes);
-  EXPECT_TRUE(file.ok()) << file.status();
-  std::unique_ptr<Backend> backend;
-  if (gpu) {
-    backend = MakeBackend(true);
-  } else {
-    backend = std::make_unique<CpuBackend>(2, ActiveSimdLevel(), /*float_activations=*/true);
-  }
-  auto e = engine::Engine::Create(std::shared_ptr<const model::GgufFile>(*std::move(file)),
-                                  std::move(backend), testing::FullAttentionOptions());
+// The GPU backend (fp32 weights) or the CPU backend's float-activation path, the reference
+// (cpu_threads 0: every core).
+std::unique_ptr<Backend> GpuOrCpuFloat(bool gpu, int cpu_threads = 2) {
+  if (gpu) return MakeBackend(true);
+  return std::make_unique<CpuBackend>(cpu_threads, ActiveSimdLevel(), /*float_activations=*/true);
+}
+
+std::unique_ptr<engine::Engine> MakeEngine(const testing::SyntheticModelOptions& model, bool gpu,
+                                           const engine::EngineOptions& options) {
+  auto e = testing::MakeSyntheticEngine(model, options, GpuOrCpuFloat(gpu));
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? *std::move(e) : nullptr;
 }
@@ -463,8 +460,8 @@ TEST_P(CudaEngineTest, LogitsAndGreedyTokensMatchTheCpuFloatPath) {
   m.architecture = GetParam().first;
   m.weight_type = GetParam().second;
   m.embd_type = GetParam().second;
-  auto cpu = MakeEngine(m, false);
-  auto gpu = MakeEngine(m, true);
+  auto cpu = MakeEngine(m, false, testing::FullAttentionOptions());
+  auto gpu = MakeEngine(m, true, testing::FullAttentionOptions());
   ASSERT_NE(cpu, nullptr);
   ASSERT_NE(gpu, nullptr);
   std::vector<int32_t> tokens = cpu->tokenizer().Encode(
@@ -496,21 +493,11 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaEngineTest,
 // differ, so the continuations may part late; they must agree for most of the 32 tokens.
 TEST(CudaBackendTest, MagicPigFollowsTheCpuFloatPath) {
   MAGICPIG_REQUIRE_GPU();
-  auto bytes = testing::BuildSyntheticModel(testing::SmallModel(3));
-  ASSERT_TRUE(bytes.ok());
   engine::EngineOptions options;  // MagicPIG by default
   options.attention.n_sinks = 4;
   options.attention.n_local = 8;
-  auto make = [&](std::unique_ptr<Backend> backend) {
-    auto file = model::GgufFile::FromBytes(*bytes);
-    EXPECT_TRUE(file.ok());
-    auto e = engine::Engine::Create(std::shared_ptr<const model::GgufFile>(*std::move(file)),
-                                    std::move(backend), options);
-    EXPECT_TRUE(e.ok()) << e.status();
-    return e.ok() ? *std::move(e) : nullptr;
-  };
-  auto cpu = make(std::make_unique<CpuBackend>(2, ActiveSimdLevel(), true));
-  auto gpu = make(MakeBackend(true));
+  auto cpu = MakeEngine(testing::SmallModel(3), false, options);
+  auto gpu = MakeEngine(testing::SmallModel(3), true, options);
   ASSERT_NE(cpu, nullptr);
   ASSERT_NE(gpu, nullptr);
   engine::GenerateRequest req;
@@ -542,14 +529,8 @@ TEST(CudaBackendTest, SmolLm2GreedyMatchesTheCpuFloatPath) {
   auto load = [&](bool gpu) -> std::unique_ptr<engine::Engine> {
     auto file = model::GgufFile::Open(path.string());
     EXPECT_TRUE(file.ok()) << file.status();
-    std::unique_ptr<Backend> backend;
-    if (gpu) {
-      backend = MakeBackend(true);
-    } else {
-      backend = std::make_unique<CpuBackend>(0, ActiveSimdLevel(), true);
-    }
     auto e = engine::Engine::Create(std::shared_ptr<const model::GgufFile>(*std::move(file)),
-                                    std::move(backend), testing::FullAttentionOptions());
+                                    GpuOrCpuFloat(gpu, 0), testing::FullAttentionOptions());
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? *std::move(e) : nullptr;
   };
