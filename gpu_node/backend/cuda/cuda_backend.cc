@@ -20,6 +20,21 @@ using cuda_internal::AttentionPieces;
 constexpr int64_t kMinPieceKeys = 256;
 constexpr int64_t kTargetBlocks = 4096;
 
+// The queries and the cache of a split-K launch; the caller sets how keys split into pieces.
+AttentionPieces PiecesOver(const float* q, int64_t n_queries, int64_t n_head, float scale,
+                           const KvLayerView& cache) {
+  AttentionPieces a;
+  a.q = q;
+  a.k = cache.k;
+  a.v = cache.v;
+  a.n_queries = n_queries;
+  a.n_head = n_head;
+  a.n_head_kv = cache.n_head_kv;
+  a.head_dim = cache.head_dim;
+  a.scale = scale;
+  return a;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
@@ -263,15 +278,7 @@ void CudaBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t firs
     return Fail(absl::FailedPreconditionError(
         "exact attention over a layer whose offloaded rows left the device"));
   }
-  AttentionPieces a;
-  a.q = q;
-  a.k = cache.k;
-  a.v = cache.v;
-  a.n_queries = n_tokens;
-  a.n_head = n_head;
-  a.n_head_kv = cache.n_head_kv;
-  a.head_dim = cache.head_dim;
-  a.scale = scale;
+  AttentionPieces a = PiecesOver(q, n_tokens, n_head, scale, cache);
   a.first_pos = first_pos;
   const int64_t n_keys = first_pos + n_tokens;
   const int64_t rows = n_tokens * n_head;
@@ -331,15 +338,7 @@ void CudaBackend::RangeAttention(const float* q, int64_t n_head, float scale,
   absl::Status s = Reserve(ranges_, bytes);
   if (s.ok()) s = CopyIn(ranges_.data(), pieces.data(), bytes);
   if (!s.ok()) return Fail(s);
-  AttentionPieces a;
-  a.q = q;
-  a.k = cache.k;
-  a.v = cache.v;
-  a.n_queries = 1;
-  a.n_head = n_head;
-  a.n_head_kv = cache.n_head_kv;
-  a.head_dim = cache.head_dim;
-  a.scale = scale;
+  AttentionPieces a = PiecesOver(q, 1, n_head, scale, cache);
   a.n_pieces = static_cast<int64_t>(pieces.size() / 2);
   a.ranges = ranges_.as<int64_t>();
   Fail(RunPieces(a, out, lse));
