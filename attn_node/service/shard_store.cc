@@ -79,7 +79,6 @@ AppendStaging::AppendStaging() = default;
 AppendStaging::AppendStaging(AppendStaging&& other) noexcept
     : chunks_(std::move(other.chunks_)),
       next_pos_(std::move(other.next_pos_)),
-      bytes_(std::exchange(other.bytes_, 0)),
       store_(std::exchange(other.store_, nullptr)),
       charged_(std::move(other.charged_)) {
   other.charged_.clear();
@@ -90,7 +89,6 @@ AppendStaging& AppendStaging::operator=(AppendStaging&& other) noexcept {
     GiveBack();
     chunks_ = std::move(other.chunks_);
     next_pos_ = std::move(other.next_pos_);
-    bytes_ = std::exchange(other.bytes_, 0);
     store_ = std::exchange(other.store_, nullptr);
     charged_ = std::move(other.charged_);
     other.charged_.clear();
@@ -105,7 +103,12 @@ void AppendStaging::GiveBack() {
     for (const auto& [seq, bytes] : charged_) store_->Unstage(*seq, bytes);
   }
   charged_.clear();
-  bytes_ = 0;
+}
+
+int64_t AppendStaging::bytes() const {
+  int64_t total = 0;
+  for (const auto& [seq, bytes] : charged_) total += bytes;
+  return total;
 }
 
 int64_t AppendStaging::chunks() const { return static_cast<int64_t>(chunks_.size()); }
@@ -538,7 +541,6 @@ absl::Status ShardStore::Stage(const ChunkView& c, AppendStaging* staging) const
     return absl::InternalError("an AppendStaging was used with two stores");
   }
   staging->store_ = this;
-  staging->bytes_ += chunk_bytes;
   staging->charged_.emplace_back(seq, chunk_bytes);
   kept = true;
   staging->next_pos_[{seq.get(), layer}] = c.first_pos + c.n_tokens;

@@ -121,15 +121,14 @@ class AppendStaging {
 
   int64_t chunks() const;
   // Bytes of decoded rows held (keys, values and codes).
-  int64_t bytes() const { return bytes_; }
+  int64_t bytes() const;
 
  private:
   friend class ShardStore;
   std::vector<service_internal::StagedChunk> chunks_;
   // Next expected first_pos per (sequence, layer index) staged so far.
   absl::flat_hash_map<std::pair<const service_internal::StoredSequence*, int>, int64_t> next_pos_;
-  int64_t bytes_ = 0;
-  const ShardStore* store_ = nullptr;  // whose staging count holds bytes_
+  const ShardStore* store_ = nullptr;  // whose staging count holds bytes()
   // The bytes charged to each sequence for this staging (given back by the destructor).
   std::vector<std::pair<std::shared_ptr<service_internal::StoredSequence>, int64_t>> charged_;
   void GiveBack();
