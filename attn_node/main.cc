@@ -24,9 +24,18 @@
 namespace {
 
 // Asks grpc.health.v1.Health/Check (service "": the whole node) at `address`; 0 iff SERVING.
-int Probe(std::string address) {
+// With TLS it presents the node's own certificate and expects the node's to name "localhost".
+int Probe(std::string address, magicpig::fabric::TransportSecurity security) {
   if (address.rfind("0.0.0.0:", 0) == 0) address = "127.0.0.1" + address.substr(7);
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  if (security.tls()) security.server_name = "localhost";
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      magicpig::fabric::ChannelCredentials(security);
+  if (!credentials.ok()) {
+    std::cerr << "magicpig_attn_node: " << credentials.status().message() << "\n";
+    return 1;
+  }
+  auto channel = grpc::CreateCustomChannel(address, *credentials,
+                                           magicpig::fabric::ChannelArgumentsFor(security));
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -72,7 +81,7 @@ int main(int argc, char** argv) {
     std::cout << magicpig::NodeUsage();
     return 0;
   }
-  if (flags->health) return Probe(flags->listen);
+  if (flags->health) return Probe(flags->listen, flags->security);
 
   // Block the stop signals in every thread (gRPC's and oneTBB's inherit the mask); main waits.
   sigset_t stop;
@@ -94,11 +103,21 @@ int main(int argc, char** argv) {
       std::chrono::milliseconds(static_cast<int64_t>(flags->sequence_ttl_seconds * 1000.0));
   options.metrics_registry = &registry;
   options.logger = &logger;
+  options.security = flags->security;
+  options.limits.max_upload_streams = flags->max_upload_streams;
+  options.limits.upload_deadline =
+      std::chrono::milliseconds(static_cast<int64_t>(flags->upload_deadline_seconds * 1000.0));
   absl::StatusOr<std::unique_ptr<magicpig::AttentionServer>> server =
       magicpig::AttentionServer::Start(options);
   if (!server.ok()) {
     std::cerr << "magicpig_attn_node: " << server.status().message() << "\n";
     return 1;
+  }
+  if (flags->security.insecure) {
+    logger.Log(
+        magicpig::logging::LogLevel::kWarning,
+        "plaintext gRPC (--insecure): any client that reaches this port can create, read "
+        "and release sequences; use --tls-cert/--tls-key/--tls-ca outside a trusted network");
   }
   std::cout << "listening on " << (*server)->address() << std::endl;
   std::cerr << "magicpig_attn_node: memory budget " << options.memory_budget_bytes << " bytes, "

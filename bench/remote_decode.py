@@ -53,7 +53,7 @@ def core_plan(a, n_nodes):
 
 def start_node(node, threads, cores=None):
     p = subprocess.Popen([node, "--listen", "127.0.0.1:0", "--metrics-listen", "off",
-                          "--memory-budget", "4G", "--threads", str(threads)],
+                          "--memory-budget", "4G", "--threads", str(threads), "--insecure"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                          preexec_fn=pinned_to(cores))
     m = re.match(r"listening on (.+)", p.stdout.readline().strip())
@@ -72,7 +72,7 @@ def start_server(gpu, model, threads, nodes, batch, ping_pong, coalesce, placeme
     args = [gpu, "--model", model, "--listen", "127.0.0.1:0", "--threads", str(threads),
             "--max-batch", str(batch), "--ping-pong", ping_pong, "--coalesce-attend", coalesce]
     if nodes:
-        args += ["--attention-nodes", ",".join(nodes), "--placement", placement]
+        args += ["--attention-nodes", ",".join(nodes), "--placement", placement, "--insecure"]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                          preexec_fn=pinned_to(cores))
     m = re.match(r"listening on .+:(\d+)", p.stdout.readline())

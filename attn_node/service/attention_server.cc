@@ -42,13 +42,18 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
       tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads) + 1);
   s->store_ = std::make_unique<ShardStore>(options.memory_budget_bytes);
   s->executor_ = std::make_unique<TaskExecutor>(threads);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      fabric::ServerCredentials(options.security);
+  if (!credentials.ok()) return credentials.status();
+  ServiceLimits limits = options.limits;
+  limits.tls = options.security.tls();
   s->service_ = std::make_unique<AttentionServiceImpl>(s->store_.get(), s->executor_.get(),
-                                                       s->metrics_.get(), options.logger);
+                                                       s->metrics_.get(), options.logger, limits);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen_address, *credentials, &port);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || port == 0) {
@@ -84,13 +89,14 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
     s->http_ = std::move(*http);
     s->metrics_address_ = absl::StrCat(HostOf(options.metrics_listen), ":", s->http_->port());
   }
-  if (options.sequence_ttl.count() > 0) {
-    const std::chrono::milliseconds ttl = options.sequence_ttl;
-    AttentionServiceImpl* service = s->service_.get();
-    s->reaper_ =
-        std::make_unique<PeriodicThread>(std::min(absl::FromChrono(ttl) / 4, absl::Seconds(1)),
-                                         [service, ttl] { service->ExpireIdle(ttl); });
-  }
+  const std::chrono::milliseconds ttl = options.sequence_ttl;
+  absl::Duration period = absl::Seconds(1);
+  if (ttl.count() > 0) period = std::min(absl::FromChrono(ttl) / 4, period);
+  AttentionServiceImpl* service = s->service_.get();
+  s->housekeeping_ = std::make_unique<PeriodicThread>(period, [service, ttl] {
+    if (ttl.count() > 0) service->ExpireIdle(ttl);
+    service->CancelOverdueUploads();
+  });
   return s;
 }
 
@@ -136,7 +142,7 @@ void AttentionServer::Shutdown(std::chrono::system_clock::time_point deadline) {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  if (reaper_ != nullptr) reaper_->Stop();
+  if (housekeeping_ != nullptr) housekeeping_->Stop();
   if (server_ != nullptr) {
     StartDraining();
     server_->Shutdown(deadline);

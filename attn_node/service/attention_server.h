@@ -9,6 +9,10 @@
 //   MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<AttentionServer> server,
 //                             AttentionServer::Start(options));
 //   auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+//
+// Transport security: options.security (common/fabric/transport_security.h). The struct's default
+// here is plaintext, for in-process tests; the binary makes the choice explicit (--tls-* or
+// --insecure).
 //   ...
 //   server->StartDraining();                                  // stop admitting
 //   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -31,8 +35,10 @@
 // Log: with options.logger set, the service writes one line per released sequence and one per
 // failed call (attention_service.h), and Shutdown one line per sequence it drops. Null: no log.
 //
-// Leases: with sequence_ttl > 0 a thread releases the sequences that no call has named for that
-// long (AttentionServiceImpl::ExpireIdle).
+// Housekeeping: a thread wakes every second (or every sequence_ttl / 4 when shorter) and
+// releases the sequences that no call has named for sequence_ttl (leases; when > 0;
+// AttentionServiceImpl::ExpireIdle) and cancels the upload streams open past
+// limits.upload_deadline (AttentionServiceImpl::CancelOverdueUploads).
 //
 // Thread-safety: StartDraining, Shutdown and the accessors may be called from any thread;
 // Shutdown is idempotent (the destructor calls it with an immediate deadline).
@@ -51,6 +57,7 @@
 #include "attn_node/service/node_metrics.h"
 #include "attn_node/service/shard_store.h"
 #include "attn_node/service/task_executor.h"
+#include "common/fabric/transport_security.h"
 #include "common/http/server.h"
 #include "common/logging/logger.h"
 #include "common/periodic_thread.h"
@@ -75,12 +82,17 @@ struct AttentionServerOptions {
   // Leases: a sequence that no call names for this long is released (its owner is gone: a
   // compute node that crashed, or marked this node failed and moved on). 0: never.
   std::chrono::milliseconds sequence_ttl{0};
+  // mTLS or plaintext; plaintext by default here (see the file comment).
+  fabric::TransportSecurity security = fabric::TransportSecurity::Plaintext();
+  // Upload-stream caps and deadline (limits.tls is set from `security`).
+  ServiceLimits limits;
 };
 
 class AttentionServer {
  public:
-  // Binds and starts serving. INVALID_ARGUMENT for a negative budget or a metrics_listen that is
-  // not HOST:PORT, UNAVAILABLE when an address cannot be bound.
+  // Binds and starts serving. INVALID_ARGUMENT for a negative budget, a metrics_listen that is
+  // not HOST:PORT or a bad security choice or file (ValidateTransportSecurity), UNAVAILABLE when
+  // an address cannot be bound.
   static absl::StatusOr<std::unique_ptr<AttentionServer>> Start(
       const AttentionServerOptions& options);
   ~AttentionServer();
@@ -132,8 +144,8 @@ class AttentionServer {
   std::unique_ptr<http::Server> http_;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  // The lease reaper: every ttl / 4 (at most 1 s) until Shutdown.
-  std::unique_ptr<PeriodicThread> reaper_;
+  // Housekeeping (leases, upload deadlines) until Shutdown.
+  std::unique_ptr<PeriodicThread> housekeeping_;
 };
 
 }  // namespace magicpig

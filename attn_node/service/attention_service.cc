@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/attention/estimator_registry.h"
+#include "common/fabric/call_identity.h"
 #include "common/logging/logger.h"
 
 namespace magicpig {
@@ -25,10 +26,18 @@ using logging::LogLevel;
 
 std::string_view View(const std::string& s) { return std::string_view(s.data(), s.size()); }
 
-// Where the outcome of a call goes: the metrics and the log (both nullable).
+// An owner as the log shows it (never a token).
+std::string OwnerLogName(const std::string& owner) {
+  fabric::Caller caller;
+  caller.owner = owner;
+  return caller.LogName();
+}
+
+// Where the outcome of a call goes: the metrics and the log (both nullable), and who made it.
 struct Reporter {
   NodeMetrics* metrics = nullptr;
   const logging::Logger* logger = nullptr;
+  std::string owner;  // the caller's owner (Caller::owner)
 
   // The WARNING line of a call of `method` that failed (sequence_id: "" when it names none);
   // nothing for OK or CANCELLED (the client's cancellation).
@@ -40,6 +49,7 @@ struct Reporter {
     logger->Log(LogLevel::kWarning,
                 logging::KeyValues(
                     {{"rpc", std::string(method)},
+                     {"owner", logging::Truncated(OwnerLogName(owner), 256)},
                      {"sequence", sequence_id.empty() ? "-" : logging::Truncated(sequence_id, 128)},
                      {"code", absl::StatusCodeToString(status.code())},
                      {"error",
@@ -60,6 +70,7 @@ void LogSequence(const logging::Logger* logger, LogLevel level, const SequenceSu
                  std::string_view status) {
   if (!logging::ShouldLog(logger, level)) return;
   logger->Log(level, logging::KeyValues({{"sequence", logging::Truncated(s.id, 128)},
+                                         {"owner", logging::Truncated(OwnerLogName(s.owner), 256)},
                                          {"layers", absl::StrCat(s.layers)},
                                          {"tokens", absl::StrCat(s.tokens)},
                                          {"attend_calls", absl::StrCat(s.attend_calls)},
@@ -72,8 +83,9 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-ChunkView ChunkViewOf(const v1::KvChunk& c) {
+ChunkView ChunkViewOf(const v1::KvChunk& c, std::string_view owner) {
   ChunkView v;
+  v.owner = owner;
   v.sequence_id = View(c.sequence_id());
   v.layer = c.layer();
   v.first_pos = c.first_pos();
@@ -85,15 +97,26 @@ ChunkView ChunkViewOf(const v1::KvChunk& c) {
 }
 
 // AppendKV: stage chunks as they arrive, commit on the executor when the client half-closes.
+// Registered in `uploads` while open; refused at once when its owner has `limit` streams open.
 class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
  public:
   AppendReactor(grpc::CallbackServerContext* context, v1::AppendKvResponse* response,
-                ShardStore* store, TaskExecutor* executor, Reporter reporter)
+                ShardStore* store, TaskExecutor* executor, Reporter reporter,
+                UploadRegistry* uploads, int limit)
       : context_(context),
         response_(response),
         store_(store),
         executor_(executor),
-        reporter_(reporter) {
+        reporter_(std::move(reporter)),
+        uploads_(uploads) {
+    if (!uploads_->Open(this, context_, reporter_.owner, limit)) {
+      uploads_ = nullptr;
+      Finish(reporter_.Report(
+          "AppendKV", "",
+          absl::ResourceExhaustedError(absl::StrCat(
+              "too many open AppendKV streams for this caller (at most ", limit, ")"))));
+      return;
+    }
     StartRead(&chunk_);
   }
 
@@ -117,7 +140,7 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
       });
       return;
     }
-    absl::Status status = store_->Stage(ChunkViewOf(chunk_), &staging_);
+    absl::Status status = store_->Stage(ChunkViewOf(chunk_, reporter_.owner), &staging_);
     if (!status.ok()) {
       // The staged chunks die with the reactor: nothing is committed.
       Finish(reporter_.Report("AppendKV", View(chunk_.sequence_id()), status));
@@ -133,7 +156,10 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
     StartRead(&chunk_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (uploads_ != nullptr) uploads_->Close(this);
+    delete this;
+  }
 
  private:
   grpc::CallbackServerContext* context_;
@@ -141,6 +167,7 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
   ShardStore* store_;
   TaskExecutor* executor_;
   const Reporter reporter_;
+  UploadRegistry* uploads_;  // null when refused
   v1::KvChunk chunk_;
   AppendStaging staging_;
   int64_t chunks_ = 0;       // staged so far
@@ -157,7 +184,7 @@ class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
 class AttendReactor final : public grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse> {
  public:
   AttendReactor(ShardStore* store, TaskExecutor* executor, Reporter reporter)
-      : store_(store), executor_(executor), reporter_(reporter) {
+      : store_(store), executor_(executor), reporter_(std::move(reporter)) {
     {
       absl::MutexLock lock(&mu_);
       reading_ = true;
@@ -250,7 +277,8 @@ class AttendReactor final : public grpc::ServerBidiReactor<v1::AttendRequest, v1
     }
     std::vector<SequencePartialResult> results;
     const auto start = std::chrono::steady_clock::now();
-    absl::Status status = store_->Attend(request.layer(), request.scale(), queries, &results);
+    absl::Status status =
+        store_->Attend(request.layer(), request.scale(), queries, &results, reporter_.owner);
     const double seconds = SecondsSince(start);
     write_.Clear();
     NodeMetrics* const metrics = reporter_.metrics;
@@ -376,12 +404,16 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSequence(
     grpc::CallbackServerContext* context, const v1::CreateSequenceRequest* request,
     v1::CreateSequenceResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const Reporter reporter{metrics_, logger_};
+  const fabric::Caller caller = fabric::CallerOf(*context, limits_.tls);
+  const Reporter reporter{metrics_, logger_, caller.owner};
   absl::StatusOr<SequenceSpec> spec = SequenceSpecFromProto(*request);
   if (!spec.ok()) {
     reactor->Finish(reporter.Report("CreateSequence", View(request->sequence_id()), spec.status()));
     return reactor;
   }
+  spec->owner = caller.owner;
+  spec->instance = caller.instance;
+  spec->incarnation = caller.incarnation;
   executor_->Submit([this, reporter, reactor, response, spec = std::move(*spec)] {
     absl::StatusOr<int64_t> reserved = store_->CreateSequence(spec);
     if (reserved.ok()) response->set_bytes_reserved(*reserved);
@@ -392,31 +424,119 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSequence(
 
 grpc::ServerReadReactor<v1::KvChunk>* AttentionServiceImpl::AppendKV(
     grpc::CallbackServerContext* context, v1::AppendKvResponse* response) {
-  return new AppendReactor(context, response, store_, executor_, Reporter{metrics_, logger_});
+  return new AppendReactor(
+      context, response, store_, executor_,
+      Reporter{metrics_, logger_, fabric::CallerOf(*context, limits_.tls).owner}, &uploads_,
+      limits_.max_upload_streams);
 }
 
 grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttentionServiceImpl::Attend(
     grpc::CallbackServerContext* context) {
-  return new AttendReactor(store_, executor_, Reporter{metrics_, logger_});
+  return new AttendReactor(
+      store_, executor_,
+      Reporter{metrics_, logger_, fabric::CallerOf(*context, limits_.tls).owner});
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::ReleaseSequence(
     grpc::CallbackServerContext* context, const v1::ReleaseSequenceRequest* request,
     v1::ReleaseSequenceResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  Reporter reporter{metrics_, logger_, fabric::CallerOf(*context, limits_.tls).owner};
   // Freeing a large sequence's buffers is not instant: off the reaction thread.
-  executor_->Submit([this, reactor, request, response] {
+  executor_->Submit([this, reactor, request, response, reporter = std::move(reporter)] {
     absl::StatusOr<SequenceSummary> released =
-        store_->ReleaseSequence(View(request->sequence_id()));
+        store_->ReleaseSequence(View(request->sequence_id()), reporter.owner);
     if (released.ok()) {
       response->set_bytes_freed(released->bytes);
       LogSequence(logger_, LogLevel::kInfo, *released, "released");
     }
-    const Reporter reporter{metrics_, logger_};
     reactor->Finish(
         reporter.Report("ReleaseSequence", View(request->sequence_id()), released.status()));
   });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::ReleaseStale(grpc::CallbackServerContext* context,
+                                                             const v1::ReleaseStaleRequest* request,
+                                                             v1::ReleaseStaleResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  Reporter reporter{metrics_, logger_, fabric::CallerOf(*context, limits_.tls).owner};
+  for (const auto& [field, value] : {std::pair{"instance", &request->instance()},
+                                     std::pair{"incarnation", &request->incarnation()}}) {
+    if (value->empty() || value->size() > 256) {
+      reactor->Finish(reporter.Report(
+          "ReleaseStale", "",
+          absl::InvalidArgumentError(absl::StrCat(
+              "ReleaseStaleRequest.", field, ": length must be 1 .. 256, got ", value->size()))));
+      return reactor;
+    }
+  }
+  executor_->Submit([this, reactor, request, response, reporter = std::move(reporter)] {
+    const std::vector<SequenceSummary> released =
+        store_->ReleaseStale(reporter.owner, request->instance(), request->incarnation());
+    int64_t bytes = 0;
+    for (const SequenceSummary& s : released) {
+      bytes += s.bytes;
+      LogSequence(logger_, LogLevel::kWarning, s, "stale");
+    }
+    response->set_sequences(static_cast<int32_t>(released.size()));
+    response->set_bytes_freed(bytes);
+    reactor->Finish(reporter.Report("ReleaseStale", "", absl::OkStatus()));
+  });
+  return reactor;
+}
+
+int AttentionServiceImpl::CancelOverdueUploads(std::chrono::steady_clock::time_point now) {
+  const std::vector<std::string> owners =
+      uploads_.CancelOpenedBefore(now - limits_.upload_deadline);
+  for (const std::string& owner : owners) {
+    const Reporter reporter{metrics_, logger_, owner};
+    (void)reporter.Report("AppendKV", "",
+                          absl::DeadlineExceededError(absl::StrCat(
+                              "upload stream open longer than --upload-deadline (",
+                              limits_.upload_deadline.count() / 1000, " s); cancelled")));
+  }
+  return static_cast<int>(owners.size());
+}
+
+bool UploadRegistry::Open(const void* stream, grpc::CallbackServerContext* context,
+                          const std::string& owner, int limit) {
+  absl::MutexLock lock(&mu_);
+  int& open = per_owner_[owner];
+  if (open >= limit) {
+    if (open == 0) per_owner_.erase(owner);
+    return false;
+  }
+  ++open;
+  streams_.emplace(stream, Stream{context, owner, std::chrono::steady_clock::now()});
+  return true;
+}
+
+void UploadRegistry::Close(const void* stream) {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return;
+  auto owner = per_owner_.find(it->second.owner);
+  if (owner != per_owner_.end() && --owner->second <= 0) per_owner_.erase(owner);
+  streams_.erase(it);
+}
+
+std::vector<std::string> UploadRegistry::CancelOpenedBefore(
+    std::chrono::steady_clock::time_point cutoff) {
+  std::vector<std::string> owners;
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, stream] : streams_) {
+    if (stream.opened >= cutoff || stream.context == nullptr) continue;
+    stream.context->TryCancel();
+    stream.context = nullptr;  // cancelled once; Close removes it when the reactor is done
+    owners.push_back(stream.owner);
+  }
+  return owners;
+}
+
+int UploadRegistry::open() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(streams_.size());
 }
 
 void AttentionServiceImpl::LogHeldSequences() const {

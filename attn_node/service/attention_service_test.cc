@@ -785,9 +785,10 @@ TEST(AttentionServiceTest, LogsReleasesAndFailedCalls) {
   ASSERT_EQ(lines.size(), 1u);
   const std::string kStamp = R"(^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z )";
   EXPECT_TRUE(std::regex_match(
-      lines[0], std::regex(kStamp + "I attn sequence=seq-7 layers=2 tokens=40 attend_calls=3 " +
-                           R"(lifetime_ms=\d+ bytes=)" + std::to_string(released.bytes_freed()) +
-                           " status=released$")))
+      lines[0],
+      std::regex(kStamp + "I attn sequence=seq-7 owner=- layers=2 tokens=40 attend_calls=3 " +
+                 R"(lifetime_ms=\d+ bytes=)" + std::to_string(released.bytes_freed()) +
+                 " status=released$")))
       << lines[0];
 
   // A failed release: one WARNING line naming the method, the sequence, the code and the message.
@@ -795,8 +796,9 @@ TEST(AttentionServiceTest, LogsReleasesAndFailedCalls) {
   lines = sink.lines();
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_TRUE(std::regex_match(
-      lines[1], std::regex(kStamp + "W attn rpc=ReleaseSequence sequence=seq-7 code=NOT_FOUND " +
-                           R"(error="sequence_id 'seq-7' is not on this node"$)")))
+      lines[1],
+      std::regex(kStamp + "W attn rpc=ReleaseSequence owner=- sequence=seq-7 code=NOT_FOUND " +
+                 R"(error="sequence_id 'seq-7' is not on this node"$)")))
       << lines[1];
 
   // Other failures: a bad CreateSequence, an Attend on an unknown sequence, a bad chunk.
@@ -811,13 +813,14 @@ TEST(AttentionServiceTest, LogsReleasesAndFailedCalls) {
             grpc::StatusCode::NOT_FOUND);
   lines = sink.lines();
   ASSERT_EQ(lines.size(), 5u);
-  EXPECT_NE(lines[2].find(" W attn rpc=CreateSequence sequence=odd code=INVALID_ARGUMENT error="),
-            std::string::npos)
+  EXPECT_NE(
+      lines[2].find(" W attn rpc=CreateSequence owner=- sequence=odd code=INVALID_ARGUMENT error="),
+      std::string::npos)
       << lines[2];
-  EXPECT_NE(lines[3].find(" W attn rpc=Attend sequence=gone code=NOT_FOUND error="),
+  EXPECT_NE(lines[3].find(" W attn rpc=Attend owner=- sequence=gone code=NOT_FOUND error="),
             std::string::npos)
       << lines[3];
-  EXPECT_NE(lines[4].find(" W attn rpc=AppendKV sequence=gone code=NOT_FOUND error="),
+  EXPECT_NE(lines[4].find(" W attn rpc=AppendKV owner=- sequence=gone code=NOT_FOUND error="),
             std::string::npos)
       << lines[4];
 
@@ -830,8 +833,9 @@ TEST(AttentionServiceTest, LogsReleasesAndFailedCalls) {
   lines = sink.lines();
   ASSERT_EQ(lines.size(), 6u);
   EXPECT_TRUE(std::regex_match(
-      lines[5], std::regex(kStamp + "W attn sequence=kept layers=1 tokens=0 attend_calls=0 " +
-                           R"(lifetime_ms=\d+ bytes=\d+ status=dropped$)")))
+      lines[5],
+      std::regex(kStamp + "W attn sequence=kept owner=- layers=1 tokens=0 attend_calls=0 " +
+                 R"(lifetime_ms=\d+ bytes=\d+ status=dropped$)")))
       << lines[5];
 }
 

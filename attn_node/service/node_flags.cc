@@ -26,6 +26,13 @@ std::unique_ptr<flags::FlagTable> NodeFlagTable(NodeFlags* f) {
                "compute node is gone or moved on; 0 = never. Longer than the longest pause of a "
                "live sequence (a long prefill of another request)",
                0.0, 1e9, "SECONDS");
+  table.Number("max-upload-streams", &f->max_upload_streams,
+               "AppendKV streams one caller (owner) may have open at once; more are refused with "
+               "RESOURCE_EXHAUSTED",
+               1, 1 << 20);
+  table.Number("upload-deadline", &f->upload_deadline_seconds,
+               "an AppendKV stream still open after this long is cancelled (nothing committed)",
+               1.0, 1e6, "SECONDS");
   table.Number("shutdown-grace", &f->shutdown_grace_seconds,
                "seconds in-flight calls may run after SIGTERM", 0.0, 1e9, "SECONDS");
   table.Address("metrics-listen", &f->metrics_listen,
@@ -33,6 +40,8 @@ std::unique_ptr<flags::FlagTable> NodeFlagTable(NodeFlags* f) {
                 /*off_allowed=*/true);
   table.Choice("log-level", &f->log_level, "the least severe log lines written to stderr",
                logging::LogLevelChoices());
+  fabric::DeclareTransportSecurityFlags(table, &f->security, /*client=*/false);
+  table.Section("probe");
   table.Switch("health", &f->health,
                "probe mode: ask the node at --listen for its gRPC health status, print it and "
                "exit 0 iff SERVING (for exec probes and scripts)");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/fabric/transport_security.h"
 #include "common/flags/flag_table.h"
 #include "common/logging/logger.h"
 
@@ -24,6 +25,9 @@ struct NodeFlags {
   double shutdown_grace_seconds = 10.0;
   double sequence_ttl_seconds = 600.0;          // 0: sequences never expire
   std::string metrics_listen = "0.0.0.0:9091";  // empty: no metrics / probe port
+  fabric::TransportSecurity security;           // neither mode chosen: Start refuses
+  int max_upload_streams = 256;                 // per owner
+  double upload_deadline_seconds = 300.0;
   logging::LogLevel log_level = logging::LogLevel::kInfo;
   bool health = false;
   bool help = false;

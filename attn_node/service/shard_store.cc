@@ -309,7 +309,7 @@ absl::StatusOr<int64_t> ShardStore::CreateSequence(const SequenceSpec& spec) {
   // Admission checks; the caller holds mu_.
   auto admissible = [&]() -> absl::Status {
     if (draining_) return absl::UnavailableError("node is draining: not admitting sequences");
-    if (sequences_.contains(spec.id)) {
+    if (sequences_.contains(Key(spec))) {
       return absl::AlreadyExistsError(absl::StrCat("sequence_id '", spec.id, "' already exists"));
     }
     if (estimate > budget_ - used_) {
@@ -345,7 +345,7 @@ absl::StatusOr<int64_t> ShardStore::CreateSequence(const SequenceSpec& spec) {
   // Re-check: another call may have admitted meanwhile.
   MAGICPIG_RETURN_IF_ERROR(admissible());
   used_ += estimate;
-  sequences_.emplace(spec.id, Entry{std::move(seq), estimate});
+  sequences_.emplace(Key(spec), Entry{std::move(seq), estimate});
   return estimate;
 }
 
@@ -355,6 +355,7 @@ namespace {
 SequenceSummary Summarize(const StoredSequence& seq, int64_t charge) {
   SequenceSummary s;
   s.id = seq.spec.id;
+  s.owner = seq.spec.owner;
   s.layers = static_cast<int>(seq.spec.layers.size());
   s.attend_calls = seq.attend_calls.load(std::memory_order_relaxed);
   s.bytes = charge;
@@ -368,12 +369,21 @@ SequenceSummary Summarize(const StoredSequence& seq, int64_t charge) {
 
 }  // namespace
 
-absl::StatusOr<SequenceSummary> ShardStore::ReleaseSequence(std::string_view id) {
+std::string ShardStore::Key(std::string_view owner, std::string_view id) {
+  // The owner first, then a NUL (which no gRPC metadata value or certificate subject holds).
+  std::string key(owner);
+  key.push_back('\0');
+  key.append(id);
+  return key;
+}
+
+absl::StatusOr<SequenceSummary> ShardStore::ReleaseSequence(std::string_view id,
+                                                            std::string_view owner) {
   std::shared_ptr<Sequence> seq;
   int64_t freed = 0;
   {
     absl::MutexLock lock(&mu_);
-    auto it = sequences_.find(id);
+    auto it = sequences_.find(Key(owner, id));
     if (it == sequences_.end()) {
       return absl::NotFoundError(absl::StrCat("sequence_id '", Av(id), "' is not on this node"));
     }
@@ -389,9 +399,11 @@ absl::StatusOr<SequenceSummary> ShardStore::ReleaseSequence(std::string_view id)
   return Summarize(*seq, freed);
 }
 
-std::shared_ptr<ShardStore::Sequence> ShardStore::Find(std::string_view id) const {
+std::shared_ptr<ShardStore::Sequence> ShardStore::Find(std::string_view owner,
+                                                       std::string_view id) const {
+  const std::string key = Key(owner, id);
   absl::MutexLock lock(&mu_);
-  auto it = sequences_.find(id);
+  auto it = sequences_.find(key);
   if (it == sequences_.end()) return nullptr;
   // Every call that names the sequence renews its lease (ReleaseIdle).
   it->second.seq->last_used_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(),
@@ -401,22 +413,38 @@ std::shared_ptr<ShardStore::Sequence> ShardStore::Find(std::string_view id) cons
 
 std::vector<SequenceSummary> ShardStore::ReleaseIdle(std::chrono::nanoseconds ttl,
                                                      std::chrono::steady_clock::time_point now) {
-  std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>> expired;
+  const int64_t cutoff = (now - ttl).time_since_epoch().count();
+  return ReleaseWhere([cutoff](const Sequence& seq) {
+    return seq.last_used_ns.load(std::memory_order_relaxed) < cutoff;
+  });
+}
+
+std::vector<SequenceSummary> ShardStore::ReleaseStale(std::string_view owner,
+                                                      std::string_view instance,
+                                                      std::string_view keep_incarnation) {
+  return ReleaseWhere([&](const Sequence& seq) {
+    return seq.spec.owner == owner && seq.spec.instance == instance &&
+           seq.spec.incarnation != keep_incarnation;
+  });
+}
+
+std::vector<SequenceSummary> ShardStore::ReleaseWhere(
+    const std::function<bool(const Sequence&)>& doomed) {
+  std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>> released;
   {
     absl::MutexLock lock(&mu_);
-    const int64_t cutoff = (now - ttl).time_since_epoch().count();
     for (auto it = sequences_.begin(); it != sequences_.end();) {
-      if (it->second.seq->last_used_ns.load(std::memory_order_relaxed) >= cutoff) {
+      if (!doomed(*it->second.seq)) {
         ++it;
         continue;
       }
       used_ -= it->second.charged;
-      expired.emplace_back(std::move(it->second.seq), it->second.charged);
+      released.emplace_back(std::move(it->second.seq), it->second.charged);
       it = sequences_.erase(it);
     }
   }
   std::vector<SequenceSummary> out;
-  for (auto& [seq, charge] : expired) {
+  for (auto& [seq, charge] : released) {
     {
       absl::MutexLock lock(&seq->mu);
       seq->released = true;
@@ -428,7 +456,7 @@ std::vector<SequenceSummary> ShardStore::ReleaseIdle(std::chrono::nanoseconds tt
 
 absl::Status ShardStore::Recharge(const Sequence& seq, int64_t actual, bool check_budget) {
   absl::MutexLock lock(&mu_);
-  auto it = sequences_.find(seq.spec.id);
+  auto it = sequences_.find(Key(seq.spec));
   if (it == sequences_.end() || it->second.seq.get() != &seq) return absl::OkStatus();
   const int64_t charge = std::max(seq.reserved, actual + it->second.staged);
   const int64_t delta = charge - it->second.charged;
@@ -444,7 +472,7 @@ absl::Status ShardStore::Recharge(const Sequence& seq, int64_t actual, bool chec
 }
 
 absl::Status ShardStore::Stage(const ChunkView& c, AppendStaging* staging) const {
-  std::shared_ptr<Sequence> seq = Find(c.sequence_id);
+  std::shared_ptr<Sequence> seq = Find(c.owner, c.sequence_id);
   if (seq == nullptr) {
     if (c.sequence_id.empty() || c.sequence_id.size() > kMaxSequenceIdBytes) {
       return Invalid("KvChunk.sequence_id",
@@ -490,7 +518,7 @@ absl::Status ShardStore::Stage(const ChunkView& c, AppendStaging* staging) const
                               rows * s.lsh_l * static_cast<int64_t>(sizeof(uint16_t));
   {
     absl::MutexLock lock(&mu_);
-    auto it = sequences_.find(s.id);
+    auto it = sequences_.find(Key(s));
     if (it == sequences_.end() || it->second.seq != seq) {
       return absl::NotFoundError(
           absl::StrCat("KvChunk.sequence_id '", Av(c.sequence_id), "' is not on this node"));
@@ -728,7 +756,7 @@ absl::StatusOr<AppendResult> ShardStore::Commit(AppendStaging* staging) {
 }
 
 absl::Status ShardStore::Attend(int32_t layer, float scale, std::span<const QueryView> queries,
-                                std::vector<SequencePartialResult>* out) {
+                                std::vector<SequencePartialResult>* out, std::string_view owner) {
   if (out == nullptr) return absl::InvalidArgumentError("Attend: null output");
   if (queries.empty() || queries.size() > kMaxQueriesPerAttend) {
     return Invalid("AttendRequest.queries", absl::StrCat("must hold 1 .. ", kMaxQueriesPerAttend,
@@ -750,7 +778,7 @@ absl::Status ShardStore::Attend(int32_t layer, float scale, std::span<const Quer
     const QueryView& qv = queries[i];
     Parsed& p = parsed[i];
     const std::string field = absl::StrCat("AttendRequest.queries[", i, "]");
-    p.seq = Find(qv.sequence_id);
+    p.seq = Find(owner, qv.sequence_id);
     if (p.seq == nullptr) {
       return absl::NotFoundError(
           absl::StrCat(field, ".sequence_id '", Av(qv.sequence_id), "' is not on this node"));
@@ -855,7 +883,7 @@ bool ShardStore::draining() const {
 void ShardStore::Unstage(const Sequence& seq, int64_t bytes) const {
   absl::MutexLock lock(&mu_);
   staged_ -= bytes;
-  auto it = sequences_.find(seq.spec.id);
+  auto it = sequences_.find(Key(seq.spec));
   if (it == sequences_.end() || it->second.seq.get() != &seq) return;  // released: charge gone
   Entry& e = it->second;
   e.staged -= bytes;

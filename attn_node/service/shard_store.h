@@ -19,6 +19,12 @@
 // the sum of the charges. ReleaseSequence returns the charge (with what the log reports of the
 // sequence: SequenceSummary).
 //
+// Owners: every sequence belongs to the identity that created it (SequenceSpec::owner: the
+// service passes the caller's client-certificate subject, or its token on a plaintext node). Each
+// owner has its own id space: a call naming another owner's sequence finds nothing and gets the
+// same NOT_FOUND as for an id no one holds, so ids cannot be probed across owners. In-process
+// callers that pass no owner all act as the owner "".
+//
 // Thread-safety: every method may be called concurrently from any thread. Commit and Attend run
 // isolated oneTBB parallel loops (this_task_arena::isolate) in the CALLER's task arena (the service
 // calls them from tasks enqueued in its own arena); they block until done, so call them from a
@@ -66,7 +72,15 @@ inline constexpr int kMaxQueriesPerAttend = 4096;
 
 // One sequence shard as admitted by CreateSequence (the proto's CreateSequenceRequest).
 struct SequenceSpec {
-  std::string id;               // 1 .. 128 bytes
+  std::string id;  // 1 .. 128 bytes
+  // Who created it (see the class comment); "" for in-process callers. Not part of the wire spec:
+  // the service fills it from the call's credentials.
+  std::string owner;
+  // The compute node process that created it, as the caller names itself (metadata, free text):
+  // its instance name (stable across its restarts) and this run's incarnation (fresh per start),
+  // so that a restarted compute node can drop what its previous run left (ReleaseStale).
+  std::string instance;
+  std::string incarnation;
   std::vector<int32_t> layers;  // distinct, in [0, 65535], 1 .. 1024 of them
   int n_kv_heads = 0;           // 1 .. 256
   int group = 0;                // query heads per kv head, 1 .. 64
@@ -91,6 +105,7 @@ int64_t EstimateSequenceBytes(const SequenceSpec& spec);
 
 // One KvChunk as received (views into the message; see attention.proto for the layouts).
 struct ChunkView {
+  std::string_view owner;  // the caller (see ShardStore); "" for in-process callers
   std::string_view sequence_id;
   int32_t layer = 0;
   int64_t first_pos = 0;
@@ -158,6 +173,7 @@ struct SequencePartialResult {
 // One sequence as ReleaseSequence forgets it (or HeldSequences finds it), for the node's log.
 struct SequenceSummary {
   std::string id;
+  std::string owner;
   int layers = 0;            // layers in its shape
   int64_t tokens = 0;        // tokens held by its fullest layer
   int64_t attend_calls = 0;  // Attend queries answered for it
@@ -195,9 +211,16 @@ class ShardStore {
   // Returns the bytes reserved.
   absl::StatusOr<int64_t> CreateSequence(const SequenceSpec& spec);
 
-  // Forgets a sequence and returns its summary (bytes: the charge returned); NOT_FOUND for an
-  // unknown id. Calls still using it finish on their own reference.
-  absl::StatusOr<SequenceSummary> ReleaseSequence(std::string_view id);
+  // Forgets `owner`'s sequence `id` and returns its summary (bytes: the charge returned);
+  // NOT_FOUND for an id that owner does not hold. Calls still using it finish on their own
+  // reference.
+  absl::StatusOr<SequenceSummary> ReleaseSequence(std::string_view id, std::string_view owner = {});
+
+  // Releases every sequence of `owner` created by `instance` under an incarnation other than
+  // `keep_incarnation` (what a restarted compute node's previous run left behind), as
+  // ReleaseSequence would, and returns their summaries.
+  std::vector<SequenceSummary> ReleaseStale(std::string_view owner, std::string_view instance,
+                                            std::string_view keep_incarnation);
 
   // Decodes and checks one chunk (NOT_FOUND for an unknown sequence; INVALID_ARGUMENT naming the
   // field for a layer the sequence does not hold, n_tokens outside 1 .. 4096, first_pos not
@@ -222,10 +245,12 @@ class ShardStore {
   // layer with no keys gives lse = -inf, o = 0, n_touched = 0. INVALID_ARGUMENT naming the field
   // for no queries or more than 4096, a non-finite or non-positive scale, a layer not in a
   // sequence's shape, wrong byte lengths of q / codes, non-finite q, missing codes for magicpig;
-  // NOT_FOUND for an unknown sequence (checked in query order, before any attention runs). Each
-  // answered query adds one to its sequence's attend_calls (a relaxed atomic increment).
+  // NOT_FOUND for a sequence `owner` does not hold (checked in query order, before any attention
+  // runs). Each answered query adds one to its sequence's attend_calls (a relaxed atomic
+  // increment).
   absl::Status Attend(int32_t layer, float scale, std::span<const QueryView> queries,
-                      std::vector<SequencePartialResult>* out) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+                      std::vector<SequencePartialResult>* out,
+                      std::string_view owner = {}) ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   // Leases: every call that names a sequence (AppendKV chunks, Attend) renews it. Releases the
   // sequences not named since `now - ttl`, as ReleaseSequence would, and returns their summaries
@@ -253,7 +278,13 @@ class ShardStore {
     int64_t staged = 0;  // decoded AppendKV chunks not yet committed
   };
 
-  std::shared_ptr<Sequence> Find(std::string_view id) const;
+  // The map key of (owner, id): owners have separate id spaces.
+  static std::string Key(std::string_view owner, std::string_view id);
+  static std::string Key(const SequenceSpec& spec) { return Key(spec.owner, spec.id); }
+  std::shared_ptr<Sequence> Find(std::string_view owner, std::string_view id) const;
+  // Releases the sequences `doomed` picks (called under mu_: cheap, no locks) and returns their
+  // summaries.
+  std::vector<SequenceSummary> ReleaseWhere(const std::function<bool(const Sequence&)>& doomed);
   // Gives `bytes` of `seq`'s staging back (AppendStaging's destruction or reuse).
   friend class AppendStaging;
   void Unstage(const Sequence& seq, int64_t bytes) const;
@@ -264,6 +295,7 @@ class ShardStore {
 
   const int64_t budget_;
   mutable absl::Mutex mu_;
+  // Keyed by Key(owner, id).
   mutable std::map<std::string, Entry, std::less<>> sequences_ ABSL_GUARDED_BY(mu_);
   mutable int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   // Bytes held by live AppendStaging objects, over all sequences (mutable: Stage is const).

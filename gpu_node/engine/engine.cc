@@ -123,12 +123,26 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
           " (use --attention full)"));
     }
     if (!options.attention_nodes.empty()) {
+      absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+          fabric::ChannelCredentials(options.node_security);
+      if (!credentials.ok()) return credentials.status();
+      remote::NodeConnection connection;
+      connection.credentials = *credentials;
+      connection.arguments = fabric::ChannelArgumentsFor(options.node_security);
+      // On TLS the certificate names the owner; the token only matters on plaintext.
+      std::string token = options.owner_token;
+      if (token.empty() && !options.node_security.tls()) {
+        token = fabric::CallIdentity::RandomHex128();
+      }
+      connection.identity =
+          std::make_shared<const fabric::CallIdentity>(std::move(token), options.instance_name);
       e->node_pool_ = std::make_unique<remote::AttentionNodePool>(
           options.attention_nodes,
           remote::AttentionNodePoolOptions{.coalesce_attend = options.coalesce_attend,
                                            .attend_timeout = options.attend_timeout,
                                            .placement = options.placement,
-                                           .metrics_registry = options.metrics_registry});
+                                           .metrics_registry = options.metrics_registry,
+                                           .connection = std::move(connection)});
     }
   }
   return e;

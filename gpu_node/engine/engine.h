@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/attention/attention_runner.h"
+#include "common/fabric/transport_security.h"
 #include "gpu_node/backend/backend.h"
 #include "gpu_node/backend/backend_factory.h"
 #include "gpu_node/engine/attention_router.h"
@@ -81,6 +82,15 @@ struct EngineOptions {
   std::chrono::milliseconds attend_timeout{10000};
   // With attention nodes: how a sequence's blocks are laid over them (remote_attention_shards.h).
   remote::Placement placement = remote::Placement::kPack;
+  // With attention nodes: mutual TLS or (only when chosen: insecure) plaintext; Create refuses
+  // neither (common/fabric/transport_security.h).
+  fabric::TransportSecurity node_security;
+  // With attention nodes on plaintext: the bearer token that names this process's sequences on
+  // them (empty: a random one per engine, so a restart cannot reclaim what it left).
+  std::string owner_token;
+  // With attention nodes: this compute node's name, stable across restarts (empty: the host
+  // name); at start it drops the sequences a previous run under this name left on the nodes.
+  std::string instance_name;
   // Where the per-attention-node RPC metrics go (magicpig_attn_rpc_*; remote_attention_shards.h);
   // borrowed, must outlive the engine. Null: none.
   prometheus::Registry* metrics_registry = nullptr;

@@ -89,6 +89,33 @@ void DeclareAttentionNodeFlags(flags::FlagTable& table, EngineOptions* options) 
                "with attention nodes, put a sequence's blocks all on the node with the most free "
                "memory (pack) or over every node in proportion to its free memory (spread)",
                {{"pack", remote::Placement::kPack}, {"spread", remote::Placement::kSpread}});
+  // Metadata values: printable ASCII, no spaces at the ends (gRPC's rule for ASCII metadata).
+  auto metadata_value = [](std::string* target, size_t max) {
+    return [target, max](absl::string_view text) -> absl::Status {
+      if (text.size() > max) {
+        return absl::InvalidArgumentError(absl::StrCat("at most ", max, " bytes"));
+      }
+      for (char c : text) {
+        if (c < 0x21 || c > 0x7e) {
+          return absl::InvalidArgumentError("printable ASCII without spaces only");
+        }
+      }
+      *target = std::string(text);
+      return absl::OkStatus();
+    };
+  };
+  table.Custom("owner-token", "TOKEN",
+               "with --insecure: the secret that names this process's sequences on the attention "
+               "nodes (give every restart the same one so it can drop what the last run left)",
+               "", metadata_value(&options->owner_token, 256));
+  table.ShowDefault("owner-token", "random per start");
+  table.Custom("instance-name", "NAME",
+               "this compute node's name, stable across restarts: at start it drops the "
+               "sequences a previous run under this name and owner left on the attention nodes; "
+               "give two compute nodes on one host that share a certificate different names",
+               "", metadata_value(&options->instance_name, 256));
+  table.ShowDefault("instance-name", "the host name");
+  fabric::DeclareTransportSecurityFlags(table, &options->node_security, /*client=*/true);
 }
 
 void DeclareEngineFlags(flags::FlagTable& table, EngineOptions* options) {

@@ -60,6 +60,7 @@ std::vector<std::unique_ptr<AttentionServer>> StartNodes(int n, EngineOptions* o
     nodes.push_back(magicpig::testing::StartServer(int64_t{256} << 20, 1));
     if (nodes.back() == nullptr) return {};
     options->attention_nodes.push_back(nodes.back()->address());
+    options->node_security = fabric::TransportSecurity::Plaintext();
   }
   return nodes;
 }

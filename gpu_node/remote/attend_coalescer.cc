@@ -57,6 +57,7 @@ void AttendCoalescer::FlushLocked() {
   for (auto& t : tickets) t->request = next_step_;
   if (stream_ == nullptr) {
     context_ = std::make_unique<grpc::ClientContext>();
+    node_->Identify(context_.get());
     stream_ = node_->stub().Attend(context_.get());
   }
   const bool sent = stream_->Write(queued_);

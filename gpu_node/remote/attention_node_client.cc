@@ -50,9 +50,15 @@ void AttentionRpcMetrics::Finished(const grpc::Status& status) const {
       .Increment();
 }
 
-AttentionNodeClient::AttentionNodeClient(std::string address, prometheus::Registry* registry)
+AttentionNodeClient::AttentionNodeClient(std::string address, prometheus::Registry* registry,
+                                         NodeConnection connection)
     : address_(std::move(address)),
-      channel_(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials())),
+      identity_(std::move(connection.identity)),
+      channel_(grpc::CreateCustomChannel(address_,
+                                         connection.credentials != nullptr
+                                             ? connection.credentials
+                                             : grpc::InsecureChannelCredentials(),
+                                         connection.arguments)),
       stub_(v1::AttentionService::NewStub(channel_)) {
   if (registry != nullptr) metrics_ = AttentionRpcMetrics(*registry, address_);
 }

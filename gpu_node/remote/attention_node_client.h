@@ -1,6 +1,8 @@
 // AttentionNodeClient: the compute node's handle on one attention node: its address, one gRPC
-// channel and stub, and the Prometheus metrics of the calls made to it (AttentionRpcMetrics). One
-// per node, shared by every sequence (RemoteAttentionShards) and by the node's AttendCoalescer.
+// channel and stub (mTLS or plaintext: NodeConnection), and the Prometheus metrics of the calls
+// made to it (AttentionRpcMetrics). One per node, shared by every sequence
+// (RemoteAttentionShards) and by the node's AttendCoalescer. Every call's context goes through
+// Identify first, so the node knows the owner, instance and incarnation (call_identity.h).
 //
 // Thread-safety: thread-safe after construction (gRPC stubs and prometheus-cpp metrics are).
 #ifndef MAGICPIG_GPU_NODE_REMOTE_ATTENTION_NODE_CLIENT_H_
@@ -12,6 +14,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "common/fabric/call_identity.h"
 #include "grpcpp/grpcpp.h"
 #include "magicpig/v1/attention.grpc.pb.h"
 #include "prometheus/counter.h"
@@ -44,17 +47,34 @@ struct AttentionRpcMetrics {
   prometheus::Family<prometheus::Counter>* errors = nullptr;
 };
 
+// How the compute node reaches its attention nodes.
+struct NodeConnection {
+  // fabric::ChannelCredentials and fabric::ChannelArgumentsFor; null credentials: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  grpc::ChannelArguments arguments;
+  // What every call says about its caller; null: nothing (the node sees the owner "" on
+  // plaintext).
+  std::shared_ptr<const fabric::CallIdentity> identity;
+};
+
 // One attention node: its address, a channel/stub to it and the metrics of calls to it.
 class AttentionNodeClient {
  public:
   // registry: where the RPC metrics go (borrowed, must outlive the client); null: none.
-  explicit AttentionNodeClient(std::string address, prometheus::Registry* registry = nullptr);
+  explicit AttentionNodeClient(std::string address, prometheus::Registry* registry = nullptr,
+                               NodeConnection connection = {});
   const std::string& address() const { return address_; }
   magicpig::v1::AttentionService::Stub& stub() { return *stub_; }
   const AttentionRpcMetrics& metrics() const { return metrics_; }
+  // Adds the caller's identity metadata to a call's context (before the call starts).
+  void Identify(grpc::ClientContext* context) const {
+    if (identity_ != nullptr) identity_->Apply(context);
+  }
+  const fabric::CallIdentity* identity() const { return identity_.get(); }
 
  private:
   std::string address_;
+  std::shared_ptr<const fabric::CallIdentity> identity_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<magicpig::v1::AttentionService::Stub> stub_;
   AttentionRpcMetrics metrics_;

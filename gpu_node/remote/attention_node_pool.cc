@@ -1,23 +1,63 @@
 #include "gpu_node/remote/attention_node_pool.h"
 
-#include <sys/random.h>
-
 #include <cstdint>
-#include <random>
 
-#include "absl/strings/escaping.h"
+#include "absl/synchronization/mutex.h"
 
 namespace magicpig::remote {
+namespace v1 = ::magicpig::v1;
 
 AttentionNodePool::AttentionNodePool(const std::vector<std::string>& addresses,
                                      AttentionNodePoolOptions options)
     : options_(options), deferred_(std::make_unique<DeferredReleases>()) {
   for (const std::string& address : addresses) {
-    nodes_.push_back(std::make_unique<AttentionNodeClient>(address, options_.metrics_registry));
+    nodes_.push_back(std::make_unique<AttentionNodeClient>(address, options_.metrics_registry,
+                                                           options_.connection));
     if (options_.coalesce_attend) {
       coalescers_.push_back(
           std::make_unique<AttendCoalescer>(nodes_.back().get(), options_.attend_timeout));
     }
+  }
+  if (options_.connection.identity != nullptr) ReleaseStale();
+}
+
+void AttentionNodePool::ReleaseStale() {
+  const fabric::CallIdentity& identity = *options_.connection.identity;
+  struct Call {
+    grpc::ClientContext context;
+    v1::ReleaseStaleRequest request;
+    v1::ReleaseStaleResponse response;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  absl::Mutex mu;
+  size_t done = 0;
+  for (auto& node : nodes_) {
+    auto call = std::make_unique<Call>();
+    call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    node->Identify(&call->context);
+    call->request.set_instance(identity.instance());
+    call->request.set_incarnation(identity.incarnation());
+    Call* c = call.get();
+    calls.push_back(std::move(call));
+    node->stub().async()->ReleaseStale(&c->context, &c->request, &c->response,
+                                       [c, &mu, &done](grpc::Status s) {
+                                         absl::MutexLock lock(&mu);
+                                         c->status = std::move(s);
+                                         ++done;
+                                       });
+  }
+  absl::MutexLock lock(&mu);
+  const size_t total = calls.size();
+  auto all_done = [&done, total] { return done == total; };
+  mu.Await(absl::Condition(&all_done));
+  for (const auto& c : calls) {
+    if (!c->status.ok()) {
+      ++stale_.unanswered;
+      continue;
+    }
+    stale_.sequences += c->response.sequences();
+    stale_.bytes += c->response.bytes_freed();
   }
 }
 
@@ -40,19 +80,7 @@ std::unique_ptr<RemoteAttentionShards> AttentionNodePool::MakeShards(
 }
 
 std::string AttentionNodePool::NewSequenceId() {
-  uint8_t bytes[16];
-  size_t filled = 0;
-  while (filled < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
-    if (n <= 0) break;  // EINTR or no getrandom: fall back below
-    filled += static_cast<size_t>(n);
-  }
-  if (filled < sizeof(bytes)) {
-    std::random_device device;  // /dev/urandom on Linux
-    for (uint8_t& b : bytes) b = static_cast<uint8_t>(device());
-  }
-  return "seq-" + absl::BytesToHexString(
-                      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  return "seq-" + fabric::CallIdentity::RandomHex128();
 }
 
 std::vector<int> AttentionNodePool::FailedNodes(const attention::AttentionShards* shards) {

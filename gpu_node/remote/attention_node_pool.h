@@ -4,6 +4,10 @@
 // that the engine only asks for shards and places a failed sequence again
 // (docs/architecture.md §9).
 //
+// At construction, when the connection carries an identity, it asks every node (in parallel, for
+// at most two seconds) to drop what a previous run of this instance left (ReleaseStale); a node
+// that does not answer then expires those sequences by its lease instead.
+//
 //   AttentionNodePool pool({"10.0.0.5:50051", "10.0.0.6:50051"}, {.coalesce_attend = true});
 //   std::unique_ptr<RemoteAttentionShards> shards = pool.MakeShards(shape, reserve, block, avoid);
 //
@@ -34,6 +38,8 @@ struct AttentionNodePoolOptions {
   Placement placement = Placement::kPack;
   // Where the per-node RPC metrics go (borrowed; outlives the pool). Null: none.
   prometheus::Registry* metrics_registry = nullptr;
+  // Credentials and identity of every call (plaintext and anonymous by default).
+  NodeConnection connection;
 };
 
 class AttentionNodePool {
@@ -58,6 +64,15 @@ class AttentionNodePool {
   // "seq-" and 128 bits from the kernel's CSPRNG (getrandom) in hex.
   static std::string NewSequenceId();
 
+  // What the start-up ReleaseStale calls found: sequences and bytes dropped, over the nodes that
+  // answered, and the nodes that did not (their leases take over).
+  struct StaleRelease {
+    int sequences = 0;
+    int64_t bytes = 0;
+    int unanswered = 0;
+  };
+  const StaleRelease& stale_release() const { return stale_; }
+
   // Indices of the nodes that failed for `shards` (empty unless they are RemoteAttentionShards).
   static std::vector<int> FailedNodes(const attention::AttentionShards* shards);
   // The nodes that hold blocks of `shards`, as a bit set (node i: bit i % 64); 0 when none does
@@ -72,6 +87,9 @@ class AttentionNodePool {
   // Releases of sequences that ended while their node was marked failed; after the clients (it
   // calls them) and before nothing else.
   std::unique_ptr<DeferredReleases> deferred_;
+  StaleRelease stale_;
+
+  void ReleaseStale();
 };
 
 }  // namespace magicpig::remote

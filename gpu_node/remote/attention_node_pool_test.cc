@@ -1,11 +1,13 @@
 #include "gpu_node/remote/attention_node_pool.h"
 
+#include <algorithm>
 #include <array>
 #include <set>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "gtest/gtest.h"
+#include "tests/testing/service_test_util.h"
 
 namespace magicpig::remote {
 namespace {
@@ -52,6 +54,38 @@ TEST(AttentionNodePoolTest, SequenceIdsAreRandom128Bit) {
   auto b = pool.MakeShards(shape, 16, 16);
   EXPECT_NE(a->sequence_id(), b->sequence_id());
   EXPECT_EQ(a->sequence_id().size(), 36u);
+}
+
+// At start a pool asks every node to drop what a previous run of its instance (same owner, same
+// instance name, another incarnation) left; other owners' and instances' sequences stay. A node
+// that does not answer is counted and left to its lease.
+TEST(AttentionNodePoolTest, StartDropsWhatThePreviousRunLeft) {
+  auto node = testing::StartServer(int64_t{1} << 30, 1);
+  ASSERT_NE(node, nullptr);
+  auto create = [&](const std::string& token, const std::string& instance, const std::string& id) {
+    testing::Client c(node->address(), {{fabric::kOwnerTokenKey, token},
+                                        {fabric::kInstanceKey, instance},
+                                        {fabric::kIncarnationKey, "before-the-crash"}});
+    const grpc::Status s = c.Create(
+        testing::MakeCreate(id, {0}, 1, 1, 16, 2, 2, v1::KV_DTYPE_F32, v1::ESTIMATOR_FULL, 0, 64));
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  };
+  create("t", "pod-a", "left-1");
+  create("t", "pod-a", "left-2");
+  create("t", "pod-b", "other-instance");
+  create("u", "pod-a", "other-owner");
+  ASSERT_EQ(node->store().Stats().sequences, 4);
+
+  NodeConnection connection;
+  connection.identity = std::make_shared<const fabric::CallIdentity>("t", "pod-a");
+  AttentionNodePool pool({node->address(), "127.0.0.1:1"}, {.connection = connection});
+  EXPECT_EQ(pool.stale_release().sequences, 2);
+  EXPECT_GT(pool.stale_release().bytes, 0);
+  EXPECT_EQ(pool.stale_release().unanswered, 1);
+  std::vector<std::string> left;
+  for (const SequenceSummary& s : node->store().HeldSequences()) left.push_back(s.id);
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"other-instance", "other-owner"}));
 }
 
 TEST(AttentionNodePoolTest, EmptyPool) {

@@ -36,6 +36,7 @@ void DeferredReleases::Tick() {
     v1::ReleaseSequenceRequest req;
     v1::ReleaseSequenceResponse resp;
     req.set_sequence_id(p.id);
+    p.node->Identify(&ctx);
     const grpc::Status status = p.node->stub().ReleaseSequence(&ctx, req, &resp);
     p.node->metrics().Finished(status);
     const bool done = status.ok() || status.error_code() == grpc::StatusCode::NOT_FOUND;

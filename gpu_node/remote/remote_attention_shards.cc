@@ -87,6 +87,7 @@ void RemoteAttentionShards::Release() {
     v1::ReleaseSequenceResponse resp;
     req.set_sequence_id(r.id);
     AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
+    node.Identify(&ctx);
     const grpc::Status status = node.stub().ReleaseSequence(&ctx, req, &resp);
     Count(node, status, req, resp);
   }
@@ -149,7 +150,13 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       candidates.push_back(static_cast<int>(i));
     }
   }
+  const size_t tried = candidates.size();
   absl::Status last_refusal;
+  // Whether any node answered NodeStatus, and why the last one that did not failed: with none
+  // answering, the sequence fails as UNAVAILABLE (unreachable, or refused at the TLS handshake),
+  // not as a lack of room.
+  bool any_answered = false;
+  grpc::Status last_unreachable;
   bool whole = placement_ == Placement::kPack;  // first try: every block on the freest node
   while (!candidates.empty()) {
     // Free memory per candidate; a node that does not answer is left out.
@@ -161,9 +168,14 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       v1::NodeStatusRequest req;
       v1::NodeStatusResponse st;
       AttentionNodeClient& node = *nodes_[static_cast<size_t>(c)];
+      node.Identify(&ctx);
       const grpc::Status status = node.stub().NodeStatus(&ctx, req, &st);
       Count(node, status, req, st);
-      if (!status.ok()) continue;
+      if (!status.ok()) {
+        last_unreachable = status;
+        continue;
+      }
+      any_answered = true;
       if (st.draining()) continue;
       live.push_back(c);
       free.push_back(std::max<int64_t>(0, st.memory_budget_bytes() - st.memory_used_bytes()));
@@ -206,6 +218,7 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       req.set_token_begin(r.begin);
       req.set_max_tokens(r.end - r.begin + (created + 1 == ranges.size() ? reserve_tokens_ : 0));
       AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
+      node.Identify(&ctx);
       const grpc::Status created_status = node.stub().CreateSequence(&ctx, req, &resp);
       Count(node, created_status, req, resp);
       status = FromGrpc(created_status, "CreateSequence", node.address());
@@ -223,6 +236,7 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       v1::ReleaseSequenceResponse resp;
       req.set_sequence_id(ranges[i].id);
       AttentionNodeClient& node = *nodes_[static_cast<size_t>(ranges[i].node)];
+      node.Identify(&ctx);
       const grpc::Status released = node.stub().ReleaseSequence(&ctx, req, &resp);
       Count(node, released, req, resp);
     }
@@ -233,6 +247,11 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       continue;
     }
     candidates.erase(std::find(candidates.begin(), candidates.end(), ranges[created].node));
+  }
+  if (!any_answered && !last_unreachable.ok()) {
+    return absl::UnavailableError(absl::StrCat("no attention node answered (", tried,
+                                               " tried) for sequence ", sequence_id_,
+                                               "; last error: ", last_unreachable.error_message()));
   }
   return absl::ResourceExhaustedError(absl::StrCat(
       "no attention node has room for the ", n, " offloaded tokens of sequence ", sequence_id_,
@@ -281,6 +300,7 @@ RemoteAttentionShards::UploadResult RemoteAttentionShards::Upload(
     AttentionNodeClient& node = *u.node;
     grpc::ClientContext ctx;
     ctx.set_deadline(Deadline(kAppendSeconds));
+    node.Identify(&ctx);
     v1::AppendKvResponse resp;
     std::unique_ptr<grpc::ClientWriter<v1::KvChunk>> writer = node.stub().AppendKV(&ctx, &resp);
     for (const v1::KvChunk& chunk : u.chunks) {
@@ -388,6 +408,7 @@ absl::Status RemoteAttentionShards::StartAttend(int64_t layer, const float* q,
     query->set_sequence_id(r.id);
     if (r.attend_stream == nullptr) {
       r.attend_context = std::make_unique<grpc::ClientContext>();
+      node.Identify(r.attend_context.get());
       r.attend_stream = node.stub().Attend(r.attend_context.get());
     }
     sent_at_[ri] = std::chrono::steady_clock::now();

@@ -553,6 +553,7 @@ int ApiServer::Ready(http::Responder& responder, RequestLog* log) {
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
     magicpig::v1::NodeStatusRequest request;
     magicpig::v1::NodeStatusResponse response;
+    node->Identify(&context);
     const grpc::Status s = node->stub().NodeStatus(&context, request, &response);
     if (s.ok()) {
       ++reachable;

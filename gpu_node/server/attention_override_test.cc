@@ -51,6 +51,7 @@ TEST(AttentionOverrideTest, LshLBoundHoldsEmbeddedAndRemote) {
   ASSERT_NE(node, nullptr);
   engine::EngineOptions remote_options = Sparse();
   remote_options.attention_nodes = {node->address()};
+  remote_options.node_security = fabric::TransportSecurity::Plaintext();
   auto remote = Load(remote_options);
   ASSERT_NE(remote, nullptr);
 

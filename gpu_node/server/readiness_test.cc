@@ -33,6 +33,7 @@ struct Serving {
     engine::EngineOptions options;
     options.attention.dense_layers = {0};
     options.attention_nodes = std::move(nodes);
+    options.node_security = fabric::TransportSecurity::Plaintext();
     auto e = testing::MakeSyntheticEngine(testing::SmallModel(), options);
     EXPECT_TRUE(e.ok()) << e.status();
     if (!e.ok()) return;

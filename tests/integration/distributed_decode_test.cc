@@ -10,6 +10,7 @@
 // Exact attention through the nodes (top-k covering every key, fp32 shards) is checked too.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include "gpu_node/engine/engine.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/testing/dev_pki.h"
 #include "tests/testing/fake_device_backend.h"
 #include "tests/testing/subprocess.h"
 
@@ -64,8 +66,10 @@ double RpcErrors(prometheus::Registry& registry, const std::string& node, const 
 std::unique_ptr<engine::Engine> LoadEngine(
     const std::vector<std::string>& nodes, bool exact_topk = false,
     std::chrono::milliseconds attend_timeout = std::chrono::milliseconds(10000),
-    prometheus::Registry* registry = nullptr, bool fake_device = false) {
+    prometheus::Registry* registry = nullptr, bool fake_device = false,
+    const fabric::TransportSecurity& security = fabric::TransportSecurity::Plaintext()) {
   engine::EngineOptions options;
+  options.node_security = security;
   options.metrics_registry = registry;
   options.attend_timeout = attend_timeout;
   options.model_path = SourceDir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -97,7 +101,11 @@ std::unique_ptr<engine::Engine> LoadEngine(
 
 class DistributedDecodeTest : public ::testing::Test {
  protected:
-  void StartNodes(int n, const std::vector<std::string>& flags) {
+  // Plaintext nodes (--insecure) unless `flags` name TLS files.
+  void StartNodes(int n, std::vector<std::string> flags) {
+    if (std::find(flags.begin(), flags.end(), "--tls-cert") == flags.end()) {
+      flags.push_back("--insecure");
+    }
     for (int i = 0; i < n; ++i) {
       auto node = testing::StartAttentionNode(MAGICPIG_ATTN_NODE_BINARY, flags);
       ASSERT_TRUE(node.ok()) << node.status();
@@ -200,6 +208,46 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
       EXPECT_EQ(r->tokens, exact_want[p]) << "exact, " << nodes << " nodes, prompt " << p;
       EXPECT_EQ(r->stats.attention_keys_touched, r->stats.attention_keys_offloaded);
     }
+  }
+}
+
+// Mutual TLS (issue #36): nodes that require a client certificate of their CA serve a compute node
+// that has one (the embedded run's tokens, through both nodes) and refuse one that has a
+// certificate of another CA or none (plaintext): its request fails cleanly.
+TEST_F(DistributedDecodeTest, MutualTlsServesTheCertifiedAndRefusesTheRest) {
+  testing::DevPki pki("decode");
+  ASSERT_TRUE(pki.ok()) << "scripts/dev-certs failed (is openssl installed?)";
+  const std::string fact = ReadFile(SourceDir() + "/examples/buried_fact.txt");
+  auto embedded = LoadEngine({});
+  ASSERT_NE(embedded, nullptr);
+  auto chat = embedded->EncodeChat({{"user", fact.substr(0, 1500) + "\n\nWhat is this about?"}});
+  ASSERT_TRUE(chat.ok());
+  auto want = embedded->Generate(Request(*chat, 8), {});
+  ASSERT_TRUE(want.ok()) << want.status();
+  embedded.reset();
+
+  std::vector<std::string> flags = {"--threads", "1", "--memory-budget", "1G"};
+  for (const std::string& f : pki.Flags("node")) flags.push_back(f);
+  StartNodes(2, flags);
+  {
+    auto remote = LoadEngine(addresses_, false, std::chrono::milliseconds(10000), nullptr, false,
+                             pki.Security("compute"));
+    ASSERT_NE(remote, nullptr);
+    auto r = remote->Generate(Request(*chat, 8), {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_GT(r->stats.attention_shard_bytes, 0);
+    EXPECT_EQ(r->tokens, want->tokens);
+  }
+  for (const auto& [what, security] :
+       {std::pair{"a certificate of another CA", pki.Security("rogue")},
+        std::pair{"plaintext", fabric::TransportSecurity::Plaintext()}}) {
+    auto stranger =
+        LoadEngine(addresses_, false, std::chrono::milliseconds(10000), nullptr, false, security);
+    ASSERT_NE(stranger, nullptr) << what;
+    auto r = stranger->Generate(Request(*chat, 8), {});
+    ASSERT_FALSE(r.ok()) << what << ": a stranger was served";
+    // Refused at the handshake: no node can be reached, so none has room for the sequence.
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << what << ": " << r.status();
   }
 }
 

@@ -101,13 +101,14 @@ def main():
         attn_metrics = free_port()
         attn = subprocess.Popen([ATTN_NODE, "--listen", "127.0.0.1:0", "--metrics-listen",
                                  "127.0.0.1:%d" % attn_metrics, "--memory-budget", "1G",
-                                 "--threads", "1"], stdout=subprocess.PIPE,
+                                 "--threads", "1", "--insecure"], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         procs.append(attn)
         m = re.match(r"listening on (.+)", attn.stdout.readline().strip())
         assert m, "attention node did not start"
         gpu = subprocess.Popen([GPU_NODE, "--model", MODEL, "--listen", "127.0.0.1:0",
-                                "--threads", "1", "--attention-nodes", m.group(1)],
+                                "--threads", "1", "--attention-nodes", m.group(1),
+                                "--insecure"],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         procs.append(gpu)
         g = re.match(r"listening on .+:(\d+)", gpu.stdout.readline())

@@ -4,10 +4,13 @@ from proto/magicpig/v1/attention.proto (grpcio-tools, into a temporary directory
 
     grpc_client_test.py PATH/TO/magicpig_attn_node SOURCE_DIR
 
-Starts the node on 127.0.0.1:0 (reads the port from its "listening on HOST:PORT" line), creates
-sequences, appends KV in chunks, attends, and checks shapes, the full estimator against a float64
-softmax, that malformed requests get INVALID_ARGUMENT naming the field, and that SIGTERM stops the
-node with exit code 0. Exit 77 (CTest SKIP) when grpcio / grpcio-tools / numpy are missing.
+Starts the node with mutual TLS (certificates from scripts/dev-certs) on 127.0.0.1:0 (reads the
+port from its "listening on HOST:PORT" line), checks that clients without a certificate of its CA
+are refused, creates sequences, appends KV in chunks, attends, and checks shapes, the full
+estimator against a float64 softmax, that malformed requests get INVALID_ARGUMENT naming the
+field, that a second certificate (another owner) cannot see or release the first one's sequences,
+and that SIGTERM stops the node with exit code 0. Exit 77 (CTest SKIP) when grpcio / grpcio-tools /
+numpy are missing.
 """
 import os
 import signal
@@ -52,9 +55,26 @@ def generate_stubs(src, out):
     return attention_pb2, attention_pb2_grpc
 
 
-def start_node(binary):
+def make_pki(src, out):
+    subprocess.run([f"{src}/scripts/dev-certs", out, "py"], check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def credentials(pki, who):
+    """mTLS credentials of `who` (compute, other, rogue), trusting the PKI's CA."""
+    def read(name):
+        with open(os.path.join(pki, name), "rb") as f:
+            return f.read()
+    return grpc.ssl_channel_credentials(root_certificates=read("ca.crt"),
+                                        private_key=read(f"{who}.key"),
+                                        certificate_chain=read(f"{who}.crt"))
+
+
+def start_node(binary, pki):
     proc = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--memory-budget", "256M",
-                             "--threads", "2", "--metrics-listen", "127.0.0.1:0"],
+                             "--threads", "2", "--metrics-listen", "127.0.0.1:0",
+                             "--tls-cert", f"{pki}/node.crt", "--tls-key", f"{pki}/node.key",
+                             "--tls-ca", f"{pki}/ca.crt"],
                             stdout=subprocess.PIPE, text=True)
     line = [None]
 
@@ -82,9 +102,11 @@ def main():
     binary, src = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
         pb, pb_grpc = generate_stubs(src, tmp)
-        proc, address = start_node(binary)
+        pki = make_pki(src, os.path.join(tmp, "pki"))
+        proc, address = start_node(binary, pki)
         try:
-            run(pb, pb_grpc, address)
+            refuse_strangers(pb, pb_grpc, address, pki)
+            run(pb, pb_grpc, address, pki)
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -98,8 +120,22 @@ def main():
     return 1 if FAILURES else 0
 
 
-def run(pb, pb_grpc, address):
-    channel = grpc.insecure_channel(address)
+def refuse_strangers(pb, pb_grpc, address, pki):
+    """Plaintext and a certificate of another CA get nowhere, not even NodeStatus."""
+    for what, channel in (("plaintext", grpc.insecure_channel(address)),
+                          ("rogue certificate", grpc.secure_channel(address,
+                                                                    credentials(pki, "rogue")))):
+        try:
+            pb_grpc.AttentionServiceStub(channel).NodeStatus(pb.NodeStatusRequest(), timeout=5)
+            check(False, f"{what}: NodeStatus answered")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.UNAVAILABLE,
+                  f"{what}: refused with UNAVAILABLE (got {e.code()})")
+        channel.close()
+
+
+def run(pb, pb_grpc, address, pki):
+    channel = grpc.secure_channel(address, credentials(pki, "compute"))
     grpc.channel_ready_future(channel).result(timeout=10)
     stub = pb_grpc.AttentionServiceStub(channel)
     rng = np.random.default_rng(0)
@@ -189,6 +225,19 @@ def run(pb, pb_grpc, address):
     expect_error(lambda: list(stub.Attend(iter([pb.AttendRequest(
         layer=layer, scale=scale, queries=[query("nobody")])]))), grpc.StatusCode.NOT_FOUND,
         "nobody")
+
+    # Another certificate of the same CA is another owner: the sequences do not exist for it.
+    other_channel = grpc.secure_channel(address, credentials(pki, "other"))
+    other = pb_grpc.AttentionServiceStub(other_channel)
+    check(other.NodeStatus(pb.NodeStatusRequest()).sequences == 2, "other owner connects")
+    expect_error(lambda: list(other.Attend(iter([pb.AttendRequest(
+        layer=layer, scale=scale, queries=[query("py-full")])]))), grpc.StatusCode.NOT_FOUND,
+        "py-full")
+    expect_error(lambda: other.ReleaseSequence(pb.ReleaseSequenceRequest(sequence_id="py-full")),
+                 grpc.StatusCode.NOT_FOUND, "py-full")
+    expect_error(lambda: other.AppendKV(iter([chunk("py-full", n, 4)])),
+                 grpc.StatusCode.NOT_FOUND, "py-full")
+    other_channel.close()
 
     for seq in ("py-magicpig", "py-full"):
         check(stub.ReleaseSequence(pb.ReleaseSequenceRequest(sequence_id=seq)).bytes_freed > 0,

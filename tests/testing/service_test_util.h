@@ -136,16 +136,24 @@ inline v1::SequenceQuery MakeQuery(const std::string& id, const std::vector<floa
   return m;
 }
 
-// A blocking client of one server.
+// A blocking client of one server: plaintext and anonymous by default; `credentials` (with
+// `arguments`) and `metadata` (sent on every call: owner token, instance, incarnation) make it
+// someone.
 class Client {
  public:
-  explicit Client(const std::string& address)
-      : stub_(v1::AttentionService::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+  explicit Client(const std::string& address,
+                  std::vector<std::pair<std::string, std::string>> metadata = {},
+                  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+                  const grpc::ChannelArguments& arguments = {})
+      : stub_(v1::AttentionService::NewStub(grpc::CreateCustomChannel(
+            address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(),
+            arguments))),
+        metadata_(std::move(metadata)) {}
 
   grpc::Status Create(const v1::CreateSequenceRequest& r,
                       v1::CreateSequenceResponse* out = nullptr) {
     grpc::ClientContext ctx;
+    Prepare(&ctx);
     v1::CreateSequenceResponse resp;
     grpc::Status s = stub_->CreateSequence(&ctx, r, &resp);
     if (out) *out = resp;
@@ -154,6 +162,7 @@ class Client {
 
   grpc::Status Release(const std::string& id, v1::ReleaseSequenceResponse* out = nullptr) {
     grpc::ClientContext ctx;
+    Prepare(&ctx);
     v1::ReleaseSequenceRequest r;
     r.set_sequence_id(id);
     v1::ReleaseSequenceResponse resp;
@@ -162,8 +171,22 @@ class Client {
     return s;
   }
 
+  grpc::Status ReleaseStale(const std::string& instance, const std::string& incarnation,
+                            v1::ReleaseStaleResponse* out = nullptr) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::ReleaseStaleRequest r;
+    r.set_instance(instance);
+    r.set_incarnation(incarnation);
+    v1::ReleaseStaleResponse resp;
+    grpc::Status s = stub_->ReleaseStale(&ctx, r, &resp);
+    if (out) *out = resp;
+    return s;
+  }
+
   v1::NodeStatusResponse Status() {
     grpc::ClientContext ctx;
+    Prepare(&ctx);
     v1::NodeStatusResponse resp;
     EXPECT_TRUE(stub_->NodeStatus(&ctx, v1::NodeStatusRequest(), &resp).ok());
     return resp;
@@ -171,6 +194,7 @@ class Client {
 
   grpc::Status Append(const std::vector<v1::KvChunk>& chunks, v1::AppendKvResponse* out = nullptr) {
     grpc::ClientContext ctx;
+    Prepare(&ctx);
     v1::AppendKvResponse resp;
     auto writer = stub_->AppendKV(&ctx, &resp);
     for (const auto& c : chunks) {
@@ -185,6 +209,7 @@ class Client {
   grpc::Status Attend(const std::vector<v1::AttendRequest>& requests,
                       std::vector<v1::AttendResponse>* out) {
     grpc::ClientContext ctx;
+    Prepare(&ctx);
     auto stream = stub_->Attend(&ctx);
     for (const auto& r : requests) {
       if (!stream->Write(r)) break;
@@ -196,18 +221,29 @@ class Client {
     return stream->Finish();
   }
 
+  v1::AttentionService::Stub& stub() { return *stub_; }
+  // Adds this client's metadata to a context.
+  void Prepare(grpc::ClientContext* ctx) const {
+    for (const auto& [key, value] : metadata_) ctx->AddMetadata(key, value);
+  }
+
  private:
   std::unique_ptr<v1::AttentionService::Stub> stub_;
+  std::vector<std::pair<std::string, std::string>> metadata_;
 };
+
+inline std::unique_ptr<AttentionServer> StartServer(const AttentionServerOptions& options) {
+  auto server = AttentionServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
 
 inline std::unique_ptr<AttentionServer> StartServer(int64_t budget, int threads = 2) {
   AttentionServerOptions options;
   options.listen_address = "127.0.0.1:0";
   options.memory_budget_bytes = budget;
   options.threads = threads;
-  auto server = AttentionServer::Start(options);
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? std::move(*server) : nullptr;
+  return StartServer(options);
 }
 
 }  // namespace magicpig::testing
