@@ -45,7 +45,8 @@ sys.path.insert(0, HERE)
 import metrics_contract  # noqa: E402
 
 KUSTOMIZATIONS = ["deploy/base", "deploy/overlays/cpu", "deploy/overlays/cuda",
-                  "deploy/monitoring", "deploy/grafana", "deploy/examples/scale-out"]
+                  "deploy/monitoring", "deploy/grafana", "deploy/examples/scale-out",
+                  "deploy/tls/cert-manager"]
 # Deployable kustomizations -> whether the compute node must request a GPU.
 OVERLAYS = {"deploy/overlays/cpu": False, "deploy/overlays/cuda": True,
             "deploy/examples/scale-out": False}
@@ -58,7 +59,9 @@ DOCKERFILES = {"deploy/docker/gpu_node.Dockerfile": "magicpig_gpu_node",
 K8S_VERSIONS = ["1.28.0", None]  # None: the newest kubernetes-validate bundles
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
-               ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject-keda-v1alpha1.json"}
+               ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject-keda-v1alpha1.json",
+               ("cert-manager.io/v1", "Certificate"): "certificate-cert-manager-v1.json",
+               ("cert-manager.io/v1", "Issuer"): "issuer-cert-manager-v1.json"}
 MIN_STARTUP_SECONDS = 300
 # Attention-node memory limit >= BUDGET_FACTOR x budget + BUDGET_OVERHEAD (docs/deploy.md).
 BUDGET_FACTOR = 1.1
@@ -672,6 +675,106 @@ def check_compute(where, objs, problems, expected_nodes, expect_gpu, fetch_scrip
                             "(copy scripts/fetch-model to deploy/base/fetch-model)")
 
 
+NODE_CONTAINERS = {"attn-node": "server auth", "gpu-node": "client auth"}
+
+
+def dns_covers(pattern, host):
+    """Whether a certificate dnsName (one leading "*." label at most) names `host`."""
+    if pattern.startswith("*."):
+        head, _, rest = host.partition(".")
+        return bool(head) and rest == pattern[2:]
+    return pattern == host
+
+
+def pod_selected(policy, labels):
+    return selector_matches(policy["spec"]["podSelector"].get("matchLabels"), labels)
+
+
+def check_fabric_security(where, objs, certificates, problems):
+    """mTLS between the nodes: every node container reads MAGICPIG_TLS_* files from a mounted
+    Secret that deploy/tls/cert-manager issues (with the usage the side needs; the attention
+    certificate naming every MAGICPIG_ATTENTION_NODES host and localhost), never --insecure; and
+    NetworkPolicies: a default deny, the attention gRPC port open to compute pods only, its metrics
+    port not to everyone."""
+    by_secret = {c["spec"]["secretName"]: c for c in certificates}
+    pods = {}
+    for wl in find(objs, "Deployment") + find(objs, "StatefulSet"):
+        spec = wl["spec"]["template"]["spec"]
+        ns = wl["metadata"].get("namespace")
+        for c in spec["containers"]:
+            usage = NODE_CONTAINERS.get(c["name"])
+            if usage is None:
+                continue
+            pods[c["name"]] = wl["spec"]["template"]["metadata"].get("labels") or {}
+            env = container_env(c, objs, ns)
+            if str(env.get("MAGICPIG_INSECURE", "")).lower() in ("1", "true", "yes", "on"):
+                problems.append(f"{where}: {obj_id(wl)}: MAGICPIG_INSECURE turns off mTLS")
+            secret_mounts = {}
+            for m in c.get("volumeMounts") or []:
+                vol = next((v for v in spec.get("volumes") or [] if v["name"] == m["name"]), {})
+                if "secret" in vol:
+                    secret_mounts[m["mountPath"].rstrip("/")] = vol["secret"]["secretName"]
+            secrets = set()
+            for var in ("MAGICPIG_TLS_CERT", "MAGICPIG_TLS_KEY", "MAGICPIG_TLS_CA"):
+                path = env.get(var)
+                if not path:
+                    problems.append(f"{where}: {obj_id(wl)}: container {c['name']} has no {var}")
+                    continue
+                secret = secret_mounts.get(os.path.dirname(path))
+                if secret is None:
+                    problems.append(f"{where}: {obj_id(wl)}: {var}={path} is not in a mounted "
+                                    "Secret")
+                secrets.add(secret)
+            for secret in secrets - {None}:
+                cert = by_secret.get(secret)
+                if cert is None:
+                    problems.append(f"{where}: {obj_id(wl)}: Secret {secret} is issued by no "
+                                    "Certificate of deploy/tls/cert-manager")
+                    continue
+                if usage not in (cert["spec"].get("usages") or []):
+                    problems.append(f"{obj_id(cert)}: usages lack '{usage}', which the "
+                                    f"{c['name']} container needs")
+                if c["name"] == "gpu-node":
+                    continue
+                names = cert["spec"].get("dnsNames") or []
+                hosts = {"localhost"}
+                for dep in find(objs, "Deployment"):
+                    for gc in dep["spec"]["template"]["spec"]["containers"]:
+                        if gc["name"] == "gpu-node":
+                            nodes = container_env(gc, objs, ns).get("MAGICPIG_ATTENTION_NODES")
+                            hosts |= {a.rpartition(":")[0] for a in (nodes or "").split(",") if a}
+                for host in sorted(hosts):
+                    if not any(dns_covers(n, host) for n in names):
+                        problems.append(f"{obj_id(cert)}: dnsNames {names} do not name {host}")
+    policies = find(objs, "NetworkPolicy")
+    if not any(p["spec"].get("podSelector") == {} and "Ingress" in p["spec"].get("policyTypes", [])
+               and not p["spec"].get("ingress") for p in policies):
+        problems.append(f"{where}: no default-deny ingress NetworkPolicy (podSelector {{}}, no "
+                        "rules)")
+    attn, gpu = pods.get("attn-node"), pods.get("gpu-node")
+    if attn is None or gpu is None:
+        return
+    rules = [r for p in policies if pod_selected(p, attn) for r in p["spec"].get("ingress") or []]
+    grpc_open = False
+    for r in rules:
+        ports = {pt.get("port") for pt in r.get("ports") or []}
+        sources = r.get("from") or []
+        if not ports or "grpc" in ports or 50051 in ports:
+            grpc_open = True
+            for src in sources or [{}]:
+                sel = (src.get("podSelector") or {}).get("matchLabels")
+                if "namespaceSelector" in src or "ipBlock" in src or sel is None \
+                        or not selector_matches(sel, gpu):
+                    problems.append(f"{where}: a NetworkPolicy lets {src or 'anyone'} reach the "
+                                    "attention nodes' gRPC port (only compute pods may)")
+        if ("metrics" in ports or 9091 in ports) and not sources:
+            problems.append(f"{where}: a NetworkPolicy opens the attention nodes' metrics port "
+                            "to everyone")
+    if not grpc_open:
+        problems.append(f"{where}: no NetworkPolicy lets the compute pods reach the attention "
+                        "nodes' gRPC port")
+
+
 def check_semantics(root, report, rendered):
     problems = []
     with open(os.path.join(root, "scripts/fetch-model")) as f:
@@ -692,6 +795,9 @@ def check_semantics(root, report, rendered):
         check_services(where, objs, problems)
         expected_nodes = check_attention(where, objs, problems, fetch_script)
         check_compute(where, objs, problems, expected_nodes, OVERLAYS.get(where), fetch_script)
+        check_fabric_security(where, objs,
+                              find(rendered.get("deploy/tls/cert-manager") or [], "Certificate"),
+                              problems)
         if where in OVERLAYS:
             for wl in find(objs, "Deployment") + find(objs, "StatefulSet"):
                 spec = wl["spec"]["template"]["spec"]
