@@ -73,8 +73,9 @@ class Responder {
   void End();
 
   // Responder::ClientGone: whether the peer closed or reset the connection (or a send failed). It
-  // does not block: it polls the socket for a hang-up (POLLRDHUP). A client that half-closes its
-  // side while waiting for the response counts as gone (HTTP clients do not do that).
+  // does not block: it polls the socket for a hang-up (POLLRDHUP). A client that only half-closed
+  // its side and still waits for the response looks the same until a write fails: a handler that
+  // must serve such clients writes something harmless and checks Write's result (ApiServer).
   bool ClientGone() const;
 
   // Whether a response (complete or streamed) has been started.

@@ -260,6 +260,13 @@ bool ApiServer::Authorized(const http::Request& request) const {
 }
 
 int ApiServer::SendJson(http::Responder& responder, int status, const std::string& body) {
+  if (responder.responded()) {
+    // A half-closed client's response already went out as a 200 stream of JSON whitespace
+    // (Generate's heartbeats): the body completes it, whatever `status` says (the log keeps it).
+    responder.Write(body);
+    responder.End();
+    return status;
+  }
   responder.Send(status, kJson, body).IgnoreError();
   return status;
 }
@@ -341,6 +348,15 @@ int ApiServer::Generate(Endpoint endpoint, const http::Request& request, http::R
     handles.push_back(*std::move(handle));
   }
 
+  // The client shut its sending side: it is gone, or it only half-closed and still reads. Only a
+  // write tells which, so while nothing else is written the connection gets bytes that do not
+  // change the response (JSON whitespace before the body, which then goes out as a 200 stream; an
+  // SSE comment); once the peer has really closed, a write fails (about one round trip later).
+  auto heartbeat = [&]() -> bool {
+    if (api.stream) return responder.Write(": keep-alive\n\n");
+    if (!responder.responded() && !responder.StartStream(200, kJson).ok()) return false;
+    return responder.Write(" ");
+  };
   // Waits for the next tokens or results; false when the client went away (requests cancelled).
   auto wait = [&](std::deque<Channel::Token>* tokens, std::deque<int>* finished) {
     for (;;) {
@@ -354,7 +370,7 @@ int ApiServer::Generate(Endpoint endpoint, const http::Request& request, http::R
           return true;
         }
       }
-      if (responder.ClientGone()) {
+      if (responder.ClientGone() && !heartbeat()) {
         cancel_all();
         return false;
       }
