@@ -187,6 +187,11 @@ void Sequence::Abort() {
   if (!finished_) Finish(FinishReason::kAbort);
 }
 
+void Sequence::Fail(absl::Status error) {
+  Abort();
+  error_ = std::move(error);
+}
+
 void Sequence::Finish(FinishReason reason) {
   finished_ = true;
   result_.finish = reason;
@@ -477,18 +482,34 @@ absl::Status Engine::Step(absl::Span<Sequence* const> batch, StepTimings* timing
   }
   while (!status.ok()) {
     // Sequences whose attention node failed are rebuilt and the step runs again: for the others
-    // a second run of the same step writes the same cache rows and offloads nothing twice.
+    // a second run of the same step writes the same cache rows and offloads nothing twice. A
+    // sequence that cannot be rebuilt (no node answers or has room) fails alone; the rest of the
+    // batch goes on without it.
     bool rebuilt = false;
+    std::vector<DecodeItem> kept_items;
+    std::vector<Sequence*> kept;
     for (size_t i = 0; i < going_on.size(); ++i) {
       Sequence& seq = *going_on[i];
-      if (!SequenceRecovery::Recoverable(seq, status)) continue;
-      MAGICPIG_RETURN_IF_ERROR(recovery_->Rebuild(AttentionOf(seq), seq));
-      items[i].kv = seq.kv_.get();
-      items[i].attention_hook = seq.router_.get();
-      rebuilt = true;
+      if (SequenceRecovery::Recoverable(seq, status)) {
+        absl::Status rebuild = recovery_->Rebuild(AttentionOf(seq), seq);
+        if (!rebuild.ok()) {
+          seq.Fail(std::move(rebuild));
+          continue;
+        }
+        items[i].kv = seq.kv_.get();
+        items[i].attention_hook = seq.router_.get();
+        rebuilt = true;
+      }
+      kept_items.push_back(items[i]);
+      kept.push_back(&seq);
     }
-    if (!rebuilt) return status;
-    status = transformer_->ForwardBatch(items, &logits, timings, micro_batches);
+    const bool dropped = kept.size() < going_on.size();
+    items.swap(kept_items);
+    going_on.swap(kept);
+    if (items.empty()) return absl::OkStatus();
+    if (!rebuilt && !dropped) return status;
+    status = transformer_->ForwardBatch(items, &logits, timings,
+                                        std::min<int>(micro_batches, items.size()));
   }
   const int64_t n_vocab = weights_->config().n_vocab;
   for (size_t i = 0; i < going_on.size(); ++i) {
@@ -502,6 +523,7 @@ absl::StatusOr<GenerateResult> Engine::Generate(const GenerateRequest& request,
   MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, Start(request, callbacks));
   Sequence* one[1] = {seq.get()};
   while (!seq->finished()) MAGICPIG_RETURN_IF_ERROR(Step(one));
+  if (!seq->error().ok()) return seq->error();
   return seq->TakeResult();
 }
 

@@ -182,12 +182,17 @@ class Sequence {
   int64_t prompt_tokens() const { return static_cast<int64_t>(request_.prompt.size()); }
   // Ends the sequence now with finish reason kAbort (e.g. the client went away).
   void Abort();
+  // OK, unless the sequence failed on its own (its attention shards could not be rebuilt on any
+  // node) while the rest of its batch went on: then it is finished and this is its outcome.
+  const absl::Status& error() const { return error_; }
 
  private:
   friend class Engine;
   friend class SequenceRecovery;
   Sequence() = default;
   void Finish(FinishReason reason);
+  // Finishes the sequence with `error` (as Abort, plus error()).
+  void Fail(absl::Status error);
 
   GenerateRequest request_;
   GenerateCallbacks callbacks_;
@@ -201,6 +206,7 @@ class Sequence {
   std::vector<float> logits_;  // of the next token
   int64_t capacity_ = 0;
   bool finished_ = false;
+  absl::Status error_;
   int64_t decode_start_ns_ = 0;  // steady clock, at the first Step
   GenerateResult result_;
 };

@@ -2,6 +2,7 @@
 // whose remote attention overlaps the other's dense work gives every sequence the tokens it gets
 // alone, embedded — the split changes when work happens, not what is computed. (The backend is
 // capped at AVX2, whose products are batch-invariant; see tests/testing/synthetic_engine.h.)
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -186,6 +187,74 @@ TEST(PingPongTest, NodeLostDuringBatchedStepsRebuildsWithTheSameTokens) {
       EXPECT_EQ(node->store().Stats().sequences, 0);
     }
   }
+}
+
+// A sequence whose shards cannot be rebuilt anywhere (its node died, the other node has no room
+// for it) fails alone: the step goes on for the rest of the batch, which keeps its tokens, and the
+// failed sequence is finished with its own error.
+TEST(PingPongTest, SequenceThatCannotBeRebuiltFailsAloneAndTheBatchGoesOn) {
+  const std::vector<std::string> texts = {
+      "the harbour master kept a ledger of every ship that came and went in the long winter",
+      "a quiet morning by the river with the birds and the boats and the old stone bridge again",
+  };
+  EngineOptions options = ExactSparse(/*shard_block=*/256);  // one block per sequence
+  options.placement = Placement::kPack;
+  auto embedded =
+      testing::MakeSyntheticEngine(testing::SmallModel(), options, BatchInvariantLevel());
+  ASSERT_TRUE(embedded.ok()) << embedded.status();
+  std::vector<GenerateRequest> requests;
+  std::vector<std::vector<int32_t>> alone;
+  ASSERT_NO_FATAL_FAILURE(GenerateAlone(**embedded, texts, &requests, &alone));
+
+  // What one sequence is charged on a node, measured on a probe node.
+  int64_t charge = 0;
+  {
+    EngineOptions probe_options = options;
+    std::vector<std::unique_ptr<AttentionServer>> probe = StartNodes(1, &probe_options);
+    ASSERT_EQ(probe.size(), 1u);
+    auto engine =
+        testing::MakeSyntheticEngine(testing::SmallModel(), probe_options, BatchInvariantLevel());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    for (const GenerateRequest& r : requests) {
+      auto seq = (*engine)->Start(r, {});
+      ASSERT_TRUE(seq.ok()) << seq.status();
+      charge = std::max(charge, probe[0]->store().Stats().memory_used_bytes);
+    }
+  }
+  ASSERT_GT(charge, 0);
+  // Two nodes with room for one sequence each (and a half).
+  std::vector<std::unique_ptr<AttentionServer>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(magicpig::testing::StartServer(charge * 3 / 2, 1));
+    ASSERT_NE(nodes.back(), nullptr);
+    options.attention_nodes.push_back(nodes.back()->address());
+  }
+  options.node_security = fabric::TransportSecurity::Plaintext();
+  options.ping_pong = PingPong::kOff;
+  auto remote = testing::MakeSyntheticEngine(testing::SmallModel(), options, BatchInvariantLevel());
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  std::vector<std::unique_ptr<Sequence>> batch;
+  ASSERT_NO_FATAL_FAILURE(StartAll(**remote, requests, &batch));
+  ASSERT_EQ(nodes[0]->store().Stats().sequences, 1);
+  ASSERT_EQ(nodes[1]->store().Stats().sequences, 1);
+  std::vector<Sequence*> step;
+  for (auto& s : batch) step.push_back(s.get());
+  ASSERT_TRUE((*remote)->Step(step).ok());
+  nodes[0]->Shutdown(std::chrono::system_clock::now());  // the first sequence's node
+  nodes[0].reset();
+  for (int i = 0; i < 20 && !batch[1]->finished(); ++i) {
+    ASSERT_TRUE((*remote)->Step(step).ok()) << "step " << i;
+  }
+  ASSERT_TRUE(batch[0]->finished());
+  EXPECT_FALSE(batch[0]->error().ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(batch[0]->error()) ||
+              absl::IsUnavailable(batch[0]->error()))
+      << batch[0]->error();
+  ASSERT_TRUE(batch[1]->finished());
+  EXPECT_TRUE(batch[1]->error().ok()) << batch[1]->error();
+  EXPECT_EQ(batch[1]->result().tokens, alone[1]);
+  batch.clear();
+  EXPECT_EQ(nodes[1]->store().Stats().sequences, 0);
 }
 
 }  // namespace

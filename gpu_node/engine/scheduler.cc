@@ -189,10 +189,15 @@ void Scheduler::Loop() {
         running_.clear();
       }
     }
-    // Finished sequences leave the batch.
+    // Finished sequences leave the batch (with their own error, when one failed alone).
     for (auto it = running_.begin(); it != running_.end();) {
       if ((*it)->seq->finished()) {
-        Complete(**it, (*it)->seq->TakeResult());
+        const absl::Status& error = (*it)->seq->error();
+        if (!error.ok()) {
+          Complete(**it, error);
+        } else {
+          Complete(**it, (*it)->seq->TakeResult());
+        }
         it = running_.erase(it);
       } else {
         ++it;

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace magicpig::engine {
@@ -33,7 +34,11 @@ absl::Status SequenceRecovery::Rebuild(const SparseAttentionOptions& attention, 
   absl::Status status;
   do {
     if (++stats.recoveries > kMaxRebuilds) {
-      return status.ok() ? absl::UnavailableError("attention nodes keep failing") : status;
+      // UNAVAILABLE whatever the last node said (a restarted node's NOT_FOUND included): the
+      // client may retry, and the API must not call it an internal error.
+      return absl::UnavailableError(
+          absl::StrCat("attention nodes keep failing (", kMaxRebuilds, " rebuilds)",
+                       status.ok() ? "" : absl::StrCat("; last: ", status.message())));
     }
     MAGICPIG_RETURN_IF_ERROR(place_again_(attention, seq));
     prefill.attention_hook = seq.router_.get();

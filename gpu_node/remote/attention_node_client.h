@@ -8,12 +8,15 @@
 #ifndef MAGICPIG_GPU_NODE_REMOTE_ATTENTION_NODE_CLIENT_H_
 #define MAGICPIG_GPU_NODE_REMOTE_ATTENTION_NODE_CLIENT_H_
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "common/fabric/call_identity.h"
 #include "grpcpp/grpcpp.h"
 #include "magicpig/v1/attention.grpc.pb.h"
@@ -79,6 +82,45 @@ class AttentionNodeClient {
   std::unique_ptr<magicpig::v1::AttentionService::Stub> stub_;
   AttentionRpcMetrics metrics_;
 };
+
+// Unary calls to several nodes at once, each with its own context (identified, deadline
+// `timeout`): start(i, context, request, response, done) issues call i on the async stub and
+// done(status) is called when it ends. Returns when every call has ended, so at most `timeout`
+// after the slowest start: a frozen node costs its deadline once, not once per node.
+template <typename Request, typename Response, typename Start>
+std::vector<grpc::Status> CallAll(const std::vector<AttentionNodeClient*>& nodes,
+                                  std::vector<Request>& requests, std::vector<Response>* responses,
+                                  std::chrono::milliseconds timeout, Start start) {
+  const size_t n = nodes.size();
+  responses->assign(n, Response());
+  // Shared with the callbacks, so that none touches a destroyed mutex after the wait returns.
+  struct State {
+    absl::Mutex mu;
+    size_t done ABSL_GUARDED_BY(mu) = 0;
+    std::vector<grpc::Status> statuses ABSL_GUARDED_BY(mu);
+  };
+  auto state = std::make_shared<State>();
+  {
+    absl::MutexLock lock(&state->mu);
+    state->statuses.resize(n);
+  }
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
+  for (size_t i = 0; i < n; ++i) {
+    contexts[i] = std::make_unique<grpc::ClientContext>();
+    contexts[i]->set_deadline(std::chrono::system_clock::now() + timeout);
+    nodes[i]->Identify(contexts[i].get());
+    start(*nodes[i], contexts[i].get(), &requests[i], &(*responses)[i], [state, i](grpc::Status s) {
+      absl::MutexLock lock(&state->mu);
+      state->statuses[i] = std::move(s);
+      ++state->done;
+    });
+  }
+  absl::MutexLock lock(&state->mu);
+  State* st = state.get();
+  auto all_done = [st, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st->mu) { return st->done == n; };
+  state->mu.Await(absl::Condition(&all_done));
+  return state->statuses;
+}
 
 // A gRPC status as an absl::Status, prefixed with what failed and where. Same code, except that a
 // node's INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION and ALREADY_EXISTS become INTERNAL:

@@ -2,8 +2,6 @@
 
 #include <cstdint>
 
-#include "absl/synchronization/mutex.h"
-
 namespace magicpig::remote {
 namespace v1 = ::magicpig::v1;
 
@@ -23,41 +21,28 @@ AttentionNodePool::AttentionNodePool(const std::vector<std::string>& addresses,
 
 void AttentionNodePool::ReleaseStale() {
   const fabric::CallIdentity& identity = *options_.connection.identity;
-  struct Call {
-    grpc::ClientContext context;
-    v1::ReleaseStaleRequest request;
-    v1::ReleaseStaleResponse response;
-    grpc::Status status;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
-  absl::Mutex mu;
-  size_t done = 0;
-  for (auto& node : nodes_) {
-    auto call = std::make_unique<Call>();
-    call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    node->Identify(&call->context);
-    call->request.set_instance(identity.instance());
-    call->request.set_incarnation(identity.incarnation());
-    Call* c = call.get();
-    calls.push_back(std::move(call));
-    node->stub().async()->ReleaseStale(&c->context, &c->request, &c->response,
-                                       [c, &mu, &done](grpc::Status s) {
-                                         absl::MutexLock lock(&mu);
-                                         c->status = std::move(s);
-                                         ++done;
-                                       });
+  std::vector<AttentionNodeClient*> nodes;
+  for (auto& node : nodes_) nodes.push_back(node.get());
+  std::vector<v1::ReleaseStaleRequest> requests(nodes.size());
+  for (v1::ReleaseStaleRequest& r : requests) {
+    r.set_instance(identity.instance());
+    r.set_incarnation(identity.incarnation());
   }
-  absl::MutexLock lock(&mu);
-  const size_t total = calls.size();
-  auto all_done = [&done, total] { return done == total; };
-  mu.Await(absl::Condition(&all_done));
-  for (const auto& c : calls) {
-    if (!c->status.ok()) {
+  std::vector<v1::ReleaseStaleResponse> responses;
+  const std::vector<grpc::Status> statuses =
+      CallAll(nodes, requests, &responses, std::chrono::seconds(2),
+              [](AttentionNodeClient& node, grpc::ClientContext* context,
+                 const v1::ReleaseStaleRequest* request, v1::ReleaseStaleResponse* response,
+                 std::function<void(grpc::Status)> done) {
+                node.stub().async()->ReleaseStale(context, request, response, std::move(done));
+              });
+  for (size_t i = 0; i < statuses.size(); ++i) {
+    if (!statuses[i].ok()) {
       ++stale_.unanswered;
       continue;
     }
-    stale_.sequences += c->response.sequences();
-    stale_.bytes += c->response.bytes_freed();
+    stale_.sequences += responses[i].sequences();
+    stale_.bytes += responses[i].bytes_freed();
   }
 }
 

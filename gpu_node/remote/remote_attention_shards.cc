@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -23,6 +24,9 @@ namespace {
 // network; a node that stops answering is treated as failed (recoverable) rather than waited on.
 constexpr int kControlSeconds = 10;
 constexpr int kAppendSeconds = 120;
+// NodeStatus before a placement and ReleaseSequence: a node that cannot answer these small calls
+// this fast gets no new shards now (and its releases are retried in the background).
+constexpr std::chrono::milliseconds kProbeTimeout{2000};
 
 std::chrono::system_clock::time_point Deadline(int seconds) {
   return std::chrono::system_clock::now() + std::chrono::seconds(seconds);
@@ -73,23 +77,37 @@ void RemoteAttentionShards::SettleTickets() {
 }
 
 void RemoteAttentionShards::Release() {
+  std::vector<AttentionNodeClient*> nodes;
+  std::vector<v1::ReleaseSequenceRequest> requests;
   for (Range& r : ranges_) {
     // Cancelled: the stream may hold an unread answer (after another node failed mid-step).
     CancelAttendStream(r.attend_context, r.attend_stream);
+    AttentionNodeClient* node = nodes_[static_cast<size_t>(r.node)];
     if (std::find(failed_.begin(), failed_.end(), r.node) != failed_.end()) {
       // A failed node would hold this call for its deadline: try again in the background.
-      if (deferred_ != nullptr) deferred_->Add(nodes_[static_cast<size_t>(r.node)], r.id);
+      if (deferred_ != nullptr) deferred_->Add(node, r.id);
       continue;
     }
-    grpc::ClientContext ctx;
-    ctx.set_deadline(Deadline(kControlSeconds));
-    v1::ReleaseSequenceRequest req;
-    v1::ReleaseSequenceResponse resp;
-    req.set_sequence_id(r.id);
-    AttentionNodeClient& node = *nodes_[static_cast<size_t>(r.node)];
-    node.Identify(&ctx);
-    const grpc::Status status = node.stub().ReleaseSequence(&ctx, req, &resp);
-    Count(node, status, req, resp);
+    nodes.push_back(node);
+    requests.emplace_back().set_sequence_id(r.id);
+  }
+  // All at once, briefly: a node that does not answer (frozen, or gone meanwhile) gets the
+  // release again in the background, or its lease frees the shard.
+  std::vector<v1::ReleaseSequenceResponse> answers;
+  const std::vector<grpc::Status> statuses =
+      CallAll(nodes, requests, &answers, kProbeTimeout,
+              [](AttentionNodeClient& node, grpc::ClientContext* context,
+                 const v1::ReleaseSequenceRequest* request, v1::ReleaseSequenceResponse* response,
+                 std::function<void(grpc::Status)> done) {
+                node.stub().async()->ReleaseSequence(context, request, response, std::move(done));
+              });
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    Count(*nodes[k], statuses[k], requests[k], answers[k]);
+    const grpc::StatusCode code = statuses[k].error_code();
+    if ((code == grpc::StatusCode::DEADLINE_EXCEEDED || code == grpc::StatusCode::UNAVAILABLE) &&
+        deferred_ != nullptr) {
+      deferred_->Add(nodes[k], requests[k].sequence_id());
+    }
   }
   ranges_.clear();
 }
@@ -150,6 +168,20 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
       candidates.push_back(static_cast<int>(i));
     }
   }
+  absl::Status status = PlaceOn(begin, n, candidates);
+  if (status.ok() || failed_.empty()) return status;
+  const bool only_failed = candidates.empty();
+  // The nodes that failed for this sequence (or the one it replaces) may be back: restarted,
+  // thawed or reachable again. Rather than fail, try them too, as fresh candidates.
+  const std::vector<int> failed = failed_;
+  failed_.clear();
+  absl::Status retry = PlaceOn(begin, n, failed);
+  if (retry.ok()) return retry;
+  failed_ = failed;
+  return only_failed ? retry : status;
+}
+
+absl::Status RemoteAttentionShards::PlaceOn(int64_t begin, int64_t n, std::vector<int> candidates) {
   const size_t tried = candidates.size();
   absl::Status last_refusal;
   // Whether any node answered NodeStatus, and why the last one that did not failed: with none
@@ -159,25 +191,31 @@ absl::Status RemoteAttentionShards::Place(int64_t begin, int64_t n) {
   grpc::Status last_unreachable;
   bool whole = placement_ == Placement::kPack;  // first try: every block on the freest node
   while (!candidates.empty()) {
-    // Free memory per candidate; a node that does not answer is left out.
+    // Free memory per candidate, asked of all at once; a node that does not answer within
+    // kProbeTimeout (a frozen or unreachable one) is left out.
     std::vector<int> live;
     std::vector<int64_t> free;
-    for (int c : candidates) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(Deadline(kControlSeconds));
-      v1::NodeStatusRequest req;
-      v1::NodeStatusResponse st;
-      AttentionNodeClient& node = *nodes_[static_cast<size_t>(c)];
-      node.Identify(&ctx);
-      const grpc::Status status = node.stub().NodeStatus(&ctx, req, &st);
-      Count(node, status, req, st);
-      if (!status.ok()) {
-        last_unreachable = status;
+    std::vector<AttentionNodeClient*> asked;
+    for (int c : candidates) asked.push_back(nodes_[static_cast<size_t>(c)]);
+    std::vector<v1::NodeStatusRequest> requests(asked.size());
+    std::vector<v1::NodeStatusResponse> answers;
+    const std::vector<grpc::Status> statuses =
+        CallAll(asked, requests, &answers, std::min(attend_timeout_, kProbeTimeout),
+                [](AttentionNodeClient& node, grpc::ClientContext* context,
+                   const v1::NodeStatusRequest* request, v1::NodeStatusResponse* response,
+                   std::function<void(grpc::Status)> done) {
+                  node.stub().async()->NodeStatus(context, request, response, std::move(done));
+                });
+    for (size_t k = 0; k < candidates.size(); ++k) {
+      Count(*asked[k], statuses[k], requests[k], answers[k]);
+      if (!statuses[k].ok()) {
+        last_unreachable = statuses[k];
         continue;
       }
       any_answered = true;
+      const v1::NodeStatusResponse& st = answers[k];
       if (st.draining()) continue;
-      live.push_back(c);
+      live.push_back(candidates[k]);
       free.push_back(std::max<int64_t>(0, st.memory_budget_bytes() - st.memory_used_bytes()));
     }
     int64_t total = 0;

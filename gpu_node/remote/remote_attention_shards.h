@@ -136,7 +136,12 @@ class RemoteAttentionShards final : public attention::AttentionShards {
   const std::vector<Range>& ranges() const { return ranges_; }
 
  private:
+  // Places the region on the nodes not marked failed; failing that, on the failed ones (they may
+  // be back), which are then no longer marked.
   absl::Status Place(int64_t begin, int64_t n);
+  // One placement attempt over `candidates` (node indices): UNAVAILABLE when none answered,
+  // RESOURCE_EXHAUSTED when none had room.
+  absl::Status PlaceOn(int64_t begin, int64_t n, std::vector<int> candidates);
   // Records the node of `range` as failed when `status` is recoverable; returns status.
   absl::Status NoteFailure(const Range& range, absl::Status status);
   // A Write or Read on range's Attend stream failed: finish it and report why (recoverable).

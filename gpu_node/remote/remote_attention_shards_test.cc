@@ -251,6 +251,30 @@ TEST_F(RemoteShardsMetricsTest, OneBlockRegionsGoToTheFreerNode) {
   EXPECT_EQ(second.ranges()[0].node, 1);
 }
 
+// A node that failed for a sequence (here: avoided from the start, as a rebuilt sequence avoids
+// the nodes its predecessor lost) is tried again when no other node can take the region: it may
+// have come back. Unreachable nodes give UNAVAILABLE, not "no room".
+TEST_F(RemoteShardsMetricsTest, FailedNodesAreTriedAgainWhenNoOtherNodeCanTakeTheRegion) {
+  AttentionNodeClient a(nodes_[0]->address()), b(nodes_[1]->address());
+  RemoteAttentionShards shards({&a, &b}, "back", Shape(), 16, kTokens);
+  shards.AvoidNodes({0, 1});
+  ASSERT_TRUE(
+      shards.Append(0, 0, kTokens, data_.keys.data(), data_.values.data(), data_.codes.data())
+          .ok());
+  ASSERT_EQ(shards.ranges().size(), 1u);
+  EXPECT_TRUE(shards.failed().empty()) << "the node that took the region is no longer avoided";
+  EXPECT_TRUE(Attend(shards).ok());
+
+  AttentionNodeClient nowhere("127.0.0.1:1");
+  RemoteAttentionShards lost({&nowhere}, "lost", Shape(), 16, kTokens);
+  lost.AvoidNodes({0});
+  const absl::Status s =
+      lost.Append(0, 0, kTokens, data_.keys.data(), data_.values.data(), data_.codes.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("no attention node answered"), std::string::npos) << s;
+  EXPECT_EQ(lost.failed(), std::vector<int>{0}) << "still avoided after the failed retry";
+}
+
 // Placement::kPack: a sequence of several blocks goes whole to the freest node (so two such
 // sequences take one node each); where no node admits all of it, it is spread over both instead.
 TEST_F(RemoteShardsMetricsTest, PackedSequencesTakeOneNodeEachAndSpreadWhenTooBig) {
