@@ -83,19 +83,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-ChunkView ChunkViewOf(const v1::KvChunk& c, std::string_view owner) {
-  ChunkView v;
-  v.owner = owner;
-  v.sequence_id = View(c.sequence_id());
-  v.layer = c.layer();
-  v.first_pos = c.first_pos();
-  v.n_tokens = c.n_tokens();
-  v.keys = View(c.keys());
-  v.values = View(c.values());
-  v.codes = View(c.codes());
-  return v;
-}
-
 // AppendKV: stage chunks as they arrive, commit on the executor when the client half-closes.
 // Registered in `uploads` while open; refused at once when its owner has `limit` streams open.
 class AppendReactor final : public grpc::ServerReadReactor<v1::KvChunk> {
@@ -270,11 +257,7 @@ class AttendReactor final : public grpc::ServerBidiReactor<v1::AttendRequest, v1
 
   // Runs on the executor: attention for one request, then its write (or the stream's finish).
   void Process(const v1::AttendRequest& request) {
-    std::vector<QueryView> queries;
-    queries.reserve(static_cast<size_t>(request.queries_size()));
-    for (const v1::SequenceQuery& q : request.queries()) {
-      queries.push_back(QueryView{View(q.sequence_id()), View(q.q()), View(q.codes())});
-    }
+    const std::vector<QueryView> queries = QueryViewsOf(request);
     std::vector<SequencePartialResult> results;
     const auto start = std::chrono::steady_clock::now();
     absl::Status status =
@@ -368,6 +351,28 @@ absl::StatusOr<KvStorage> StorageFromProto(v1::KvDtype d) {
 }
 
 }  // namespace
+
+ChunkView ChunkViewOf(const v1::KvChunk& c, std::string_view owner) {
+  ChunkView v;
+  v.owner = owner;
+  v.sequence_id = View(c.sequence_id());
+  v.layer = c.layer();
+  v.first_pos = c.first_pos();
+  v.n_tokens = c.n_tokens();
+  v.keys = View(c.keys());
+  v.values = View(c.values());
+  v.codes = View(c.codes());
+  return v;
+}
+
+std::vector<QueryView> QueryViewsOf(const v1::AttendRequest& request) {
+  std::vector<QueryView> queries;
+  queries.reserve(static_cast<size_t>(request.queries_size()));
+  for (const v1::SequenceQuery& q : request.queries()) {
+    queries.push_back(QueryView{View(q.sequence_id()), View(q.q()), View(q.codes())});
+  }
+  return queries;
+}
 
 absl::StatusOr<SequenceSpec> SequenceSpecFromProto(const v1::CreateSequenceRequest& request) {
   if (!request.has_shape()) return absl::InvalidArgumentError("shape: missing");

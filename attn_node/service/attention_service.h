@@ -69,6 +69,12 @@ inline constexpr int kMaxQueuedAttends = 8;
 // shape, an unknown dtype or estimator enum value, or anything ValidateSequenceSpec rejects.
 absl::StatusOr<SequenceSpec> SequenceSpecFromProto(const v1::CreateSequenceRequest& request);
 
+// The store's view of a KvChunk (views into the message) for `owner`.
+ChunkView ChunkViewOf(const v1::KvChunk& chunk, std::string_view owner);
+
+// The store's views of an AttendRequest's queries (views into the message).
+std::vector<QueryView> QueryViewsOf(const v1::AttendRequest& request);
+
 // The grpc::Status of the same code and message.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 

@@ -464,6 +464,9 @@ TEST(AttentionServiceTest, MalformedRequestsGetFieldNamedErrorsAndChangeNothing)
   bad_attend(r, C::INVALID_ARGUMENT, "AttendRequest.scale");
   r.set_scale(std::numeric_limits<float>::quiet_NaN());
   bad_attend(r, C::INVALID_ARGUMENT, "AttendRequest.scale");
+  // Absurdly large: with keys and queries at their bound it would overflow the logits to inf.
+  r.set_scale(1e30f);
+  bad_attend(r, C::INVALID_ARGUMENT, "AttendRequest.scale");
   r = MakeAttend(1, 4, scale);
   *r.add_queries() = MakeQuery("a", q, *hash, nullptr);
   r.mutable_queries(0)->mutable_q()->resize(r.queries(0).q().size() - 1);

@@ -762,8 +762,9 @@ absl::Status ShardStore::Attend(int32_t layer, float scale, std::span<const Quer
     return Invalid("AttendRequest.queries", absl::StrCat("must hold 1 .. ", kMaxQueriesPerAttend,
                                                          " queries, got ", queries.size()));
   }
-  if (!std::isfinite(scale) || !(scale > 0.0f)) {
-    return Invalid("AttendRequest.scale", absl::StrCat("must be finite and > 0, got ", scale));
+  if (!std::isfinite(scale) || !(scale > 0.0f) || scale > kMaxAttentionScale) {
+    return Invalid("AttendRequest.scale",
+                   absl::StrCat("must be in (0, ", kMaxAttentionScale, "], got ", scale));
   }
   struct Parsed {
     std::shared_ptr<Sequence> seq;

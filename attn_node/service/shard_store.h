@@ -62,6 +62,10 @@ inline constexpr int kMaxSequenceIdBytes = 128;
 // is fp16 (|x| <= 65504; centring at most doubles that), and with elements this small no dot
 // product over kMaxHeadDim elements overflows float, so every lse and output stays finite.
 inline constexpr float kMaxAbsElement = 1e6f;
+// Attention scales must lie in (0, kMaxAttentionScale]: models use 1/sqrt(head_dim) or a
+// multiplier of that order; with elements and scale in bounds every logit stays finite
+// (256 * 1e6 * 1e6 * 1e3 < FLT_MAX).
+inline constexpr float kMaxAttentionScale = 1e3f;
 inline constexpr int kMaxLayersPerSequence = 1024;
 inline constexpr int kMaxLayerId = 65535;
 inline constexpr int kMaxKvHeads = 256;
