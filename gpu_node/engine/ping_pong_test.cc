@@ -54,6 +54,16 @@ void GenerateAlone(Engine& engine, const std::vector<std::string>& texts,
   }
 }
 
+// The same on an embedded engine built with `options` (before any attention node is added).
+void GenerateAloneEmbedded(const EngineOptions& options, const std::vector<std::string>& texts,
+                           std::vector<GenerateRequest>* requests,
+                           std::vector<std::vector<int32_t>>* alone) {
+  auto embedded =
+      testing::MakeSyntheticEngine(testing::SmallModel(), options, BatchInvariantLevel());
+  ASSERT_TRUE(embedded.ok()) << embedded.status();
+  GenerateAlone(**embedded, texts, requests, alone);
+}
+
 // n in-process attention nodes (256 MiB, one thread each), added to options' node list.
 std::vector<std::unique_ptr<AttentionServer>> StartNodes(int n, EngineOptions* options) {
   std::vector<std::unique_ptr<AttentionServer>> nodes;
@@ -153,12 +163,9 @@ TEST(PingPongTest, NodeLostDuringBatchedStepsRebuildsWithTheSameTokens) {
   EngineOptions options = ExactSparse();
   options.attention.shard_block = 4;  // every node holds blocks of every sequence
   options.placement = Placement::kSpread;
-  auto embedded =
-      testing::MakeSyntheticEngine(testing::SmallModel(), options, BatchInvariantLevel());
-  ASSERT_TRUE(embedded.ok()) << embedded.status();
   std::vector<GenerateRequest> requests;
   std::vector<std::vector<int32_t>> alone;
-  ASSERT_NO_FATAL_FAILURE(GenerateAlone(**embedded, texts, &requests, &alone));
+  ASSERT_NO_FATAL_FAILURE(GenerateAloneEmbedded(options, texts, &requests, &alone));
 
   std::vector<std::unique_ptr<AttentionServer>> nodes = StartNodes(3, &options);
   ASSERT_EQ(nodes.size(), 3u);
@@ -199,12 +206,9 @@ TEST(PingPongTest, SequenceThatCannotBeRebuiltFailsAloneAndTheBatchGoesOn) {
   };
   EngineOptions options = ExactSparse(/*shard_block=*/256);  // one block per sequence
   options.placement = Placement::kPack;
-  auto embedded =
-      testing::MakeSyntheticEngine(testing::SmallModel(), options, BatchInvariantLevel());
-  ASSERT_TRUE(embedded.ok()) << embedded.status();
   std::vector<GenerateRequest> requests;
   std::vector<std::vector<int32_t>> alone;
-  ASSERT_NO_FATAL_FAILURE(GenerateAlone(**embedded, texts, &requests, &alone));
+  ASSERT_NO_FATAL_FAILURE(GenerateAloneEmbedded(options, texts, &requests, &alone));
 
   // What one sequence is charged on a node, measured on a probe node.
   int64_t charge = 0;
