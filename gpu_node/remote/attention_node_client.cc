@@ -96,12 +96,17 @@ absl::Status CloseFailedAttendStream(const AttentionNodeClient& node,
                                      std::unique_ptr<AttendStream>& stream) {
   grpc::Status s;
   if (stream != nullptr) {
-    stream->WritesDone();
+    // Cancel first: Finish waits for every answer still unread on the stream, and for the node to
+    // end the call, which a frozen node never does (found by the chaos soak: the scheduler hung
+    // here for good). A status the node already sent survives the cancel; else it reads CANCELLED.
+    context->TryCancel();
     s = stream->Finish();
   }
   stream.reset();
   context.reset();
-  if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed");
+  if (s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) {
+    s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed");
+  }
   node.metrics().Finished(s);
   return FromGrpc(s, "Attend", node.address());
 }

@@ -137,8 +137,9 @@ using AttendStream =
 void CancelAttendStream(std::unique_ptr<grpc::ClientContext>& context,
                         std::unique_ptr<AttendStream>& stream);
 
-// Ends an Attend stream whose Write or Read failed and drops it and its context: the status the
-// call ended with (the node's; UNAVAILABLE "stream closed" when it gave none or the stream is
+// Ends an Attend stream whose Write or Read failed and drops it and its context, without waiting
+// for the node (it cancels the call first): the status the call ended with (the node's if it sent
+// one; UNAVAILABLE "stream closed" when it gave none, the call was cancelled or the stream is
 // null), counted in node's error metrics and returned naming the node.
 absl::Status CloseFailedAttendStream(const AttentionNodeClient& node,
                                      std::unique_ptr<grpc::ClientContext>& context,
