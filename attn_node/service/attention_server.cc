@@ -78,6 +78,9 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
     // And no one client (one IP) may hold more than a quarter of them: Prometheus and the
     // kubelet's probes come from addresses of their own.
     http_options.max_connections_per_client = 16;
+    // And a flood from many addresses that takes all 64 still leaves 8 slots for the probes.
+    http_options.reserved_probe_connections = 8;
+    http_options.probe_paths = {"/healthz", "/readyz", "/health", "/metrics"};
     http_options.idle_timeout = absl::Seconds(2);
     http_options.read_timeout = absl::Seconds(2);
     absl::StatusOr<std::unique_ptr<http::Server>> http =

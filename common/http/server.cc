@@ -30,12 +30,15 @@ struct Server::Connection {
   uint64_t id = 0;
   int fd = -1;
   std::string client;  // peer IP address (per-client limit)
+  bool probe = false;  // admitted on a reserved probe slot (ServerOptions::probe_paths only)
   std::thread thread;
 };
 
 namespace {
 
 constexpr size_t kReadChunk = 16 << 10;
+// Idle and read timeout of a connection on a reserved probe slot.
+constexpr absl::Duration kProbeTimeout = absl::Seconds(2);
 
 // The peer's IP address as text (without the port), the key of the per-client limit.
 std::string ClientAddress(const sockaddr_storage& peer) {
@@ -96,6 +99,9 @@ absl::Status ValidateOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("port ", o.port, " outside 0..65535"));
   }
   if (o.max_connections < 1) return absl::InvalidArgumentError("max_connections must be >= 1");
+  if (o.reserved_probe_connections < 0) {
+    return absl::InvalidArgumentError("reserved_probe_connections must be >= 0");
+  }
   if (o.max_connections_per_client < 0) {
     return absl::InvalidArgumentError("max_connections_per_client must be >= 0");
   }
@@ -241,11 +247,19 @@ void Server::AcceptLoop() {
         const bool client_full = options_.max_connections_per_client > 0 &&
                                  per_client_[client] >= options_.max_connections_per_client;
         if (client_full) why = "too many connections from this client";
-        if (!client_full && connections_.size() < static_cast<size_t>(options_.max_connections)) {
+        const size_t regular = connections_.size() - static_cast<size_t>(probe_connections_);
+        const bool regular_slot =
+            !client_full && regular < static_cast<size_t>(options_.max_connections);
+        // Every regular slot taken (or this client's share): a reserved probe slot, if one is
+        // free. The per-client limit does not apply: a probe may share its address with a flood.
+        const bool probe_slot = !regular_slot && !options_.probe_paths.empty() &&
+                                probe_connections_ < options_.reserved_probe_connections;
+        if (regular_slot || probe_slot) {
           auto conn = std::make_unique<Connection>();
           conn->id = next_id_++;
           conn->fd = fd;
           conn->client = client;
+          conn->probe = probe_slot;
           Connection* c = conn.get();
           connections_.emplace(c->id, std::move(conn));
           try {
@@ -253,6 +267,7 @@ void Server::AcceptLoop() {
             c->thread = std::thread(&Server::ServeConnection, this, c);
             admitted = true;
             ++per_client_[client];
+            if (probe_slot) ++probe_connections_;
           } catch (const std::system_error&) {
             connections_.erase(c->id);  // no thread to spare: answer 503 below
           }
@@ -359,8 +374,9 @@ void Server::ServeConnection(Connection* conn) {
       in_progress = !in_progress;
       phase_start = absl::Now();
     }
+    const absl::Duration limit = in_progress ? options_.read_timeout : options_.idle_timeout;
     const absl::Time deadline =
-        phase_start + (in_progress ? options_.read_timeout : options_.idle_timeout);
+        phase_start + (conn->probe ? std::min(limit, kProbeTimeout) : limit);
     if (absl::Now() >= deadline) {
       if (in_progress) {
         Responder responder(fd, 1, /*keep_alive=*/false, &draining_);
@@ -386,11 +402,20 @@ void Server::ServeConnection(Connection* conn) {
 
 bool Server::Dispatch(Connection* conn, Request& request) {
   Responder responder(conn->fd, request.version_minor, request.keep_alive, &draining_);
+  if (conn->probe) {
+    const bool probe_request = request.method == "GET" &&
+                               std::find(options_.probe_paths.begin(), options_.probe_paths.end(),
+                                         request.path) != options_.probe_paths.end();
+    if (!probe_request) {
+      SendError(responder, 503, "too many connections", {{"Connection", "close"}});
+      return false;
+    }
+  }
   std::string allow;
   const Handler* handler = router_.Find(request.method, request.path, &allow);
   if (handler == nullptr) {
     SendNoRoute(responder, request, allow);
-    return responder.reusable();
+    return responder.reusable() && !conn->probe;  // a probe slot serves one request
   }
   std::string failure;
   try {
@@ -410,7 +435,7 @@ bool Server::Dispatch(Connection* conn, Request& request) {
   } else {
     responder.End();
   }
-  return responder.reusable();
+  return responder.reusable() && !conn->probe;  // a probe slot serves one request
 }
 
 void Server::FinishConnection(Connection* conn) {
@@ -421,6 +446,7 @@ void Server::FinishConnection(Connection* conn) {
   if (auto c = per_client_.find(conn->client); c != per_client_.end() && --c->second <= 0) {
     per_client_.erase(c);
   }
+  if (conn->probe) --probe_connections_;
   finished_.push_back(std::move(it->second->thread));
   connections_.erase(it);
 }

@@ -87,6 +87,12 @@ struct ServerOptions {
   // Open connections from one peer IP address at most (0: no such limit), so that one client
   // cannot take every slot; beyond it a connection gets the same 503 as beyond max_connections.
   int max_connections_per_client = 0;
+  // Slots kept for probes beyond max_connections (0: none): when every other slot is taken (by a
+  // flood from many addresses, say), a connection still gets one of these, and is served one
+  // request if it is a GET of one of `probe_paths` (health, readiness, metrics), else 503. Probe
+  // connections have 2 s idle and read timeouts and are closed after their request.
+  int reserved_probe_connections = 0;
+  std::vector<std::string> probe_paths;
   int64_t max_body_bytes = 8 << 20;
   int64_t max_header_bytes = 16 << 10;  // request line + header section
   int max_headers = 100;
@@ -155,6 +161,7 @@ class Server {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> per_client_ ABSL_GUARDED_BY(mu_);  // open connections per peer IP
+  int probe_connections_ ABSL_GUARDED_BY(mu_) = 0;              // on reserved probe slots
   std::vector<std::thread> finished_ ABSL_GUARDED_BY(mu_);      // exited connection threads to join
 };
 

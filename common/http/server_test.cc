@@ -526,6 +526,56 @@ TEST_F(ServerTest, ConnectionsPerClientAreCapped) {
   EXPECT_EQ(hello(again), 200);
 }
 
+// A flood that takes every regular slot (from many addresses, so the per-client limit does not
+// help) leaves the reserved probe slots: a GET of a probe path is still answered there, any other
+// request on such a slot gets 503, and a probe slot serves one request, then closes.
+TEST_F(ServerTest, ReservedSlotsKeepProbesAnsweringWhenEveryOtherSlotIsTaken) {
+  server_.reset();
+  ServerOptions options;
+  options.max_connections = 2;
+  options.reserved_probe_connections = 1;
+  options.probe_paths = {"/hello"};
+  StartServer(options);
+  std::vector<RawClient> flood;
+  for (const char* source : {"127.0.0.2", "127.0.0.3"}) {
+    absl::StatusOr<RawClient> c = RawClient::Connect(server_->port(), "127.0.0.1", source);
+    ASSERT_TRUE(c.ok()) << c.status();
+    flood.push_back(*std::move(c));
+  }
+  ASSERT_TRUE(WaitForConnections(2));
+
+  RawClient probe = Connect();
+  ASSERT_TRUE(probe.Send(HttpRequest("GET", "/hello")).ok());
+  absl::StatusOr<ClientResponse> r = probe.ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200) << "the probe is answered on the reserved slot";
+  EXPECT_TRUE(probe.WaitClosed()) << "a probe slot serves one request";
+
+  RawClient other = Connect();
+  ASSERT_TRUE(other.Send(HttpRequest("GET", "/peer")).ok());
+  r = other.ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 503) << "only probe paths on a probe slot";
+  EXPECT_TRUE(other.WaitClosed());
+
+  // The probe slot taken by an idle connection: the next one gets 503 until that one's short
+  // idle timeout frees the slot.
+  ASSERT_TRUE(WaitForConnections(2));
+  RawClient idle_probe = Connect();
+  ASSERT_TRUE(WaitForConnections(3));
+  RawClient refused = Connect();
+  r = refused.ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 503);
+  EXPECT_TRUE(idle_probe.WaitClosed(absl::Seconds(5))) << "probe slots time out in 2 s";
+  ASSERT_TRUE(WaitForConnections(2));
+  RawClient again = Connect();
+  ASSERT_TRUE(again.Send(HttpRequest("GET", "/hello")).ok());
+  r = again.ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200);
+}
+
 TEST_F(ServerTest, HandlerWithoutResponseIs500) {
   RawClient c = Connect();
   ASSERT_TRUE(c.Send(HttpRequest("GET", "/silent")).ok());

@@ -153,6 +153,10 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(engine::Engine* engi
                   return self->Metrics(res);
                 }));
   http::ServerOptions http_options = s->options_.http;
+  // Probes and scrapes keep 16 slots of their own: a flood from many addresses that takes every
+  // regular slot cannot make the kubelet restart the pod or blind Prometheus.
+  http_options.reserved_probe_connections = 16;
+  http_options.probe_paths = {"/healthz", "/readyz", "/health", "/metrics"};
   http_options.error_body = [logger = s->options_.logger](int status, std::string_view message) {
     // The errors the HTTP layer answers without a handler (no route, malformed request, too many
     // connections) get their line here. Its 500s follow a handler, whose line Wrap wrote.
