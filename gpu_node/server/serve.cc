@@ -110,6 +110,11 @@ int ServeMain(const std::vector<std::string>& args) {
                     ? " (embedded)"
                     : absl::StrCat(" on ", engine_options->attention_nodes.size(), " nodes"))
             << "\n";
+  if (!engine_options->attention_nodes.empty() && engine_options->node_security.insecure) {
+    std::cerr << "magicpig_gpu_node: WARNING: plaintext gRPC to the attention nodes (--insecure): "
+                 "anyone on the network can read and alter the attention traffic; use "
+                 "--tls-cert/--tls-key/--tls-ca outside a trusted network\n";
+  }
 
   int signal_number = 0;
   sigwait(&stop, &signal_number);
