@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/flags/flag_values.h"
 #include "common/metrics/metrics.h"
 #include "grpcpp/grpcpp.h"
 
@@ -102,6 +103,7 @@ ApiServer::~ApiServer() { Shutdown(absl::ZeroDuration()); }
 
 void ApiServer::Shutdown(absl::Duration grace) {
   if (http_ != nullptr) http_->Shutdown(grace);
+  if (metrics_http_ != nullptr) metrics_http_->Shutdown(absl::Seconds(1));
 }
 
 absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(engine::Engine* engine,
@@ -148,15 +150,16 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(engine::Engine* engi
                     return self->Ready(res, log);
                   }));
   }
-  router.Handle("GET", "/metrics",
-                s->Wrap("/metrics", RouteKind::kProbe, [self](const auto&, auto& res, RequestLog*) {
-                  return self->Metrics(res);
-                }));
+  const http::Handler metrics =
+      s->Wrap("/metrics", RouteKind::kProbe,
+              [self](const auto&, auto& res, RequestLog*) { return self->Metrics(res); });
+  if (s->options_.metrics_listen.empty()) router.Handle("GET", "/metrics", metrics);
   http::ServerOptions http_options = s->options_.http;
   // Probes and scrapes keep 16 slots of their own: a flood from many addresses that takes every
   // regular slot cannot make the kubelet restart the pod or blind Prometheus.
   http_options.reserved_probe_connections = 16;
-  http_options.probe_paths = {"/healthz", "/readyz", "/health", "/metrics"};
+  http_options.probe_paths = {"/healthz", "/readyz", "/health"};
+  if (s->options_.metrics_listen.empty()) http_options.probe_paths.push_back("/metrics");
   http_options.error_body = [logger = s->options_.logger](int status, std::string_view message) {
     // The errors the HTTP layer answers without a handler (no route, malformed request, too many
     // connections) get their line here. Its 500s follow a handler, whose line Wrap wrote.
@@ -183,6 +186,26 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(engine::Engine* engi
       http::Server::Start(http_options, std::move(router));
   if (!http.ok()) return http.status();
   s->http_ = *std::move(http);
+  if (!s->options_.metrics_listen.empty()) {
+    absl::StatusOr<flags::HostPort> address = flags::ParseHostPort(s->options_.metrics_listen);
+    if (!address.ok()) return address.status();
+    http::Router metrics_router;
+    metrics_router.Handle("GET", "/metrics", metrics);
+    http::ServerOptions metrics_options;
+    metrics_options.host = address->host;
+    metrics_options.port = address->port;
+    // Scrapers send one small request at once: short timeouts, a few slots per address.
+    metrics_options.max_connections = 32;
+    metrics_options.max_connections_per_client = 8;
+    metrics_options.idle_timeout = absl::Seconds(5);
+    metrics_options.read_timeout = absl::Seconds(5);
+    absl::StatusOr<std::unique_ptr<http::Server>> m =
+        http::Server::Start(metrics_options, std::move(metrics_router));
+    if (!m.ok()) {
+      return absl::Status(m.status().code(), absl::StrCat("metrics port: ", m.status().message()));
+    }
+    s->metrics_http_ = *std::move(m);
+  }
   return s;
 }
 

@@ -52,6 +52,10 @@ struct ApiServerOptions {
   bool allow_attention_override = false;
   // Where the per-request lines go (borrowed; must outlive the server). Null: no logging.
   logging::Logger* logger = nullptr;
+  // HOST:PORT of a listener of its own for GET /metrics (port 0 picks one); the API port then has
+  // no /metrics, so that a NetworkPolicy can open the API to clients and metrics to Prometheus
+  // only. Empty: /metrics on the API port.
+  std::string metrics_listen;
 };
 
 class ApiServer {
@@ -64,6 +68,8 @@ class ApiServer {
   ~ApiServer();
 
   int port() const { return http_->port(); }
+  // The metrics listener's port (0 without metrics_listen).
+  int metrics_port() const { return metrics_http_ != nullptr ? metrics_http_->port() : 0; }
   // Stops the HTTP server: waits up to `grace` for running handlers (call after the scheduler has
   // drained, so they have their results).
   void Shutdown(absl::Duration grace);
@@ -105,6 +111,7 @@ class ApiServer {
   const int64_t started_;  // Unix seconds
   std::atomic<uint64_t> next_id_{0};
   std::unique_ptr<http::Server> http_;
+  std::unique_ptr<http::Server> metrics_http_;  // with metrics_listen only
 };
 
 }  // namespace magicpig::server

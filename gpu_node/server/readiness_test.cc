@@ -12,6 +12,7 @@
 #include "common/json/json.h"
 #include "gpu_node/engine/scheduler.h"
 #include "gpu_node/server/api_server.h"
+#include "gpu_node/server/serving_metrics.h"
 #include "gtest/gtest.h"
 #include "tests/testing/service_test_util.h"
 #include "tests/testing/synthetic_engine.h"
@@ -29,7 +30,7 @@ struct Serving {
   std::unique_ptr<ApiServer> api;
 
   Serving(std::vector<std::string> nodes, engine::SchedulerOptions scheduling,
-          std::string api_key = "") {
+          std::string api_key = "", std::string metrics_listen = "") {
     engine::EngineOptions options;
     options.attention.dense_layers = {0};
     options.attention_nodes = std::move(nodes);
@@ -44,6 +45,7 @@ struct Serving {
     api_options.http.port = 0;
     api_options.model_name = "tiny";
     api_options.api_key = std::move(api_key);
+    api_options.metrics_listen = std::move(metrics_listen);
     auto s = ApiServer::Start(engine.get(), scheduler.get(), &registry, api_options);
     EXPECT_TRUE(s.ok()) << s.status();
     if (s.ok()) api = *std::move(s);
@@ -54,8 +56,8 @@ struct Serving {
   }
 
   http::ClientResponse Send(std::string_view method, std::string_view target,
-                            std::string_view body = "") {
-    absl::StatusOr<http::RawClient> client = http::RawClient::Connect(api->port());
+                            std::string_view body = "", int port = 0) {
+    absl::StatusOr<http::RawClient> client = http::RawClient::Connect(port ? port : api->port());
     EXPECT_TRUE(client.ok()) << client.status();
     if (!client.ok()) return {};
     EXPECT_TRUE(client->Send(http::HttpRequest(method, target, body, {"Connection: close"})).ok());
@@ -135,6 +137,23 @@ TEST(ReadinessTest, KeyCheckedBeforeTheBody) {
   r = keyed->ReadResponse(absl::Seconds(30));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 200) << r->body;
+}
+
+// --metrics-listen: /metrics moves to a port of its own (so a NetworkPolicy can open it to
+// Prometheus only); the API port no longer serves it, the probes stay there.
+TEST(ReadinessTest, MetricsOnAPortOfTheirOwn) {
+  Serving serving({}, {}, "", "127.0.0.1:0");
+  ASSERT_NE(serving.api, nullptr);
+  ServingMetrics series(serving.registry);  // something to expose
+  ASSERT_NE(serving.api->metrics_port(), 0);
+  ASSERT_NE(serving.api->metrics_port(), serving.api->port());
+  const http::ClientResponse metrics =
+      serving.Send("GET", "/metrics", "", serving.api->metrics_port());
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("magicpig_num_requests_running"), std::string::npos) << metrics.body;
+  EXPECT_EQ(serving.Send("GET", "/metrics").status, 404);
+  EXPECT_EQ(serving.Send("GET", "/healthz").status, 200);
+  EXPECT_EQ(serving.Send("GET", "/healthz", "", serving.api->metrics_port()).status, 404);
 }
 
 }  // namespace

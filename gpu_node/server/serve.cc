@@ -40,6 +40,11 @@ std::unique_ptr<flags::FlagTable> ServeFlagTable(ServeFlags* f) {
   table->Number("max-batch", &f->max_batch, "sequences decoded together", 1, 4096);
   table->Number("max-queue", &f->max_queue, "requests waiting beyond the batch (more get 429)", 0,
                 1 << 20);
+  table->Address("metrics-listen", &f->metrics_listen,
+                 "a port of its own for GET /metrics (the API port then has none, so that a "
+                 "firewall can open them to different clients); off: /metrics on the API port",
+                 /*off_allowed=*/true);
+  table->ShowDefault("metrics-listen", "off");
   table->Bytes("max-body", &f->max_body_bytes, "request body limit");
   table->Number("max-connections-per-client", &f->max_connections_per_client,
                 "open HTTP connections from one client IP address at most (of 256), so that one "
@@ -82,6 +87,7 @@ int ServeMain(const std::vector<std::string>& args) {
   api.api_key = f.api_key;
   api.allow_attention_override = f.allow_attention_override;
   api.logger = &logger;
+  api.metrics_listen = f.metrics_listen;
 
   // Block the stop signals in every thread (the server's and oneTBB's inherit the mask).
   sigset_t stop;
@@ -104,6 +110,10 @@ int ServeMain(const std::vector<std::string>& args) {
             << (api.http.host.find(':') != std::string::npos ? absl::StrCat("[", api.http.host, "]")
                                                              : api.http.host)
             << ":" << (*server)->port() << std::endl;
+  if ((*server)->metrics_port() != 0) {
+    std::cerr << "metrics on " << flags::ParseHostPort(f.metrics_listen)->host << ":"
+              << (*server)->metrics_port() << std::endl;
+  }
   std::cerr << "magicpig_gpu_node: model '" << api.model_name << "', max batch " << f.max_batch
             << ", attention " << attention::EstimatorName(engine_options->attention.mode)
             << (engine_options->attention_nodes.empty()

@@ -20,6 +20,7 @@ namespace magicpig::server {
 struct ServeFlags {
   engine::EngineOptions engine;
   std::string listen = "0.0.0.0:8000";
+  std::string metrics_listen;     // empty: /metrics on the API port
   std::string served_model_name;  // empty: the GGUF file name stem
   std::string api_key;
   int max_batch = 8;

@@ -773,6 +773,11 @@ def check_fabric_security(where, objs, certificates, problems):
     if not grpc_open:
         problems.append(f"{where}: no NetworkPolicy lets the compute pods reach the attention "
                         "nodes' gRPC port")
+    for r in [r for p in policies if pod_selected(p, gpu) for r in p["spec"].get("ingress") or []]:
+        ports = {pt.get("port") for pt in r.get("ports") or []}
+        if (not ports or "metrics" in ports or 9090 in ports) and not r.get("from"):
+            problems.append(f"{where}: a NetworkPolicy opens the compute nodes' metrics port to "
+                            "everyone")
 
 
 def check_semantics(root, report, rendered):

@@ -62,6 +62,11 @@ MUTATIONS = [
      "              app.kubernetes.io/name: magicpig\n"
      "              app.kubernetes.io/component: gpu-node\n      ports:",
      "    - ports:", "semantics", "reach the attention nodes' gRPC port"),
+    ("compute metrics open to all", "deploy/base/network-policies.yaml",
+     "  ingress:\n    - ports:\n        - port: http\n          protocol: TCP\n",
+     "  ingress:\n    - ports:\n        - port: http\n          protocol: TCP\n"
+     "        - port: metrics\n          protocol: TCP\n", "semantics",
+     "opens the compute nodes' metrics port to everyone"),
     ("certificate without the probe's name", "deploy/tls/cert-manager/node-certificates.yaml",
      "    - localhost\n", "", "semantics", "do not name localhost"),
     ("TLS key outside the Secret", "deploy/base/attn-node.env",
