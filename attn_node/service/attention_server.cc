@@ -4,7 +4,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/flags/flag_values.h"
 #include "common/metrics/metrics.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "tbb/info.h"
@@ -66,29 +65,9 @@ absl::StatusOr<std::unique_ptr<AttentionServer>> AttentionServer::Start(
     health->SetServingStatus(kServiceName, true);
   }
   if (!options.metrics_listen.empty()) {
-    absl::StatusOr<flags::HostPort> host_port = flags::ParseHostPort(options.metrics_listen);
-    if (!host_port.ok()) return host_port.status();
-    http::ServerOptions http_options;
-    http_options.host = host_port->host;
-    http_options.port = host_port->port;
-    // Scrapers and probes send one small request at once: an idle or slow socket is closed after
-    // two seconds, so that a handful of idle connections cannot hold every slot (and make the
-    // liveness probe fail) for the default minute.
-    http_options.max_connections = 64;
-    // And no one client (one IP) may hold more than a quarter of them: Prometheus and the
-    // kubelet's probes come from addresses of their own.
-    http_options.max_connections_per_client = 16;
-    // And a flood from many addresses that takes all 64 still leaves 8 slots for the probes.
-    http_options.reserved_probe_connections = 8;
-    http_options.probe_paths = {"/healthz", "/readyz", "/health", "/metrics"};
-    http_options.idle_timeout = absl::Seconds(2);
-    http_options.read_timeout = absl::Seconds(2);
-    absl::StatusOr<std::unique_ptr<http::Server>> http =
-        http::Server::Start(http_options, s->MakeRouter());
-    if (!http.ok()) {
-      return absl::Status(http.status().code(),
-                          absl::StrCat("metrics port: ", http.status().message()));
-    }
+    absl::StatusOr<std::unique_ptr<http::Server>> http = http::StartProbeListener(
+        options.metrics_listen, s->MakeRouter(), {"/healthz", "/readyz", "/health", "/metrics"});
+    if (!http.ok()) return http.status();
     s->http_ = std::move(*http);
     s->metrics_address_ = absl::StrCat(HostOf(options.metrics_listen), ":", s->http_->port());
   }

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/flags/flag_values.h"
 #include "common/http/request_parser.h"
 #include "common/http/socket_internal.h"
 
@@ -488,6 +489,28 @@ void Server::Shutdown(absl::Duration grace) {
     threads.swap(finished_);
   }
   for (std::thread& t : threads) t.join();
+}
+
+absl::StatusOr<std::unique_ptr<Server>> StartProbeListener(std::string_view address, Router router,
+                                                           std::vector<std::string> paths) {
+  absl::StatusOr<flags::HostPort> host_port =
+      flags::ParseHostPort(absl::string_view(address.data(), address.size()));
+  if (!host_port.ok()) return host_port.status();
+  ServerOptions options;
+  options.host = host_port->host;
+  options.port = host_port->port;
+  options.max_connections = 64;
+  options.max_connections_per_client = 16;
+  options.reserved_probe_connections = 8;
+  options.probe_paths = std::move(paths);
+  options.idle_timeout = absl::Seconds(2);
+  options.read_timeout = absl::Seconds(2);
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options, std::move(router));
+  if (!server.ok()) {
+    return absl::Status(server.status().code(),
+                        absl::StrCat("metrics port: ", server.status().message()));
+  }
+  return server;
 }
 
 }  // namespace magicpig::http

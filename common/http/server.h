@@ -165,6 +165,15 @@ class Server {
   std::vector<std::thread> finished_ ABSL_GUARDED_BY(mu_);      // exited connection threads to join
 };
 
+// StartProbeListener: a Server for scrapers and probes only (every route of `router` is one),
+// on `address` (HOST:PORT; port 0 picks one). They send one small request at once, so idle or
+// slow sockets are closed after 2 s (a handful of idle connections cannot hold every slot for a
+// minute); 64 slots, at most 16 per address (Prometheus and the kubelet come from addresses of
+// their own), and 8 more reserved for one GET of a route each, so a flood from many addresses
+// still leaves the probes a way in. Errors as Start's, prefixed "metrics port: ".
+absl::StatusOr<std::unique_ptr<Server>> StartProbeListener(std::string_view address, Router router,
+                                                           std::vector<std::string> paths);
+
 }  // namespace magicpig::http
 
 #endif  // MAGICPIG_COMMON_HTTP_SERVER_H_

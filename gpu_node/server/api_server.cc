@@ -12,7 +12,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/flags/flag_values.h"
 #include "common/metrics/metrics.h"
 #include "grpcpp/grpcpp.h"
 
@@ -187,23 +186,11 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(engine::Engine* engi
   if (!http.ok()) return http.status();
   s->http_ = *std::move(http);
   if (!s->options_.metrics_listen.empty()) {
-    absl::StatusOr<flags::HostPort> address = flags::ParseHostPort(s->options_.metrics_listen);
-    if (!address.ok()) return address.status();
     http::Router metrics_router;
     metrics_router.Handle("GET", "/metrics", metrics);
-    http::ServerOptions metrics_options;
-    metrics_options.host = address->host;
-    metrics_options.port = address->port;
-    // Scrapers send one small request at once: short timeouts, a few slots per address.
-    metrics_options.max_connections = 32;
-    metrics_options.max_connections_per_client = 8;
-    metrics_options.idle_timeout = absl::Seconds(5);
-    metrics_options.read_timeout = absl::Seconds(5);
-    absl::StatusOr<std::unique_ptr<http::Server>> m =
-        http::Server::Start(metrics_options, std::move(metrics_router));
-    if (!m.ok()) {
-      return absl::Status(m.status().code(), absl::StrCat("metrics port: ", m.status().message()));
-    }
+    absl::StatusOr<std::unique_ptr<http::Server>> m = http::StartProbeListener(
+        s->options_.metrics_listen, std::move(metrics_router), {"/metrics"});
+    if (!m.ok()) return m.status();
     s->metrics_http_ = *std::move(m);
   }
   return s;
