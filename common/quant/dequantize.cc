@@ -105,6 +105,30 @@ void DequantQ4_K(const uint8_t* b, float* y) {
   }
 }
 
+// Q5_K: Q4_K's layout with a fifth bit per value in qh[32] after the scales: bit 2c of qh[l] is
+// the high bit of value l of sub-block 2c, bit 2c + 1 that of sub-block 2c + 1.
+void DequantQ5_K(const uint8_t* b, float* y) {
+  const float d = ReadF16(b);
+  const float dmin = ReadF16(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48;
+  for (int c = 0; c < 4; ++c) {
+    int sc0, mn0, sc1, mn1;
+    KScaleMin(scales, 2 * c, &sc0, &mn0);
+    KScaleMin(scales, 2 * c + 1, &sc1, &mn1);
+    const float d0 = d * static_cast<float>(sc0), m0 = dmin * static_cast<float>(mn0);
+    const float d1 = d * static_cast<float>(sc1), m1 = dmin * static_cast<float>(mn1);
+    const uint8_t* q = qs + 32 * c;
+    for (int l = 0; l < 32; ++l) {
+      const int lo = (q[l] & 0xF) | (((qh[l] >> (2 * c)) & 1) << 4);
+      const int hi = (q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4);
+      y[64 * c + l] = d0 * static_cast<float>(lo) - m0;
+      y[64 * c + 32 + l] = d1 * static_cast<float>(hi) - m1;
+    }
+  }
+}
+
 void DequantQ6_K(const uint8_t* b, float* y) {
   const float d = ReadF16(b + 208);
   for (int half = 0; half < 2; ++half) {
@@ -142,6 +166,8 @@ BlockFn BlockDequantizer(GgmlType type) {
       return DequantQ8_0;
     case GgmlType::kQ4_K:
       return DequantQ4_K;
+    case GgmlType::kQ5_K:
+      return DequantQ5_K;
     case GgmlType::kQ6_K:
       return DequantQ6_K;
     default:

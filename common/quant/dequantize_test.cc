@@ -153,6 +153,36 @@ TEST(DequantizeTest, Q4_KHandBlock) {
   EXPECT_EQ(y[255], 109.0f);
 }
 
+TEST(DequantizeTest, Q5_KHandBlock) {
+  // Q4_K's scales and mins (same packing), qh[32] then qs[128]; per the spec, 64 values at a time
+  // with two bit masks u1, u2 that move up by two bits per 64 values.
+  const int sc[8] = {1, 2, 3, 4, 33, 40, 63, 17};
+  const int mn[8] = {0, 1, 2, 3, 48, 5, 63, 20};
+  std::vector<uint8_t> b(176);
+  Put16(b, 0, 0x3C00);  // d = 1
+  Put16(b, 2, 0x3800);  // dmin = 0.5
+  const uint8_t scales[12] = {129, 130, 195, 68, 192, 1, 194, 67, 1, 88, 255, 65};
+  std::memcpy(&b[4], scales, 12);
+  for (int i = 0; i < 32; ++i) b[16 + i] = static_cast<uint8_t>((i * 37 + 5) & 0xFF);
+  for (int i = 0; i < 128; ++i) b[48 + i] = static_cast<uint8_t>((i * 7) & 0xFF);
+  const std::vector<float> y = Dequant(GgmlType::kQ5_K, b, 256);
+  int u1 = 1, u2 = 2;
+  for (int c = 0; c < 4; ++c, u1 <<= 2, u2 <<= 2) {
+    for (int l = 0; l < 32; ++l) {
+      const int ql = b[48 + 32 * c + l], qh = b[16 + l];
+      const int lo = (ql & 0xF) + ((qh & u1) ? 16 : 0);
+      const int hi = (ql >> 4) + ((qh & u2) ? 16 : 0);
+      EXPECT_EQ(y[64 * c + l], 1.0f * sc[2 * c] * lo - 0.5f * mn[2 * c]) << c << " " << l;
+      EXPECT_EQ(y[64 * c + 32 + l], 1.0f * sc[2 * c + 1] * hi - 0.5f * mn[2 * c + 1]) << c << l;
+    }
+  }
+  // By hand: value 0: ql 0, qh[0] = 5 (bit 0 set) -> q = 16, sc 1, mn 0 -> 16.
+  EXPECT_EQ(y[0], 16.0f);
+  // Value 255: sub-block 7, l = 31: qs[127] = 889 & 255 = 121, high nibble 7; qh[31] =
+  // 1152 & 255 = 128 (bit 7) -> 23; 17 * 23 - 0.5 * 20 = 381.
+  EXPECT_EQ(y[255], 381.0f);
+}
+
 TEST(DequantizeTest, Q6_KHandBlock) {
   std::vector<uint8_t> b(210);
   for (int i = 0; i < 128; ++i) b[i] = static_cast<uint8_t>((i * 13) & 0xFF);
@@ -226,7 +256,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, RoundTripTest,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
                                            GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
                                            GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                                           GgmlType::kQ6_K),
+                                           GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const auto& info) { return std::string(GgmlTypeName(info.param)); });
 
 }  // namespace

@@ -79,6 +79,57 @@ void QuantizeActivationRow(const float* x, int64_t cols, int8_t* q, float* d_rep
   }
 }
 
+KActOrder KActOrderFor(GgmlType type, bool avx512) {
+  return avx512 && (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K)
+             ? KActOrder::kPairedNibbles
+             : KActOrder::kNatural;
+}
+
+bool IsKQuant(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+}
+
+// The same rounding as QuantizeActivationRow, over 256 values per scale.
+void QuantizeActivationRowK(const float* x, int64_t cols, KActOrder order, int8_t* q, float* d,
+                            int16_t* bsums) {
+  const int64_t nsb = cols / kSuperBlock;
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
+  const __m128 lim = _mm_set1_ps(127.0f), neg_lim = _mm_set1_ps(-127.0f);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const float* xs = x + sb * kSuperBlock;
+    __m128 m = _mm_setzero_ps();
+    for (int64_t i = 0; i < kSuperBlock; i += 4)
+      m = _mm_max_ps(m, _mm_and_ps(_mm_loadu_ps(xs + i), abs_mask));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    const float amax = _mm_cvtss_f32(m);
+    const float ds = amax / 127.0f;
+    const __m128 id = _mm_set1_ps(ds > 0.0f ? 1.0f / ds : 0.0f);
+    d[sb] = ds;
+    for (int p = 0; p < 8; ++p) {
+      const int sub = order == KActOrder::kPairedNibbles ? kPairedNibbleOrder[p] : p;
+      const float* xb = xs + 32 * sub;
+      int8_t* qb = q + sb * kSuperBlock + 32 * p;
+      for (int half = 0; half < 2; ++half) {
+        __m128i sum = _mm_setzero_si128();
+        for (int i = 16 * half; i < 16 * half + 16; i += 8) {
+          const __m128i a = _mm_cvtps_epi32(
+              _mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_loadu_ps(xb + i), id), neg_lim), lim));
+          const __m128i c = _mm_cvtps_epi32(
+              _mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_loadu_ps(xb + i + 4), id), neg_lim), lim));
+          sum = _mm_add_epi32(sum, _mm_add_epi32(a, c));
+          const __m128i packed = _mm_packs_epi16(_mm_packs_epi32(a, c), _mm_setzero_si128());
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + i), packed);
+        }
+        sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
+        sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
+        bsums[sb * kBsumsPerSuperBlock + 2 * p + half] =
+            static_cast<int16_t>(_mm_cvtsi128_si32(sum));
+      }
+    }
+  }
+}
+
 }  // namespace quant_internal
 
 namespace {
@@ -166,6 +217,30 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
     args.xq = xq.data();
     args.xd = xd.data();
     args.xs = xs.data();
+  }
+  std::vector<int8_t> kq;
+  std::vector<float> kd;
+  std::vector<int16_t> kbs;
+  if (quant_internal::IsKQuant(w.type)) {
+    const int64_t nsb = w.cols / quant_internal::kSuperBlock;
+    const quant_internal::KActOrder order =
+        quant_internal::KActOrderFor(w.type, level == SimdLevel::kAvx512);
+    kq.resize(static_cast<size_t>(n_tokens * w.cols));
+    kd.resize(static_cast<size_t>(n_tokens * nsb));
+    kbs.resize(static_cast<size_t>(n_tokens * nsb * quant_internal::kBsumsPerSuperBlock));
+    auto quantize = [&](int64_t t) {
+      quant_internal::QuantizeActivationRowK(
+          x + t * ldx, w.cols, order, kq.data() + t * w.cols, kd.data() + t * nsb,
+          kbs.data() + t * nsb * quant_internal::kBsumsPerSuperBlock);
+    };
+    if (n_tokens <= 16) {
+      for (int64_t t = 0; t < n_tokens; ++t) quantize(t);
+    } else {
+      tbb::parallel_for(int64_t{0}, n_tokens, quantize);
+    }
+    args.kq = kq.data();
+    args.kd = kd.data();
+    args.kbs = kbs.data();
   }
 
   const bool vnni = CpuHasAvx512Vnni();

@@ -207,8 +207,12 @@ void MatMulRowsAvx2(const MatMulArgs& args, int64_t row_begin, int64_t row_end) 
       return FloatRows<F16Loader>(args, row_begin, row_end);
     case GgmlType::kBF16:
       return FloatRows<Bf16Loader>(args, row_begin, row_end);
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return KQuantRowsAvx2(args, row_begin, row_end);
     default:
-      return DequantizedRows(args, row_begin, row_end);
+      return;  // unreachable: MatMul accepts only the types above
   }
 }
 

@@ -581,8 +581,12 @@ void Rows(const MatMulArgs& args, int64_t r0, int64_t r1) {
       return FloatRows<F16Loader>(args, r0, r1);
     case GgmlType::kBF16:
       return FloatRows<Bf16Loader>(args, r0, r1);
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return KQuantRowsAvx512(args, r0, r1, kVnni);
     default:
-      return DequantizedRows(args, r0, r1);
+      return;  // unreachable: MatMul accepts only the types above
   }
 }
 

@@ -1,5 +1,5 @@
 // Row drivers shared by the AVX2 and AVX-512 MatMul units: float-type rows over every token (in
-// tiles of kMaxTokens) and K-quant rows via reference dequantisation. Included inside each unit's
+// tiles of kMaxTokens). Included inside each unit's
 // anonymous namespace after that unit defines `kMaxTokens`, `FloatRow<Loader, NT>(row, cols, x,
 // out)` and `F32Loader`, so each ISA gets its own copy compiled with its own flags.
 // No include guard: included once per ISA translation unit.
@@ -32,14 +32,4 @@ void FloatRowAllTokens(const MatMulArgs& a, const uint8_t* row, int64_t r) {
 template <typename L>
 void FloatRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) FloatRowAllTokens<L>(a, a.w + r * a.row_bytes, r);
-}
-
-// K-quants: dequantise each row once with the reference code, then the F32 kernel for all tokens.
-// Correct and simple; the matvec cost is dominated by the scalar dequantisation.
-void DequantizedRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
-  std::vector<float> buf(static_cast<size_t>(a.cols));
-  for (int64_t r = r0; r < r1; ++r) {
-    (void)DequantizeRow(a.type, a.w + r * a.row_bytes, buf.data(), a.cols);
-    FloatRowAllTokens<F32Loader>(a, reinterpret_cast<const uint8_t*>(buf.data()), r);
-  }
 }

@@ -55,6 +55,34 @@ inline constexpr int64_t Avx512QStride(int64_t cols) { return Avx512Groups(cols)
 inline constexpr int64_t Avx512DStride(int64_t cols) { return Avx512Groups(cols) * 16; }
 inline constexpr int64_t Avx512SStride(int64_t cols) { return (cols / kActBlock + 15) / 16 * 16; }
 
+// K-quant weights (Q4_K, Q5_K, Q6_K: 256-value super-blocks with integer sub-block scales) are
+// multiplied against activations quantised per super-block, the Q8_K idea of llama.cpp in our own
+// layout: value ~= d * q with q in [-127, 127], one float d per super-block, and the int16 sum of
+// q over each 16 values (for the weights' minima and offsets). One activation scale per super-block
+// lets every sub-block's scale be applied in integers (vpmaddwd), leaving one float multiply per
+// super-block.
+inline constexpr int64_t kSuperBlock = 256;
+inline constexpr int64_t kBsumsPerSuperBlock = kSuperBlock / 16;
+
+// Order of the 8 32-value sub-blocks of a super-block in the quantised activations (and of their
+// bsums). kNatural keeps them in value order; kPairedNibbles is the order in which the AVX-512
+// Q4_K/Q5_K kernels unpack 64 bytes of packed nibbles into two registers without shuffles
+// (low nibbles hold sub-blocks 0 and 2, high nibbles 1 and 3, and so on): slot p holds sub-block
+// kPairedNibbleOrder[p].
+enum class KActOrder { kNatural, kPairedNibbles };
+inline constexpr int kPairedNibbleOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+
+// The order the kernels of `level` read for K-quant type `type`.
+KActOrder KActOrderFor(GgmlType type, bool avx512);
+
+// Quantises one token (cols a multiple of kSuperBlock): q[cols] in `order`, d[cols / 256],
+// bsums[cols / 16] (sums of q over each 16 consecutive stored values).
+void QuantizeActivationRowK(const float* x, int64_t cols, KActOrder order, int8_t* q, float* d,
+                            int16_t* bsums);
+
+// True for Q4_K, Q5_K and Q6_K, whose kernels use the super-block activations.
+bool IsKQuant(GgmlType type);
+
 struct MatMulArgs {
   GgmlType type = GgmlType::kF32;
   const uint8_t* w = nullptr;  // row r at w + r * row_bytes
@@ -70,6 +98,11 @@ struct MatMulArgs {
   const int8_t* xq = nullptr;  // token t at xq + t * cols
   const float* xd = nullptr;   // scale of token t block b at xd + ((t * nb) + b) * kScaleRepeat
   const float* xs = nullptr;   // d * sum(q) of token t block b at xs + t * nb + b
+  // Super-block activations (K-quant types), nsb = cols / kSuperBlock: token t at kq + t * cols,
+  // kd + t * nsb and kbs + t * nsb * kBsumsPerSuperBlock.
+  const int8_t* kq = nullptr;
+  const float* kd = nullptr;
+  const int16_t* kbs = nullptr;
   float* y = nullptr;          // y[t * ldy + r]
   int64_t ldy = 0;
 };
@@ -91,6 +124,9 @@ void MatMulRowsScalar(const MatMulArgs& args, int64_t row_begin, int64_t row_end
 void MatMulRowsAvx2(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
 // use_vnni: the CPU has AVX512-VNNI (vpdpbusd); otherwise vpmaddubsw/vpmaddwd are used.
 void MatMulRowsAvx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end, bool use_vnni);
+// The K-quant kernels those two call (matmul_kquant_avx2.cc, matmul_kquant_avx512.cc).
+void KQuantRowsAvx2(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
+void KQuantRowsAvx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end, bool use_vnni);
 
 }  // namespace magicpig::quant_internal
 

@@ -63,7 +63,14 @@ Problem MakeProblem(const Case& c, int64_t n_tokens, uint32_t seed) {
   return p;
 }
 
-bool IsIntegerType(GgmlType t) { return quant_internal::UsesQuantizedActivations(t); }
+bool IsIntegerType(GgmlType t) {
+  return quant_internal::UsesQuantizedActivations(t) || quant_internal::IsKQuant(t);
+}
+
+// Values per activation scale: 32 for the 32-block integer types, 256 for K-quants.
+int64_t ActivationBlock(GgmlType t) {
+  return quant_internal::IsKQuant(t) ? quant_internal::kSuperBlock : quant_internal::kActBlock;
+}
 
 struct Allowance {
   double activation_rounding;  // integer types only
@@ -76,16 +83,22 @@ Allowance Tolerance(const Problem& p, GgmlType type, int64_t t, int64_t r) {
   const float* w = p.w.data() + r * cols;
   const float* x = p.x.data() + t * p.ldx;
   double act = 0, magnitude = 0;
-  for (int64_t b = 0; b < cols; b += 32) {
-    const int64_t len = std::min<int64_t>(32, cols - b);
-    double amax_x = 0, sum_w = 0, max_w = 0, sum_x = 0;
-    for (int64_t i = b; i < b + len; ++i) {
+  const int64_t ab = ActivationBlock(type);
+  for (int64_t b = 0; b < cols; b += ab) {
+    double amax_x = 0, sum_w = 0;
+    for (int64_t i = b; i < std::min(cols, b + ab); ++i) {
       amax_x = std::max(amax_x, std::fabs(static_cast<double>(x[i])));
       sum_w += std::fabs(w[i]);
+    }
+    act += amax_x / 254 * sum_w;
+  }
+  for (int64_t b = 0; b < cols; b += 32) {
+    const int64_t len = std::min<int64_t>(32, cols - b);
+    double max_w = 0, sum_x = 0;
+    for (int64_t i = b; i < b + len; ++i) {
       max_w = std::max(max_w, std::fabs(static_cast<double>(w[i])));
       sum_x += std::fabs(x[i]);
     }
-    act += amax_x / 254 * sum_w;
     magnitude += max_w * sum_x;
   }
   return {IsIntegerType(type) ? act : 0.0, 2e-5 * magnitude + 1e-6};
@@ -99,11 +112,28 @@ std::vector<float> RunMatMul(const Problem& p, int64_t n_tokens, SimdLevel level
   return y;
 }
 
-// d * q for every activation, as QuantizeActivationRow produces them (n_tokens x cols).
+// d * q for every activation, as QuantizeActivationRow (QuantizeActivationRowK for K-quants)
+// produces them (n_tokens x cols, value order).
 std::vector<double> DequantizedActivations(const Problem& p, int64_t n_tokens) {
   using quant_internal::kActBlock;
   using quant_internal::kScaleRepeat;
   const int64_t cols = p.m.cols, nb = cols / kActBlock;
+  if (quant_internal::IsKQuant(p.m.type)) {
+    const int64_t nsb = cols / quant_internal::kSuperBlock;
+    std::vector<int8_t> q(cols);
+    std::vector<float> d(nsb);
+    std::vector<int16_t> bs(cols / 16);
+    std::vector<double> out(static_cast<size_t>(n_tokens * cols));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      quant_internal::QuantizeActivationRowK(p.x.data() + t * p.ldx, cols,
+                                             quant_internal::KActOrder::kNatural, q.data(),
+                                             d.data(), bs.data());
+      for (int64_t k = 0; k < cols; ++k) {
+        out[t * cols + k] = static_cast<double>(d[k / quant_internal::kSuperBlock]) * q[k];
+      }
+    }
+    return out;
+  }
   std::vector<int8_t> q(cols);
   std::vector<float> d(nb * kScaleRepeat), s(nb);
   std::vector<double> out(static_cast<size_t>(n_tokens * cols));
@@ -144,6 +174,54 @@ TEST(QuantizeActivationRowTest, RoundingWithinHalfStep) {
     EXPECT_FLOAT_EQ(s[b], db * sum);
   }
   EXPECT_EQ(s[2], 0.0f);
+}
+
+// Super-block activations: half-step rounding with one scale per 256 values, bsums that are the
+// sums of the stored q, and the paired-nibble order a permutation of the natural one.
+TEST(QuantizeActivationRowKTest, RoundingBsumsAndOrder) {
+  using quant_internal::KActOrder;
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal;
+  const int64_t cols = 768;
+  std::vector<float> x(cols);
+  for (float& v : x) v = normal(rng);
+  for (int i = 512; i < 768; ++i) x[i] = 0.0f;  // an all-zero super-block gives q = 0, d = 0
+  x[7] = 9.0f;                                  // one outlier sets the first super-block's scale
+  std::vector<int8_t> q(cols), qp(cols);
+  std::vector<float> d(3), dp(3);
+  std::vector<int16_t> bs(cols / 16), bsp(cols / 16);
+  quant_internal::QuantizeActivationRowK(x.data(), cols, KActOrder::kNatural, q.data(), d.data(),
+                                         bs.data());
+  quant_internal::QuantizeActivationRowK(x.data(), cols, KActOrder::kPairedNibbles, qp.data(),
+                                         dp.data(), bsp.data());
+  for (int sb = 0; sb < 3; ++sb) {
+    double amax = 0;
+    for (int i = 0; i < 256; ++i)
+      amax = std::max(amax, std::fabs(static_cast<double>(x[256 * sb + i])));
+    EXPECT_NEAR(d[sb], amax / 127, 1e-6 * amax);
+    EXPECT_EQ(dp[sb], d[sb]);
+    for (int i = 0; i < 256; ++i) {
+      const int64_t k = 256 * sb + i;
+      EXPECT_LE(std::abs(q[k]), 127);
+      EXPECT_LE(std::fabs(d[sb] * q[k] - x[k]), amax / 254 * (1 + 1e-5)) << k;
+      // Slot p of the paired order holds sub-block kPairedNibbleOrder[p].
+      const int slot = static_cast<int>(
+          std::find(std::begin(quant_internal::kPairedNibbleOrder),
+                    std::end(quant_internal::kPairedNibbleOrder), i / 32) -
+          std::begin(quant_internal::kPairedNibbleOrder));
+      EXPECT_EQ(qp[256 * sb + 32 * slot + i % 32], q[k]) << k;
+    }
+    for (int l = 0; l < 16; ++l) {
+      int sum = 0, sum_p = 0;
+      for (int i = 0; i < 16; ++i) {
+        sum += q[256 * sb + 16 * l + i];
+        sum_p += qp[256 * sb + 16 * l + i];
+      }
+      EXPECT_EQ(bs[16 * sb + l], sum);
+      EXPECT_EQ(bsp[16 * sb + l], sum_p);
+    }
+  }
+  EXPECT_EQ(d[2], 0.0f);
 }
 
 class MatMulTest : public ::testing::TestWithParam<Case> {};
@@ -241,7 +319,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{GgmlType::kQ5_1, 37, 576}, Case{GgmlType::kQ5_1, 5, 32},
                       Case{GgmlType::kQ8_0, 37, 576}, Case{GgmlType::kQ8_0, 300, 96},
                       Case{GgmlType::kQ8_0, 6, 256}, Case{GgmlType::kQ4_K, 13, 512},
-                      Case{GgmlType::kQ6_K, 13, 768}, Case{GgmlType::kF32, 37, 576},
+                      Case{GgmlType::kQ4_K, 37, 1536}, Case{GgmlType::kQ4_K, 3, 256},
+                      Case{GgmlType::kQ5_K, 13, 512}, Case{GgmlType::kQ5_K, 37, 1536},
+                      Case{GgmlType::kQ6_K, 13, 768}, Case{GgmlType::kQ6_K, 37, 1536},
+                      Case{GgmlType::kF32, 37, 576},
                       Case{GgmlType::kF32, 9, 37}, Case{GgmlType::kF16, 37, 576},
                       Case{GgmlType::kF16, 9, 45}, Case{GgmlType::kBF16, 37, 576},
                       Case{GgmlType::kBF16, 9, 13}),
@@ -289,6 +370,42 @@ TEST(MatMulAvx512Test, VnniAndNonVnniAreBitIdentical) {
       quant_internal::MatMulRowsAvx512(a, 0, 21, /*use_vnni=*/true);
       a.y = y2.data();
       quant_internal::MatMulRowsAvx512(a, 0, 21, /*use_vnni=*/false);
+      for (size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << i;
+    }
+  }
+}
+
+TEST(MatMulAvx512Test, KQuantVnniAndNonVnniAreBitIdentical) {
+  if (DetectedSimdLevel() != SimdLevel::kAvx512 || !CpuHasAvx512Vnni()) {
+    GTEST_SKIP() << "needs AVX512-VNNI";
+  }
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    for (int64_t n_tokens : {1, 7}) {
+      const int64_t cols = 768, rows = 21, nsb = cols / 256;
+      const Problem p = MakeProblem(Case{type, rows, cols}, n_tokens, 6);
+      std::vector<int8_t> kq(n_tokens * cols);
+      std::vector<float> kd(n_tokens * nsb);
+      std::vector<int16_t> kbs(n_tokens * cols / 16);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        quant_internal::QuantizeActivationRowK(
+            p.x.data() + t * p.ldx, cols, quant_internal::KActOrderFor(type, /*avx512=*/true),
+            kq.data() + t * cols, kd.data() + t * nsb, kbs.data() + t * cols / 16);
+      }
+      std::vector<float> y1(n_tokens * rows), y2(n_tokens * rows);
+      quant_internal::MatMulArgs a;
+      a.type = type;
+      a.w = p.bytes.data();
+      a.row_bytes = GgmlRowBytes(type, cols);
+      a.cols = cols;
+      a.n_tokens = n_tokens;
+      a.kq = kq.data();
+      a.kd = kd.data();
+      a.kbs = kbs.data();
+      a.ldy = rows;
+      a.y = y1.data();
+      quant_internal::MatMulRowsAvx512(a, 0, rows, /*use_vnni=*/true);
+      a.y = y2.data();
+      quant_internal::MatMulRowsAvx512(a, 0, rows, /*use_vnni=*/false);
       for (size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << i;
     }
   }

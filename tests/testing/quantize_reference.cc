@@ -94,9 +94,11 @@ void QuantWithMin(GgmlType type, const float* x, uint8_t* b) {
   }
 }
 
-// Q4_K: per sub-block j of 32, an offset dmin*mn_j >= -min(0, min x_j) and a step d*sc_j that
-// covers max x_j + offset in 15 steps (6-bit sc and mn, rounded up so nothing clamps).
-void QuantQ4K(const float* x, uint8_t* b) {
+// Q4_K (top = 15) and Q5_K (top = 31): per sub-block j of 32, an offset dmin*mn_j >=
+// -min(0, min x_j) and a step d*sc_j that covers max x_j + offset in `top` steps (6-bit sc and
+// mn, rounded up so nothing clamps).
+void QuantQ45K(GgmlType type, const float* x, uint8_t* b) {
+  const int top = type == GgmlType::kQ4_K ? 15 : 31;
   double neg[8], hi[8];
   double max_neg = 0;
   for (int j = 0; j < 8; ++j) {
@@ -117,10 +119,10 @@ void QuantQ4K(const float* x, uint8_t* b) {
     range[j] = hi[j] + dmin * mn[j];
     max_range = std::max(max_range, range[j]);
   }
-  const uint16_t dh = RoundUpFp16(static_cast<float>(max_range / (15 * 63) * (1 + 1e-6)));
+  const uint16_t dh = RoundUpFp16(static_cast<float>(max_range / (top * 63) * (1 + 1e-6)));
   const double d = Fp16ToFloat(dh);
   for (int j = 0; j < 8; ++j) {
-    sc[j] = d > 0 ? std::min(63, static_cast<int>(std::ceil(range[j] / (15 * d)))) : 0;
+    sc[j] = d > 0 ? std::min(63, static_cast<int>(std::ceil(range[j] / (top * d)))) : 0;
   }
   Put16(b, dh);
   Put16(b + 2, dminh);
@@ -134,12 +136,21 @@ void QuantQ4K(const float* x, uint8_t* b) {
   for (int i = 0; i < 256; ++i) {
     const int j = i / 32;
     const double step = d * sc[j];
-    q[i] = step > 0 ? RoundClamp((x[i] + dmin * mn[j]) / step, 0, 15) : 0;
+    q[i] = step > 0 ? RoundClamp((x[i] + dmin * mn[j]) / step, 0, top) : 0;
   }
-  uint8_t* qs = b + 16;
+  uint8_t* qs = b + (top == 15 ? 16 : 48);
   for (int c = 0; c < 4; ++c) {
     for (int l = 0; l < 32; ++l) {
-      qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+      qs[32 * c + l] =
+          static_cast<uint8_t>((q[64 * c + l] & 0xF) | ((q[64 * c + 32 + l] & 0xF) << 4));
+    }
+  }
+  if (top == 31) {
+    uint8_t* qh = b + 16;
+    for (int l = 0; l < 32; ++l) {
+      int h = 0;
+      for (int j = 0; j < 8; ++j) h |= (q[32 * j + l] >> 4) << j;
+      qh[l] = static_cast<uint8_t>(h);
     }
   }
 }
@@ -209,7 +220,8 @@ absl::StatusOr<std::vector<uint8_t>> QuantizeReference(GgmlType type, const floa
         QuantWithMin(type, xb, b);
         break;
       case GgmlType::kQ4_K:
-        QuantQ4K(xb, b);
+      case GgmlType::kQ5_K:
+        QuantQ45K(type, xb, b);
         break;
       case GgmlType::kQ6_K:
         QuantQ6K(xb, b);
@@ -261,9 +273,12 @@ std::vector<double> QuantizationErrorBound(GgmlType type, const float* x, int64_
       case GgmlType::kQ5_1:
         set_all(0.5 * (hi - lo + std::fabs(lo) / 1024) / 31 * kHalfUp);
         break;
-      case GgmlType::kQ4_K: {
-        // Sub-block j: step_j = d*sc_j <= range_j/15 + d, range_j <= hi_j + neg_j + dmin,
-        // dmin <= max_neg/63, d <= max_range/(15*63) (each times the fp16 round-up).
+      case GgmlType::kQ4_K:
+      case GgmlType::kQ5_K: {
+        // Sub-block j: step_j = d*sc_j <= range_j/top + d, range_j <= hi_j + neg_j + dmin,
+        // dmin <= max_neg/63, d <= max_range/(top*63) (each times the fp16 round-up); top = 15
+        // for Q4_K, 31 for Q5_K.
+        const double top_q = type == GgmlType::kQ4_K ? 15 : 31;
         double neg[8], top[8], max_neg = 0, max_range = 0;
         for (int j = 0; j < 8; ++j) {
           neg[j] = top[j] = 0;
@@ -275,9 +290,9 @@ std::vector<double> QuantizationErrorBound(GgmlType type, const float* x, int64_
         }
         const double dmin = max_neg / 63 * kHalfUp;
         for (int j = 0; j < 8; ++j) max_range = std::max(max_range, top[j] + neg[j] + dmin);
-        const double d = max_range / (15 * 63) * kHalfUp;
+        const double d = max_range / (top_q * 63) * kHalfUp;
         for (int j = 0; j < 8; ++j) {
-          const double step = (top[j] + neg[j] + dmin) / 15 + d;
+          const double step = (top[j] + neg[j] + dmin) / top_q + d;
           for (int i = 0; i < 32; ++i) bound[start + 32 * j + i] = 0.5 * step + slack;
         }
         break;

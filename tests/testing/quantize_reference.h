@@ -15,7 +15,7 @@
 namespace magicpig::testing {
 
 // Quantises n values (a multiple of the block size) of `type` (F32, F16, BF16, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q4_K, Q6_K) into GgmlRowBytes(type, n) bytes.
+// Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) into GgmlRowBytes(type, n) bytes.
 absl::StatusOr<std::vector<uint8_t>> QuantizeReference(GgmlType type, const float* x, int64_t n);
 
 // Largest |dequantised - x| the reference quantiser guarantees for element i of x, derived from
