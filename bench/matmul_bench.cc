@@ -1,4 +1,5 @@
-// MatMul throughput at SmolLM2-135M shapes, per SIMD level and thread count, with a read-only
+// MatMul throughput at SmolLM2-135M shapes (Q4_1, Q8_0) and Qwen2.5-1.5B shapes (Q4_K, Q6_K: the
+// types of its Q4_K_M file), per SIMD level and thread count, with a read-only
 // memory-bandwidth probe in the same binary so the GB/s of weights read has its physical limit
 // printed beside it.
 //
@@ -32,6 +33,19 @@ constexpr Shape kShapes[] = {
     {"ffn_up_576to1536", 1536, 576},
     {"ffn_down_1536to576", 576, 1536},
     {"lm_head_49152x576", 49152, 576},
+};
+
+// Qwen2.5-Coder-1.5B: the Q4_K matrices and the Q6_K ones of its Q4_K_M file (the 151,936-row
+// head is represented by a 32,768-row slice: far out of cache either way).
+struct KShape {
+  GgmlType type;
+  Shape shape;
+};
+constexpr KShape kQwenShapes[] = {
+    {GgmlType::kQ4_K, {"qwen_attn_q_1536x1536", 1536, 1536}},
+    {GgmlType::kQ4_K, {"qwen_ffn_up_1536to8960", 8960, 1536}},
+    {GgmlType::kQ6_K, {"qwen_ffn_down_8960to1536", 1536, 8960}},
+    {GgmlType::kQ6_K, {"qwen_lm_head_32768x1536", 32768, 1536}},
 };
 
 std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols) {
@@ -114,6 +128,22 @@ void RegisterAll() {
                 ->UseRealTime()
                 ->Unit(benchmark::kMicrosecond);
           }
+        }
+      }
+    }
+  }
+  for (const KShape& k : kQwenShapes) {
+    for (int64_t n_tokens : {1, 4, 64}) {
+      for (SimdLevel level : SupportedSimdLevels()) {
+        for (int threads : {1, 2}) {
+          const std::string name = std::string(GgmlTypeName(k.type)) + "/" + k.shape.name +
+                                   "/tokens:" + std::to_string(n_tokens) + "/" +
+                                   std::string(SimdLevelName(level)) +
+                                   "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, k.type, k.shape, n_tokens, level,
+                                       threads)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
         }
       }
     }

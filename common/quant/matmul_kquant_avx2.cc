@@ -48,8 +48,10 @@ struct KHeader {
   float d, off_unit;
 };
 
+#define MAGICPIG_INLINE inline __attribute__((always_inline))
+
 template <GgmlType T>
-void ReadHeader(const uint8_t* b, KHeader* h) {
+MAGICPIG_INLINE void ReadHeader(const uint8_t* b, KHeader* h) {
   if constexpr (T == GgmlType::kQ6_K) {
     h->d = LoadF16(b + 208);
     h->off_unit = 32.0f * h->d;
@@ -75,7 +77,7 @@ void ReadHeader(const uint8_t* b, KHeader* h) {
 
 // Piece c (values 64c..64c+63) as two registers of 32 unsigned weights and their pair scales.
 template <GgmlType T>
-void UnpackPiece(const uint8_t* b, const KHeader& h, int c, __m256i w[2], __m256i sc[2]) {
+MAGICPIG_INLINE void UnpackPiece(const uint8_t* b, const KHeader& h, int c, __m256i w[2], __m256i sc[2]) {
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   if constexpr (T == GgmlType::kQ6_K) {
     // Half c / 2 of 128 values; the piece is its quarters 2(c % 2), +1 ... stored as: ql byte l
@@ -178,6 +180,8 @@ void Rows(const MatMulArgs& a, int64_t r0, int64_t r1) {
     }
   }
 }
+
+#undef MAGICPIG_INLINE
 
 }  // namespace
 

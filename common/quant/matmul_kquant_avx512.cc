@@ -79,8 +79,11 @@ KConsts MakeKConsts() {
   return k;
 }
 
+// Inlined so that the unpacked registers stay registers (a call passes them through memory).
+#define MAGICPIG_INLINE inline __attribute__((always_inline))
+
 template <GgmlType T>
-void Unpack(const uint8_t* b, const KConsts& k, KUnpacked* u) {
+MAGICPIG_INLINE void Unpack(const uint8_t* b, const KConsts& k, KUnpacked* u) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   if constexpr (T == GgmlType::kQ6_K) {
     u->d = LoadF16(b + 208);
@@ -142,7 +145,7 @@ void Unpack(const uint8_t* b, const KConsts& k, KUnpacked* u) {
 
 // Exact int32 lane sums of s16 * s16 pairs added to acc.
 template <bool kVnni>
-__m512i DotS16(__m512i acc, __m512i a, __m512i b) {
+MAGICPIG_INLINE __m512i DotS16(__m512i acc, __m512i a, __m512i b) {
   if constexpr (kVnni) {
     return _mm512_dpwssd_epi32(acc, a, b);
   } else {
@@ -150,20 +153,23 @@ __m512i DotS16(__m512i acc, __m512i a, __m512i b) {
   }
 }
 
-// Adds one super-block of token t to acc.
+// Adds one super-block of token t to acc (d_w * d_x * the scaled dot) and to acc_off (the
+// offset term, subtracted at the end). Two independent integer chains and two float accumulators
+// keep the dependency chains short: one row at a time leaves little else to overlap.
 template <bool kVnni>
-__m512 AddSuperBlock(const KUnpacked& u, const int8_t* xq, const int16_t* bs, float dx,
-                     __m512 acc) {
-  __m512i s = _mm512_setzero_si512();
-  for (int r = 0; r < 4; ++r) {
-    const __m512i p = _mm512_maddubs_epi16(u.w[r], _mm512_loadu_si512(xq + 64 * r));
-    s = DotS16<kVnni>(s, p, u.sc[r]);
-  }
+MAGICPIG_INLINE void AddSuperBlock(const KUnpacked& u, const int8_t* xq, const int16_t* bs, float dx, __m512* acc,
+                   __m256* acc_off) {
+  const __m512i p0 = _mm512_maddubs_epi16(u.w[0], _mm512_loadu_si512(xq));
+  const __m512i p1 = _mm512_maddubs_epi16(u.w[1], _mm512_loadu_si512(xq + 64));
+  const __m512i p2 = _mm512_maddubs_epi16(u.w[2], _mm512_loadu_si512(xq + 128));
+  const __m512i p3 = _mm512_maddubs_epi16(u.w[3], _mm512_loadu_si512(xq + 192));
+  const __m512i s0 = DotS16<kVnni>(_mm512_madd_epi16(p0, u.sc[0]), p2, u.sc[2]);
+  const __m512i s1 = DotS16<kVnni>(_mm512_madd_epi16(p1, u.sc[1]), p3, u.sc[3]);
   const __m256i off =
       _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs)), u.off);
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(u.d * dx), acc);
-  return _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(off)),
-                          _mm512_set1_ps(u.off_unit * dx), acc);
+  *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_set1_ps(u.d * dx),
+                         *acc);
+  *acc_off = _mm256_fmadd_ps(_mm256_cvtepi32_ps(off), _mm256_set1_ps(u.off_unit * dx), *acc_off);
 }
 
 template <GgmlType T, bool kVnni, int NT>
@@ -172,18 +178,25 @@ void RowTokens(const MatMulArgs& a, const KConsts& k, int64_t r, int64_t t0) {
   const int64_t nsb = a.cols / kSuperBlock;
   const uint8_t* row = a.w + r * a.row_bytes;
   __m512 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  __m256 acc_off[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    acc_off[t] = _mm256_setzero_ps();
+  }
   for (int64_t sb = 0; sb < nsb; ++sb) {
     KUnpacked u;
     Unpack<T>(row + sb * kBlockBytes, k, &u);
     for (int t = 0; t < NT; ++t) {
       const int64_t tok = t0 + t;
-      acc[t] = AddSuperBlock<kVnni>(u, a.kq + tok * a.cols + sb * kSuperBlock,
-                                    a.kbs + (tok * nsb + sb) * kBsumsPerSuperBlock,
-                                    a.kd[tok * nsb + sb], acc[t]);
+      AddSuperBlock<kVnni>(u, a.kq + tok * a.cols + sb * kSuperBlock,
+                           a.kbs + (tok * nsb + sb) * kBsumsPerSuperBlock, a.kd[tok * nsb + sb],
+                           &acc[t], &acc_off[t]);
     }
   }
-  for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.ldy + r] = _mm512_reduce_add_ps(acc[t]);
+  for (int t = 0; t < NT; ++t) {
+    const __m512 diff = _mm512_sub_ps(acc[t], _mm512_zextps256_ps512(acc_off[t]));
+    a.y[(t0 + t) * a.ldy + r] = _mm512_reduce_add_ps(diff);
+  }
 }
 
 // Tokens per cache block: their activations stay in L1/L2 while the task's rows pass over them.
@@ -225,6 +238,8 @@ void Dispatch(const MatMulArgs& a, int64_t r0, int64_t r1) {
       return Rows<GgmlType::kQ6_K, kVnni>(a, r0, r1);
   }
 }
+
+#undef MAGICPIG_INLINE
 
 }  // namespace
 
