@@ -47,14 +47,18 @@ double GenerateStats::sampled_fraction() const {
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
-  MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<model::GgufFile> file,
-                            model::GgufFile::Open(options.model_path));
   backend::BackendOptions b;
   b.kind = options.backend;
   b.num_threads = options.num_threads;
   b.float_activations = options.float_activations;
   b.gpu = options.gpu;
   MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> backend, backend::MakeBackend(b));
+  const bool map = options.map_weights == MapWeights::kOn ||
+                   (options.map_weights == MapWeights::kAuto && !backend->host_memory());
+  MAGICPIG_ASSIGN_OR_RETURN(
+      std::unique_ptr<model::GgufFile> file,
+      model::GgufFile::Open(options.model_path,
+                            map ? model::GgufLoad::kMap : model::GgufLoad::kRead));
   return Create(std::shared_ptr<const model::GgufFile>(std::move(file)), std::move(backend),
                 options);
 }

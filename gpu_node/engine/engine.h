@@ -53,6 +53,8 @@ enum class PingPong {
           // (remote::MicroBatchTuner)
 };
 
+enum class MapWeights { kAuto, kOn, kOff };
+
 struct EngineOptions {
   std::string model_path;
   int num_threads = 0;          // 0: all cores
@@ -63,6 +65,10 @@ struct EngineOptions {
   // The compute backend (backend_factory.h) and, for CUDA, the device index.
   backend::BackendKind backend = backend::BackendKind::kAuto;
   int gpu = 0;
+  // How the model file reaches memory: mapped (on), read into huge-page memory (off), or auto:
+  // read for a backend that computes in host memory (faster decode, GgufLoad::kRead), mapped for
+  // a GPU backend (which copies the weights to the device anyway).
+  MapWeights map_weights = MapWeights::kAuto;
   // Cap on the bytes the live sequences' KV caches may take in GPU memory (0: none; no effect on
   // a backend that computes in host memory). A request whose cache does not fit waits in the
   // scheduler's queue until running sequences free enough (CheckKvBudget).

@@ -36,6 +36,13 @@ void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options) {
               "running ones to finish. No effect on the cpu backend");
   table.Number("ctx", &options->context_length, "context length in tokens; 0 = the model's",
                int64_t{0}, std::numeric_limits<int64_t>::max());
+  table.Choice("mmap", &options->map_weights,
+               "on: map the model file (instant start, pages shared with the page cache); off: "
+               "read it into process memory on transparent huge pages (reads the whole file at "
+               "start and adds its size to the RSS; CPU decoding ~7% faster from fewer TLB "
+               "misses); auto: off for the cpu backend, on for cuda (which copies the weights "
+               "to the device)",
+               {{"auto", MapWeights::kAuto}, {"on", MapWeights::kOn}, {"off", MapWeights::kOff}});
 }
 
 void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* attention) {

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -345,7 +346,44 @@ int64_t GgufTensor::num_elements() const {
   return n;
 }
 
-absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
+namespace {
+
+// Reads the whole of fd into anonymous memory starting on a 2 MiB boundary, advised for
+// transparent huge pages; *mapping/*mapping_bytes receive what to munmap.
+absl::StatusOr<const uint8_t*> ReadIntoMemory(int fd, const std::string& path, size_t size,
+                                               void** mapping, size_t* mapping_bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t bytes = size + kHuge;
+  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    return absl::InternalError(absl::StrCat("cannot allocate ", size, " bytes to read GGUF file '",
+                                            path, "': ", std::strerror(errno)));
+  }
+  const uintptr_t aligned = (reinterpret_cast<uintptr_t>(m) + kHuge - 1) & ~(kHuge - 1);
+  uint8_t* base = reinterpret_cast<uint8_t*>(aligned);
+  (void)::madvise(base, (size + kHuge - 1) & ~(kHuge - 1), MADV_HUGEPAGE);  // advice only
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, base + done, std::min<size_t>(size - done, size_t{1} << 30),
+                              static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::munmap(m, bytes);
+      return absl::InternalError(
+          absl::StrCat("cannot read GGUF file '", path, "': ", std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  (void)::mprotect(m, bytes, PROT_READ);  // immutable from here on, as a mapping would be
+  *mapping = m;
+  *mapping_bytes = bytes;
+  return base;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path, GgufLoad load) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(
@@ -358,7 +396,13 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   }
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->size_ = static_cast<uint64_t>(st.st_size);
-  if (f->size_ > 0) {
+  if (f->size_ > 0 && load == GgufLoad::kRead) {
+    absl::StatusOr<const uint8_t*> base = ReadIntoMemory(fd, path, static_cast<size_t>(f->size_),
+                                                         &f->mapping_, &f->mapping_bytes_);
+    ::close(fd);
+    if (!base.ok()) return base.status();
+    f->base_ = *base;
+  } else if (f->size_ > 0) {
     void* m = ::mmap(nullptr, static_cast<size_t>(f->size_), PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
       const int err = errno;
@@ -367,9 +411,12 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
           absl::StrCat("cannot map GGUF file '", path, "': ", std::strerror(err)));
     }
     f->mapping_ = m;
+    f->mapping_bytes_ = static_cast<size_t>(f->size_);
     f->base_ = static_cast<const uint8_t*>(m);
+    ::close(fd);  // the mapping stays valid without the descriptor
+  } else {
+    ::close(fd);
   }
-  ::close(fd);  // the mapping stays valid without the descriptor
   absl::Status s = f->Parse();
   if (!s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("GGUF file '", path, "': ", s.message()));
@@ -391,7 +438,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::string_view b
 }
 
 GgufFile::~GgufFile() {
-  if (mapping_ != nullptr) ::munmap(mapping_, static_cast<size_t>(size_));
+  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
   if (owned_ != nullptr) ::operator delete(owned_, kCopyAlignment);
 }
 

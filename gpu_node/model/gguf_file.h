@@ -67,10 +67,22 @@ struct GgufTensor {
   int64_t num_elements() const;
 };
 
+// How Open brings the file into memory.
+enum class GgufLoad {
+  // A read-only mapping: instant, pages load on first use and are shared with the page cache.
+  kMap,
+  // Read into anonymous memory advised for transparent huge pages: the whole file is read at open
+  // and counts toward the process's RSS, but a pass over the weights takes ~500x fewer TLB misses
+  // (2 MiB pages instead of 4 KiB), which made CPU decoding of a 1 GB model ~7% faster.
+  kRead,
+};
+
 class GgufFile {
  public:
-  // Maps and validates the file. NOT_FOUND if it cannot be opened, INVALID_ARGUMENT if malformed.
-  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  // Maps (or reads) and validates the file. NOT_FOUND if it cannot be opened, INVALID_ARGUMENT if
+  // malformed, INTERNAL if it cannot be mapped or read.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path,
+                                                        GgufLoad load = GgufLoad::kMap);
   // Parses an in-memory image (copied); for tests and fuzzing.
   static absl::StatusOr<std::unique_ptr<GgufFile>> FromBytes(std::string_view bytes);
 
@@ -109,7 +121,8 @@ class GgufFile {
   // Either a read-only mapping (Open) or an owned, 64-byte aligned exact-size copy (FromBytes).
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
-  void* mapping_ = nullptr;
+  void* mapping_ = nullptr;  // file mapping (kMap) or anonymous memory (kRead)
+  size_t mapping_bytes_ = 0;
   uint8_t* owned_ = nullptr;
 
   uint32_t version_ = 0;
