@@ -7,9 +7,14 @@ pairs for llama GGUFs, half-offset for qwen2), grouped-query causal softmax atte
 tied or separate LM head, with a plain per-layer K/V cache for incremental decoding.
 
 `quantize_activations=True` additionally rounds the input of every product with an integer-
-quantised weight to 8 bits per 32-value block (d = max|x|/127, q = round(x/d)), the documented
-arithmetic of magicpig's (and llama.cpp's) CPU kernels, so that kernel bugs are not hidden behind
-that rounding noise. `fp16_kv=True` stores K (after RoPE) and V rounded to IEEE fp16, as magicpig's
+quantised weight to 8 bits per block (d = max|x|/127, q = round(x/d); blocks of 32 values for the
+32-value weight types, of 256 for the K-quants, whose kernels use one activation scale per super-
+block as llama.cpp's Q8_K does), the documented arithmetic of magicpig's (and llama.cpp's) CPU
+kernels, so that kernel bugs are not hidden behind that rounding noise.
+
+Matrices are kept as the float32 arrays the `gguf` dequantisers return (exactly their values, half
+the memory of float64: a 1.5B model takes ~7 GB) and promoted to float64 in every product; vectors
+and activations are float64 throughout. `fp16_kv=True` stores K (after RoPE) and V rounded to IEEE fp16, as magicpig's
 KV cache does. Everything else stays float64.
 """
 import numpy as np
@@ -17,13 +22,15 @@ from gguf import GGMLQuantizationType as QT
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-_INTEGER_TYPES = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q4_K, QT.Q6_K}
+_INTEGER_TYPES = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0}
+_K_TYPES = {QT.Q4_K, QT.Q5_K, QT.Q6_K}
 
 
-def quantize_blocks(x):
-    """Rounds the last axis of x to int8 per 32-value block, returns the dequantised values."""
+def quantize_blocks(x, block=32):
+    """Rounds the last axis of x to int8 per block of `block` values, returns the dequantised
+    values."""
     shape = x.shape
-    b = x.reshape(-1, 32)
+    b = x.reshape(-1, block)
     d = (np.abs(b).max(axis=1, keepdims=True) / 127.0).astype(np.float32).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.where(d > 0, np.clip(np.rint(b / d), -127, 127), 0.0)
@@ -48,13 +55,17 @@ class Reference:
         self.eps = float(f("attention.layer_norm_rms_epsilon", 1e-5))
         self.quantize_activations = quantize_activations
         self.fp16_kv = fp16_kv
-        self.w, self.integer = {}, set()
+        self.w, self.act_block = {}, {}
         for t in r.tensors:
-            a = dequantize(t.data, t.tensor_type).astype(np.float64)
+            a = dequantize(t.data, t.tensor_type)
+            if len(t.shape) == 1:
+                a = a.astype(np.float64)
             # gguf-py returns numpy shape = reversed dims: [out, in] for matrices.
             self.w[t.name] = a.reshape([int(d) for d in reversed(t.shape)])
             if t.tensor_type in _INTEGER_TYPES:
-                self.integer.add(t.name)
+                self.act_block[t.name] = 32
+            elif t.tensor_type in _K_TYPES:
+                self.act_block[t.name] = 256
         self.out_name = "output.weight" if "output.weight" in self.w else "token_embd.weight"
         self.reset()
 
@@ -63,9 +74,9 @@ class Reference:
         self.v_cache = [np.zeros((0, self.n_head_kv, self.head_dim)) for _ in range(self.n_layer)]
 
     def linear(self, x, name):
-        if self.quantize_activations and name in self.integer:
-            x = quantize_blocks(x)
-        return x @ self.w[name].T
+        if self.quantize_activations and name in self.act_block:
+            x = quantize_blocks(x, self.act_block[name])
+        return x @ self.w[name].T.astype(np.float64)
 
     def rms(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
@@ -90,7 +101,7 @@ class Reference:
         """Appends ids to the cached sequence; returns logits of the new positions (or the last)."""
         n = len(ids)
         start = self.k_cache[0].shape[0]
-        x = self.w["token_embd.weight"][np.array(ids)]
+        x = self.w["token_embd.weight"][np.array(ids)].astype(np.float64)
         pos = np.arange(start, start + n, dtype=np.float64)
         total = start + n
         mask = np.triu(np.full((n, total), -np.inf), start + 1)
