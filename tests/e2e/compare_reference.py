@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares magicpig's logits and greedy continuations with the float64 NumPy reference.
 
-Usage: compare_reference.py MODEL FLOAT_DUMP_DIR Q8_DUMP_DIR N_PROMPTS GREEDY_TOKENS
+Usage: compare_reference.py MODEL FLOAT_DUMP_DIR Q8_DUMP_DIR N_PROMPTS GREEDY_TOKENS [q8-exact]
        (Q8_DUMP_DIR "-" checks the float run only, e.g. for synthetic models with float weights)
 
 The reference (tests/reference/llama_reference.py) reads the GGUF with the PyPI `gguf` package and
@@ -21,6 +21,14 @@ runs everything in float64. magicpig runs twice (dumps from magicpig_dump_logits
     - the max relative L2 error of the logits is reported;
     - the greedy continuation's agreement with the reference is reported (tokens until the
       first difference), not asserted: near-ties flip under that noise.
+  With the last argument `q8-exact`, the q8 run is instead held to the reference computed with
+  the same activation rounding (Reference(quantize_activations=True, fp16_kv=True)): KL <= 0.05
+  nat at every position and <= 0.01 on average, argmax agreement where that reference's top-2 gap
+  exceeds 1.0; its distance to the unrounded reference is reported, not asserted. This is for
+  models where the rounding scheme itself moves some positions' distributions far (Qwen2.5's
+  first position, whose massive activations lose everything else in their 256-value K-quant
+  activation block: KL ~5.6 nat there for this reference and for magicpig alike), so that the
+  check still pins the kernels to the documented arithmetic.
 """
 import sys
 import time
@@ -65,6 +73,7 @@ def common_prefix(a, b):
 def main():
     model, float_dump, q8_dump = sys.argv[1], sys.argv[2], sys.argv[3]
     n_prompts, greedy_n = int(sys.argv[4]), int(sys.argv[5])
+    q8_exact = len(sys.argv) > 6 and sys.argv[6] == "q8-exact"
     t0 = time.time()
     ref = Reference(model)
     print(f"reference loaded in {time.time() - t0:.1f}s")
@@ -85,6 +94,22 @@ def main():
         if q8_dump != "-":
             ids_q, ours_q, greedy_q = load(q8_dump, i, n_vocab)
             assert ids == ids_q, "both runs must tokenise the same prompt identically"
+            if q8_exact:
+                ref.quantize_activations = ref.fp16_kv = True
+                ref.reset()
+                expected_q = ref.forward(ids, all_logits=True)
+                ref.quantize_activations = ref.fp16_kv = False
+                kl_same = kl(expected_q, ours_q)
+                kl_exact = kl(expected, ours_q)
+                agree_q = agree_where_decisive(ours_q, expected_q, 1.0)
+                line += (f" | q8 vs the same rounding: KL max {kl_same.max():.4f} mean "
+                         f"{kl_same.mean():.4f} nat, decisive argmax agree {agree_q}; vs "
+                         f"unrounded: KL per position {np.round(kl_exact, 3).tolist()[:8]}"
+                         f"{'...' if len(kl_exact) > 8 else ''}, greedy agrees for "
+                         f"{common_prefix(greedy_q, ref_greedy)}/{greedy_n} tokens")
+                ok &= bool(kl_same.max() <= 0.05) and bool(kl_same.mean() <= 0.01) and agree_q
+                print(line)
+                continue
             err_q = rel_l2(ours_q, expected).max()
             kl_q = kl(expected, ours_q)
             agree_q = agree_where_decisive(ours_q, expected, 1.0)

@@ -3,7 +3,7 @@
 # (see compare_reference.py for the criteria). Exit 77 (skipped) when the model or the Python
 # environment is missing.
 #
-#   reference_compare.sh SOURCE_DIR DUMP_BIN [MODEL_FILE [PROMPTS_FILE [GREEDY_TOKENS]]]
+#   reference_compare.sh SOURCE_DIR DUMP_BIN [MODEL_FILE [PROMPTS_FILE [GREEDY_TOKENS [q8-exact]]]]
 #
 # MODEL_FILE defaults to models/SmolLM2-135M-Instruct.Q4_1.gguf (relative to SOURCE_DIR),
 # PROMPTS_FILE to tests/e2e/reference_prompts.txt, GREEDY_TOKENS to 32.
@@ -24,4 +24,4 @@ mkdir "$out/float" "$out/q8"
 "$DUMP_BIN" "$MODEL" "$PROMPTS" "$out/q8" "$GREEDY" q8
 n=$(ls "$out"/float/*.ids | wc -l)
 PYTHONPATH=$SRC/tests/reference "$PY" "$SRC/tests/e2e/compare_reference.py" "$MODEL" \
-  "$out/float" "$out/q8" "$n" "$GREEDY"
+  "$out/float" "$out/q8" "$n" "$GREEDY" ${6:-}

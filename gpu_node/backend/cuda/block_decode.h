@@ -32,6 +32,7 @@ enum BlockType : int {
   kBlockQ5_1 = 7,
   kBlockQ8_0 = 8,
   kBlockQ4_K = 12,
+  kBlockQ5_K = 13,
   kBlockQ6_K = 14,
   kBlockBF16 = 30,
 };
@@ -50,6 +51,7 @@ MAGICPIG_HD int BlockValues(int type) {
     case kBlockQ8_0:
       return 32;
     case kBlockQ4_K:
+    case kBlockQ5_K:
     case kBlockQ6_K:
       return 256;
     default:
@@ -76,6 +78,8 @@ MAGICPIG_HD int BlockBytes(int type) {
       return 34;
     case kBlockQ4_K:
       return 144;
+    case kBlockQ5_K:
+      return 176;
     case kBlockQ6_K:
       return 210;
     default:
@@ -136,7 +140,7 @@ MAGICPIG_HD uint32_t ReadU32(const uint8_t* p) {
 
 MAGICPIG_HD float ReadHalf(const uint8_t* p) { return HalfBitsToFloat(ReadU16(p)); }
 
-// The 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block.
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block.
 MAGICPIG_HD void KScaleMin(const uint8_t* scales, int j, int* sc, int* mn) {
   if (j < 4) {
     *sc = scales[j] & 63;
@@ -220,6 +224,29 @@ MAGICPIG_HD bool DecodeBlock(int type, const uint8_t* b, Store&& store) {
         for (int l = 0; l < 32; ++l) {
           store(64 * c + l, Add(Mul(d0, static_cast<float>(q[l] & 0xF)), -m0));
           store(64 * c + 32 + l, Add(Mul(d1, static_cast<float>(q[l] >> 4)), -m1));
+        }
+      }
+      return true;
+    }
+    case kBlockQ5_K: {
+      // Q4_K's layout plus qh[32]: bit 2c (2c + 1) of qh[l] is the fifth bit of value l of
+      // sub-block 2c (2c + 1).
+      const float d = ReadHalf(b), dmin = ReadHalf(b + 2);
+      const uint8_t* scales = b + 4;
+      const uint8_t* qh = b + 16;
+      const uint8_t* qs = b + 48;
+      for (int c = 0; c < 4; ++c) {
+        int sc0, mn0, sc1, mn1;
+        KScaleMin(scales, 2 * c, &sc0, &mn0);
+        KScaleMin(scales, 2 * c + 1, &sc1, &mn1);
+        const float d0 = Mul(d, static_cast<float>(sc0)), m0 = Mul(dmin, static_cast<float>(mn0));
+        const float d1 = Mul(d, static_cast<float>(sc1)), m1 = Mul(dmin, static_cast<float>(mn1));
+        const uint8_t* q = qs + 32 * c;
+        for (int l = 0; l < 32; ++l) {
+          const int lo = (q[l] & 0xF) | (((qh[l] >> (2 * c)) & 1) << 4);
+          const int hi = (q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4);
+          store(64 * c + l, Add(Mul(d0, static_cast<float>(lo)), -m0));
+          store(64 * c + 32 + l, Add(Mul(d1, static_cast<float>(hi)), -m1));
         }
       }
       return true;

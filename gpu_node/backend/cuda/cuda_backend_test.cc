@@ -88,7 +88,7 @@ double RelativeError(const std::vector<float>& got, const std::vector<double>& r
 
 const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
                            GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
-                           GgmlType::kQ4_K, GgmlType::kQ6_K};
+                           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
 // Dequantisation on the GPU, read back through Embed: fp32 copies equal the reference exactly;
 // fp16 copies equal it rounded to fp16.
