@@ -664,7 +664,8 @@ def check_compute(where, objs, problems, expected_nodes, expect_gpu, fetch_scrip
             if not script_dir or init_mounts[vol] != os.path.dirname(script_dir[0]) + "/models":
                 problems.append(f"{where}: {obj_id(dep)}: fetch-model writes <script dir>/../models"
                                 f"; mount the models volume there (is {init_mounts[vol]})")
-        m = re.search(r"^NAME=(\S+)$", fetch_script or "", re.M)
+        # The first NAME= is the default model (the script's first case; no argument fetches it).
+        m = re.search(r"^\s*NAME=(\S+)$", fetch_script or "", re.M)
         if m and os.path.basename(model) != m.group(1):
             problems.append(f"{where}: {obj_id(dep)}: --model {model} is not the file "
                             f"scripts/fetch-model downloads ({m.group(1)})")
