@@ -204,7 +204,7 @@ constexpr int64_t kTokenBlock = 64;
 
 template <GgmlType T, bool kVnni>
 void Rows(const MatMulArgs& a, int64_t r0, int64_t r1) {
-  const KConsts k = MakeKConsts<T>();
+  static const KConsts k = MakeKConsts<T>();  // once per type and process
   for (int64_t tb = 0; tb < a.n_tokens; tb += kTokenBlock) {
     const int64_t te = a.n_tokens < tb + kTokenBlock ? a.n_tokens : tb + kTokenBlock;
     for (int64_t r = r0; r < r1; ++r) {
