@@ -6,7 +6,7 @@
 // that need one convert + one FMA per 4 blocks. A 2-row x 4-token register tile reuses every
 // unpacked weight register 4 times and every activation load twice; fp16 block scales are
 // converted once per row (Q4_0, Q5_0, Q5_1). Q4_1 and Q8_0, the types of the served model, use a
-// 4-row kernel instead (QuadDot), 1.1-2.3x faster at 2-256 tokens (docs/benchmarks.md,
+// 4-row kernel instead (QuadDot), 1.1-2.3x faster at 2-256 tokens (docs/kernels.md,
 // Kernels), whose per-token arithmetic does not depend on the batch. Float types: FMA with masked
 // tails.
 #include <immintrin.h>
