@@ -1,7 +1,7 @@
-// Exact causal attention on the CPU backend at SmolLM2 shapes (9 query heads, 3 kv heads, d = 64):
-// one decode step (1 query token) and a prefill chunk (256 query tokens, the wide-tile path) at
-// several depths, per SIMD level. Reports KV bytes read per second beside a read-only
-// memory-bandwidth probe.
+// Exact causal attention on the CPU backend at SmolLM2 shapes (shape 0: 9 query heads, 3 kv heads,
+// d = 64) and Qwen2.5-1.5B shapes (shape 1: 12 query heads, 2 kv heads, d = 128): one decode step
+// (1 query token) and a prefill chunk (256 query tokens, the wide-tile path) at several depths,
+// per SIMD level. Reports KV bytes read per second beside a read-only memory-bandwidth probe.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -13,13 +13,17 @@
 namespace magicpig::backend {
 namespace {
 
-constexpr int64_t kHeads = 9, kKvHeads = 3, kDim = 64;
+struct Shape {
+  int64_t heads, kv_heads, dim;
+};
+constexpr Shape kShapes[] = {{9, 3, 64}, {12, 2, 128}};
 
 struct Fixture {
   std::vector<uint16_t> k, v;
   std::vector<float> q, out;
   KvLayerView view;
-  Fixture(int64_t depth, int64_t n_q) {
+  Fixture(int64_t depth, int64_t n_q, Shape shape) {
+    const int64_t kHeads = shape.heads, kKvHeads = shape.kv_heads, kDim = shape.dim;
     std::mt19937 rng(1);
     std::normal_distribution<float> nd;
     k.resize(depth * kKvHeads * kDim);
@@ -37,22 +41,24 @@ void BM_Attention(benchmark::State& state) {
   const int64_t depth = state.range(0), n_q = state.range(1);
   const auto level = static_cast<SimdLevel>(state.range(2));
   const int threads = static_cast<int>(state.range(3));
+  const Shape shape = kShapes[state.range(4)];
   if (static_cast<int>(level) > static_cast<int>(DetectedSimdLevel())) {
     state.SkipWithError("SIMD level not supported here");
     return;
   }
-  Fixture f(depth, n_q);
+  Fixture f(depth, n_q, shape);
   CpuBackend backend(threads, level);
   for (auto _ : state) {
     (void)backend.Execute([&] {
-      backend.CausalAttention(f.q.data(), n_q, depth - n_q, kHeads, 0.125f, f.view, f.out.data());
+      backend.CausalAttention(f.q.data(), n_q, depth - n_q, shape.heads, 0.125f, f.view,
+                              f.out.data());
       return absl::OkStatus();
     });
     benchmark::DoNotOptimize(f.out.data());
   }
   // Bytes of K and V a decode step must read (each kv row once).
   state.counters["kv_GB/s"] =
-      benchmark::Counter(static_cast<double>(depth) * kKvHeads * kDim * 2 * 2,
+      benchmark::Counter(static_cast<double>(depth) * shape.kv_heads * shape.dim * 2 * 2,
                          benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(SimdLevelName(level)));
 }
@@ -75,9 +81,9 @@ void BM_MemoryBandwidthProbe(benchmark::State& state) {
 
 BENCHMARK(BM_MemoryBandwidthProbe)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Attention)
-    ->ArgNames({"depth", "n_q", "simd", "threads"})
-    ->ArgsProduct({{1024, 4096, 8192}, {1}, {0, 1, 2}, {1, 2}})
-    ->ArgsProduct({{1024, 4096, 8192}, {256}, {1, 2}, {1, 2}})
+    ->ArgNames({"depth", "n_q", "simd", "threads", "shape"})
+    ->ArgsProduct({{1024, 4096, 8192}, {1}, {0, 1, 2}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{1024, 4096, 8192}, {256}, {1, 2}, {1, 2}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
