@@ -86,33 +86,14 @@ void KScaleMin(const uint8_t* scales, int j, int* sc, int* mn) {
   }
 }
 
-void DequantQ4_K(const uint8_t* b, float* y) {
-  const float d = ReadF16(b);
-  const float dmin = ReadF16(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* qs = b + 16;
-  for (int c = 0; c < 4; ++c) {
-    int sc0, mn0, sc1, mn1;
-    KScaleMin(scales, 2 * c, &sc0, &mn0);
-    KScaleMin(scales, 2 * c + 1, &sc1, &mn1);
-    const float d0 = d * static_cast<float>(sc0), m0 = dmin * static_cast<float>(mn0);
-    const float d1 = d * static_cast<float>(sc1), m1 = dmin * static_cast<float>(mn1);
-    const uint8_t* q = qs + 32 * c;
-    for (int l = 0; l < 32; ++l) {
-      y[64 * c + l] = d0 * static_cast<float>(q[l] & 0xF) - m0;
-      y[64 * c + 32 + l] = d1 * static_cast<float>(q[l] >> 4) - m1;
-    }
-  }
-}
-
-// Q5_K: Q4_K's layout with a fifth bit per value in qh[32] after the scales: bit 2c of qh[l] is
-// the high bit of value l of sub-block 2c, bit 2c + 1 that of sub-block 2c + 1.
-void DequantQ5_K(const uint8_t* b, float* y) {
+// Q4_K, and Q5_K (q5: Q4_K's layout with a fifth bit per value in qh[32] after the scales; bit
+// 2c of qh[l] is the high bit of value l of sub-block 2c, bit 2c + 1 that of sub-block 2c + 1).
+void DequantQ45K(const uint8_t* b, float* y, bool q5) {
   const float d = ReadF16(b);
   const float dmin = ReadF16(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 48;
+  const uint8_t* qs = b + (q5 ? 48 : 16);
   for (int c = 0; c < 4; ++c) {
     int sc0, mn0, sc1, mn1;
     KScaleMin(scales, 2 * c, &sc0, &mn0);
@@ -121,13 +102,19 @@ void DequantQ5_K(const uint8_t* b, float* y) {
     const float d1 = d * static_cast<float>(sc1), m1 = dmin * static_cast<float>(mn1);
     const uint8_t* q = qs + 32 * c;
     for (int l = 0; l < 32; ++l) {
-      const int lo = (q[l] & 0xF) | (((qh[l] >> (2 * c)) & 1) << 4);
-      const int hi = (q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4);
+      int lo = q[l] & 0xF, hi = q[l] >> 4;
+      if (q5) {
+        lo |= ((qh[l] >> (2 * c)) & 1) << 4;
+        hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+      }
       y[64 * c + l] = d0 * static_cast<float>(lo) - m0;
       y[64 * c + 32 + l] = d1 * static_cast<float>(hi) - m1;
     }
   }
 }
+
+void DequantQ4_K(const uint8_t* b, float* y) { DequantQ45K(b, y, /*q5=*/false); }
+void DequantQ5_K(const uint8_t* b, float* y) { DequantQ45K(b, y, /*q5=*/true); }
 
 void DequantQ6_K(const uint8_t* b, float* y) {
   const float d = ReadF16(b + 208);

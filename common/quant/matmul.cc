@@ -42,47 +42,60 @@ absl::Status CheckMatrix(const QuantMatrix& w) {
 }  // namespace
 
 namespace quant_internal {
+namespace {
+
+// q[0..8) = round(clamp(x[i] * id, -127, 127)); returns their sum in every lane of an SSE2 vector
+// (x86-64 baseline): _mm_cvtps_epi32 rounds with MXCSR, i.e. half to even like std::nearbyint in
+// the default mode, without nearbyint's per-value library call. Clamping before rounding is
+// equivalent to clamping after, since +-127 are integers.
+__m128i Quantize8(const float* x, __m128 id, int8_t* q) {
+  const __m128 lim = _mm_set1_ps(127.0f), neg_lim = _mm_set1_ps(-127.0f);
+  const __m128i a =
+      _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_loadu_ps(x), id), neg_lim), lim));
+  const __m128i c =
+      _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_loadu_ps(x + 4), id), neg_lim), lim));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(q),
+                   _mm_packs_epi16(_mm_packs_epi32(a, c), _mm_setzero_si128()));
+  return _mm_add_epi32(a, c);
+}
+
+int HorizontalSum(__m128i v) {
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4E));
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xB1));
+  return _mm_cvtsi128_si32(v);
+}
+
+// max |x[i]| over n values (a multiple of 4).
+float AbsMax(const float* x, int64_t n) {
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
+  __m128 m = _mm_setzero_ps();
+  for (int64_t i = 0; i < n; i += 4) m = _mm_max_ps(m, _mm_and_ps(_mm_loadu_ps(x + i), abs_mask));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+}  // namespace
 
 // Rounding here is the only approximation the integer kernels make; every level uses this one
 // function, so all levels see identical integer inputs.
 void QuantizeActivationRow(const float* x, int64_t cols, int8_t* q, float* d_rep, float* s) {
-  // SSE2 (x86-64 baseline), 4 values at a time: _mm_cvtps_epi32 rounds with MXCSR, i.e. half to
-  // even like std::nearbyint in the default mode, without nearbyint's per-value library call.
-  // Clamping before rounding is equivalent to clamping after, since +-127 are integers.
   const int64_t nb = cols / kActBlock;
-  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
-  const __m128 lim = _mm_set1_ps(127.0f), neg_lim = _mm_set1_ps(-127.0f);
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = x + b * kActBlock;
-    __m128 m = _mm_setzero_ps();
-    for (int64_t i = 0; i < kActBlock; i += 4)
-      m = _mm_max_ps(m, _mm_and_ps(_mm_loadu_ps(xb + i), abs_mask));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-    const float amax = _mm_cvtss_f32(m);
-    const float d = amax / 127.0f;
+    const float d = AbsMax(xb, kActBlock) / 127.0f;
     const __m128 id = _mm_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
     __m128i sum = _mm_setzero_si128();
-    for (int64_t i = 0; i < kActBlock; i += 8) {
-      const __m128i a = _mm_cvtps_epi32(
-          _mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_loadu_ps(xb + i), id), neg_lim), lim));
-      const __m128i c = _mm_cvtps_epi32(
-          _mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_loadu_ps(xb + i + 4), id), neg_lim), lim));
-      sum = _mm_add_epi32(sum, _mm_add_epi32(a, c));
-      const __m128i packed = _mm_packs_epi16(_mm_packs_epi32(a, c), _mm_setzero_si128());
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + b * kActBlock + i), packed);
-    }
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
+    for (int64_t i = 0; i < kActBlock; i += 8)
+      sum = _mm_add_epi32(sum, Quantize8(xb + i, id, q + b * kActBlock + i));
     for (int64_t i = 0; i < kScaleRepeat; ++i) d_rep[b * kScaleRepeat + i] = d;
-    s[b] = d * static_cast<float>(_mm_cvtsi128_si32(sum));
+    s[b] = d * static_cast<float>(HorizontalSum(sum));
   }
 }
 
 KActOrder KActOrderFor(GgmlType type, bool avx512) {
-  return avx512 && (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K)
-             ? KActOrder::kPairedNibbles
-             : KActOrder::kNatural;
+  return avx512 && (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) ? KActOrder::kPairedNibbles
+                                                                        : KActOrder::kNatural;
 }
 
 bool IsKQuant(GgmlType type) {
@@ -93,38 +106,19 @@ bool IsKQuant(GgmlType type) {
 void QuantizeActivationRowK(const float* x, int64_t cols, KActOrder order, int8_t* q, float* d,
                             int16_t* bsums) {
   const int64_t nsb = cols / kSuperBlock;
-  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
-  const __m128 lim = _mm_set1_ps(127.0f), neg_lim = _mm_set1_ps(-127.0f);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const float* xs = x + sb * kSuperBlock;
-    __m128 m = _mm_setzero_ps();
-    for (int64_t i = 0; i < kSuperBlock; i += 4)
-      m = _mm_max_ps(m, _mm_and_ps(_mm_loadu_ps(xs + i), abs_mask));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-    const float amax = _mm_cvtss_f32(m);
-    const float ds = amax / 127.0f;
+    const float ds = AbsMax(xs, kSuperBlock) / 127.0f;
     const __m128 id = _mm_set1_ps(ds > 0.0f ? 1.0f / ds : 0.0f);
     d[sb] = ds;
     for (int p = 0; p < 8; ++p) {
       const int sub = order == KActOrder::kPairedNibbles ? kPairedNibbleOrder[p] : p;
       const float* xb = xs + 32 * sub;
       int8_t* qb = q + sb * kSuperBlock + 32 * p;
-      for (int half = 0; half < 2; ++half) {
-        __m128i sum = _mm_setzero_si128();
-        for (int i = 16 * half; i < 16 * half + 16; i += 8) {
-          const __m128i a = _mm_cvtps_epi32(
-              _mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_loadu_ps(xb + i), id), neg_lim), lim));
-          const __m128i c = _mm_cvtps_epi32(
-              _mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_loadu_ps(xb + i + 4), id), neg_lim), lim));
-          sum = _mm_add_epi32(sum, _mm_add_epi32(a, c));
-          const __m128i packed = _mm_packs_epi16(_mm_packs_epi32(a, c), _mm_setzero_si128());
-          _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + i), packed);
-        }
-        sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
-        sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
-        bsums[sb * kBsumsPerSuperBlock + 2 * p + half] =
-            static_cast<int16_t>(_mm_cvtsi128_si32(sum));
+      for (int i = 0; i < 32; i += 16) {
+        const __m128i sum =
+            _mm_add_epi32(Quantize8(xb + i, id, qb + i), Quantize8(xb + i + 8, id, qb + i + 8));
+        bsums[sb * kBsumsPerSuperBlock + 2 * p + i / 16] = static_cast<int16_t>(HorizontalSum(sum));
       }
     }
   }

@@ -103,7 +103,7 @@ struct MatMulArgs {
   const int8_t* kq = nullptr;
   const float* kd = nullptr;
   const int16_t* kbs = nullptr;
-  float* y = nullptr;          // y[t * ldy + r]
+  float* y = nullptr;  // y[t * ldy + r]
   int64_t ldy = 0;
 };
 

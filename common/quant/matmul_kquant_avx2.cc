@@ -63,8 +63,8 @@ MAGICPIG_INLINE void ReadHeader(const uint8_t* b, KHeader* h) {
     // ggml's 6-bit packing of 8 scales and 8 mins in 12 bytes (see matmul_kquant_avx512.cc).
     const uint32_t u0 = LoadU32(b + 4), u1 = LoadU32(b + 8), u2 = LoadU32(b + 12);
     const uint32_t sc[2] = {u0 & 0x3f3f3f3fu, (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4};
-    const uint32_t mn[2] = {u1 & 0x3f3f3f3fu,
-                            ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4};
+    const uint32_t mn[2] = {u1 & 0x3f3f3f3fu, ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u)
+                                                                              << 4};
     uint8_t s8[8], m8[8];
     std::memcpy(s8, sc, 8);
     std::memcpy(m8, mn, 8);
@@ -77,7 +77,8 @@ MAGICPIG_INLINE void ReadHeader(const uint8_t* b, KHeader* h) {
 
 // Piece c (values 64c..64c+63) as two registers of 32 unsigned weights and their pair scales.
 template <GgmlType T>
-MAGICPIG_INLINE void UnpackPiece(const uint8_t* b, const KHeader& h, int c, __m256i w[2], __m256i sc[2]) {
+MAGICPIG_INLINE void UnpackPiece(const uint8_t* b, const KHeader& h, int c, __m256i w[2],
+                                 __m256i sc[2]) {
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   if constexpr (T == GgmlType::kQ6_K) {
     // Half c / 2 of 128 values; the piece is its quarters 2(c % 2), +1 ... stored as: ql byte l
@@ -89,8 +90,8 @@ MAGICPIG_INLINE void UnpackPiece(const uint8_t* b, const KHeader& h, int c, __m2
     const __m256i three = _mm256_set1_epi8(0x03);
     for (int i = 0; i < 2; ++i) {
       const __m256i l = Load256(ql + 32 * i);
-      const __m256i n = hi ? _mm256_and_si256(_mm256_srli_epi16(l, 4), nibble)
-                           : _mm256_and_si256(l, nibble);
+      const __m256i n =
+          hi ? _mm256_and_si256(_mm256_srli_epi16(l, 4), nibble) : _mm256_and_si256(l, nibble);
       const int q = 2 * hi + i;  // quarter of the half: bits 2q..2q+1 of qh
       const __m256i hb = _mm256_slli_epi16(
           _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * q)), three), 4);

@@ -34,10 +34,10 @@ float LoadF16(const uint8_t* p) {
 
 // One row's super-block, unpacked.
 struct KUnpacked {
-  __m512i w[4];   // 64 unsigned weights each, in activation order (256 values)
-  __m512i sc[4];  // int16 scale of each weight pair of w[k]
-  __m256i off;    // int16 offset coefficient of each of the 16 bsums (stored order)
-  float d;        // unit of sc
+  __m512i w[4];    // 64 unsigned weights each, in activation order (256 values)
+  __m512i sc[4];   // int16 scale of each weight pair of w[k]
+  __m256i off;     // int16 offset coefficient of each of the 16 bsums (stored order)
+  float d;         // unit of sc
   float off_unit;  // unit of off (subtracted)
 };
 
@@ -97,8 +97,10 @@ MAGICPIG_INLINE void Unpack(const uint8_t* b, const KConsts& k, KUnpacked* u) {
       const __m512i ql = _mm512_loadu_si512(b + 64 * h);
       const __m512i qh = _mm512_broadcast_i64x4(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
-      const __m512i hl = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, cnt_lo), three), 4);
-      const __m512i hh = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, cnt_hi), three), 4);
+      const __m512i hl =
+          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, cnt_lo), three), 4);
+      const __m512i hh =
+          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, cnt_hi), three), 4);
       u->w[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, nibble), hl);
       u->w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble), hh);
     }
@@ -157,8 +159,8 @@ MAGICPIG_INLINE __m512i DotS16(__m512i acc, __m512i a, __m512i b) {
 // offset term, subtracted at the end). Two independent integer chains and two float accumulators
 // keep the dependency chains short: one row at a time leaves little else to overlap.
 template <bool kVnni>
-MAGICPIG_INLINE void AddSuperBlock(const KUnpacked& u, const int8_t* xq, const int16_t* bs, float dx, __m512* acc,
-                   __m256* acc_off) {
+MAGICPIG_INLINE void AddSuperBlock(const KUnpacked& u, const int8_t* xq, const int16_t* bs,
+                                   float dx, __m512* acc, __m256* acc_off) {
   const __m512i p0 = _mm512_maddubs_epi16(u.w[0], _mm512_loadu_si512(xq));
   const __m512i p1 = _mm512_maddubs_epi16(u.w[1], _mm512_loadu_si512(xq + 64));
   const __m512i p2 = _mm512_maddubs_epi16(u.w[2], _mm512_loadu_si512(xq + 128));
@@ -167,8 +169,8 @@ MAGICPIG_INLINE void AddSuperBlock(const KUnpacked& u, const int8_t* xq, const i
   const __m512i s1 = DotS16<kVnni>(_mm512_madd_epi16(p1, u.sc[1]), p3, u.sc[3]);
   const __m256i off =
       _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs)), u.off);
-  *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_set1_ps(u.d * dx),
-                         *acc);
+  *acc =
+      _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_set1_ps(u.d * dx), *acc);
   *acc_off = _mm256_fmadd_ps(_mm256_cvtepi32_ps(off), _mm256_set1_ps(u.off_unit * dx), *acc_off);
 }
 

@@ -160,8 +160,8 @@ void KQuantRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
         }
         const float dx = a.kd[t * nsb + sb];
         // Q4_K/Q5_K offsets are per 32 values: offset16 repeats each, and bs splits the sum.
-        a.y[t * a.ldy + r] += k.d * dx * static_cast<float>(main) -
-                              k.offset_unit * dx * static_cast<float>(offset);
+        a.y[t * a.ldy + r] +=
+            k.d * dx * static_cast<float>(main) - k.offset_unit * dx * static_cast<float>(offset);
       }
     }
   }

@@ -205,10 +205,10 @@ TEST(QuantizeActivationRowKTest, RoundingBsumsAndOrder) {
       EXPECT_LE(std::abs(q[k]), 127);
       EXPECT_LE(std::fabs(d[sb] * q[k] - x[k]), amax / 254 * (1 + 1e-5)) << k;
       // Slot p of the paired order holds sub-block kPairedNibbleOrder[p].
-      const int slot = static_cast<int>(
-          std::find(std::begin(quant_internal::kPairedNibbleOrder),
-                    std::end(quant_internal::kPairedNibbleOrder), i / 32) -
-          std::begin(quant_internal::kPairedNibbleOrder));
+      const int slot =
+          static_cast<int>(std::find(std::begin(quant_internal::kPairedNibbleOrder),
+                                     std::end(quant_internal::kPairedNibbleOrder), i / 32) -
+                           std::begin(quant_internal::kPairedNibbleOrder));
       EXPECT_EQ(qp[256 * sb + 32 * slot + i % 32], q[k]) << k;
     }
     for (int l = 0; l < 16; ++l) {
@@ -322,14 +322,26 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{GgmlType::kQ4_K, 37, 1536}, Case{GgmlType::kQ4_K, 3, 256},
                       Case{GgmlType::kQ5_K, 13, 512}, Case{GgmlType::kQ5_K, 37, 1536},
                       Case{GgmlType::kQ6_K, 13, 768}, Case{GgmlType::kQ6_K, 37, 1536},
-                      Case{GgmlType::kF32, 37, 576},
-                      Case{GgmlType::kF32, 9, 37}, Case{GgmlType::kF16, 37, 576},
-                      Case{GgmlType::kF16, 9, 45}, Case{GgmlType::kBF16, 37, 576},
-                      Case{GgmlType::kBF16, 9, 13}),
+                      Case{GgmlType::kF32, 37, 576}, Case{GgmlType::kF32, 9, 37},
+                      Case{GgmlType::kF16, 37, 576}, Case{GgmlType::kF16, 9, 45},
+                      Case{GgmlType::kBF16, 37, 576}, Case{GgmlType::kBF16, 9, 13}),
     [](const auto& info) {
       return std::string(GgmlTypeName(info.param.type)) + "_" + std::to_string(info.param.rows) +
              "x" + std::to_string(info.param.cols);
     });
+
+// Runs a (activations filled in, y and ldy not) over `rows` rows with and without VNNI and expects
+// bit-identical outputs.
+void ExpectVnniMatchesNonVnni(quant_internal::MatMulArgs a, int64_t rows) {
+  std::vector<float> y1(a.n_tokens * rows), y2(a.n_tokens * rows);
+  a.ldy = rows;
+  a.y = y1.data();
+  quant_internal::MatMulRowsAvx512(a, 0, rows, /*use_vnni=*/true);
+  a.y = y2.data();
+  quant_internal::MatMulRowsAvx512(a, 0, rows, /*use_vnni=*/false);
+  for (size_t i = 0; i < y1.size(); ++i)
+    ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(a.type) << " " << i;
+}
 
 // VNNI (vpdpbusd) and vpmaddubsw/vpmaddwd paths compute the same exact int32 sums and then do the
 // same float operations in the same order, so their outputs must be bit-identical.
@@ -355,7 +367,6 @@ TEST(MatMulAvx512Test, VnniAndNonVnniAreBitIdentical) {
                                                     xq.data() + t * qs, xd.data() + t * ds,
                                                     xs.data() + t * ss);
       }
-      std::vector<float> y1(n_tokens * 21), y2(n_tokens * 21);
       quant_internal::MatMulArgs a;
       a.type = type;
       a.w = p.bytes.data();
@@ -365,12 +376,7 @@ TEST(MatMulAvx512Test, VnniAndNonVnniAreBitIdentical) {
       a.xq = xq.data();
       a.xd = xd.data();
       a.xs = xs.data();
-      a.ldy = 21;
-      a.y = y1.data();
-      quant_internal::MatMulRowsAvx512(a, 0, 21, /*use_vnni=*/true);
-      a.y = y2.data();
-      quant_internal::MatMulRowsAvx512(a, 0, 21, /*use_vnni=*/false);
-      for (size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << i;
+      ExpectVnniMatchesNonVnni(a, 21);
     }
   }
 }
@@ -391,7 +397,6 @@ TEST(MatMulAvx512Test, KQuantVnniAndNonVnniAreBitIdentical) {
             p.x.data() + t * p.ldx, cols, quant_internal::KActOrderFor(type, /*avx512=*/true),
             kq.data() + t * cols, kd.data() + t * nsb, kbs.data() + t * cols / 16);
       }
-      std::vector<float> y1(n_tokens * rows), y2(n_tokens * rows);
       quant_internal::MatMulArgs a;
       a.type = type;
       a.w = p.bytes.data();
@@ -401,12 +406,7 @@ TEST(MatMulAvx512Test, KQuantVnniAndNonVnniAreBitIdentical) {
       a.kq = kq.data();
       a.kd = kd.data();
       a.kbs = kbs.data();
-      a.ldy = rows;
-      a.y = y1.data();
-      quant_internal::MatMulRowsAvx512(a, 0, rows, /*use_vnni=*/true);
-      a.y = y2.data();
-      quant_internal::MatMulRowsAvx512(a, 0, rows, /*use_vnni=*/false);
-      for (size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << i;
+      ExpectVnniMatchesNonVnni(a, rows);
     }
   }
 }

@@ -351,7 +351,7 @@ namespace {
 // Reads the whole of fd into anonymous memory starting on a 2 MiB boundary, advised for
 // transparent huge pages; *mapping/*mapping_bytes receive what to munmap.
 absl::StatusOr<const uint8_t*> ReadIntoMemory(int fd, const std::string& path, size_t size,
-                                               void** mapping, size_t* mapping_bytes) {
+                                              void** mapping, size_t* mapping_bytes) {
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t bytes = size + kHuge;
   void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -397,8 +397,8 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->size_ = static_cast<uint64_t>(st.st_size);
   if (f->size_ > 0 && load == GgufLoad::kRead) {
-    absl::StatusOr<const uint8_t*> base = ReadIntoMemory(fd, path, static_cast<size_t>(f->size_),
-                                                         &f->mapping_, &f->mapping_bytes_);
+    absl::StatusOr<const uint8_t*> base =
+        ReadIntoMemory(fd, path, static_cast<size_t>(f->size_), &f->mapping_, &f->mapping_bytes_);
     ::close(fd);
     if (!base.ok()) return base.status();
     f->base_ = *base;

@@ -210,31 +210,15 @@ MAGICPIG_HD bool DecodeBlock(int type, const uint8_t* b, Store&& store) {
       }
       return true;
     }
-    case kBlockQ4_K: {
-      const float d = ReadHalf(b), dmin = ReadHalf(b + 2);
-      const uint8_t* scales = b + 4;
-      const uint8_t* qs = b + 16;
-      for (int c = 0; c < 4; ++c) {
-        int sc0, mn0, sc1, mn1;
-        KScaleMin(scales, 2 * c, &sc0, &mn0);
-        KScaleMin(scales, 2 * c + 1, &sc1, &mn1);
-        const float d0 = Mul(d, static_cast<float>(sc0)), m0 = Mul(dmin, static_cast<float>(mn0));
-        const float d1 = Mul(d, static_cast<float>(sc1)), m1 = Mul(dmin, static_cast<float>(mn1));
-        const uint8_t* q = qs + 32 * c;
-        for (int l = 0; l < 32; ++l) {
-          store(64 * c + l, Add(Mul(d0, static_cast<float>(q[l] & 0xF)), -m0));
-          store(64 * c + 32 + l, Add(Mul(d1, static_cast<float>(q[l] >> 4)), -m1));
-        }
-      }
-      return true;
-    }
+    case kBlockQ4_K:
     case kBlockQ5_K: {
-      // Q4_K's layout plus qh[32]: bit 2c (2c + 1) of qh[l] is the fifth bit of value l of
+      // Q5_K: Q4_K's layout plus qh[32]: bit 2c (2c + 1) of qh[l] is the fifth bit of value l of
       // sub-block 2c (2c + 1).
+      const bool q5 = type == kBlockQ5_K;
       const float d = ReadHalf(b), dmin = ReadHalf(b + 2);
       const uint8_t* scales = b + 4;
       const uint8_t* qh = b + 16;
-      const uint8_t* qs = b + 48;
+      const uint8_t* qs = b + (q5 ? 48 : 16);
       for (int c = 0; c < 4; ++c) {
         int sc0, mn0, sc1, mn1;
         KScaleMin(scales, 2 * c, &sc0, &mn0);
@@ -243,8 +227,11 @@ MAGICPIG_HD bool DecodeBlock(int type, const uint8_t* b, Store&& store) {
         const float d1 = Mul(d, static_cast<float>(sc1)), m1 = Mul(dmin, static_cast<float>(mn1));
         const uint8_t* q = qs + 32 * c;
         for (int l = 0; l < 32; ++l) {
-          const int lo = (q[l] & 0xF) | (((qh[l] >> (2 * c)) & 1) << 4);
-          const int hi = (q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4);
+          int lo = q[l] & 0xF, hi = q[l] >> 4;
+          if (q5) {
+            lo |= ((qh[l] >> (2 * c)) & 1) << 4;
+            hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+          }
           store(64 * c + l, Add(Mul(d0, static_cast<float>(lo)), -m0));
           store(64 * c + 32 + l, Add(Mul(d1, static_cast<float>(hi)), -m1));
         }
