@@ -38,7 +38,8 @@ struct Server::Connection {
 namespace {
 
 constexpr size_t kReadChunk = 16 << 10;
-// Idle and read timeout of a connection on a reserved probe slot.
+// Idle and read timeout of a connection on a reserved probe slot, and of every connection of a
+// probe listener (StartProbeListener).
 constexpr absl::Duration kProbeTimeout = absl::Seconds(2);
 
 // The peer's IP address as text (without the port), the key of the per-client limit.
@@ -503,8 +504,8 @@ absl::StatusOr<std::unique_ptr<Server>> StartProbeListener(std::string_view addr
   options.max_connections_per_client = 16;
   options.reserved_probe_connections = 8;
   options.probe_paths = std::move(paths);
-  options.idle_timeout = absl::Seconds(2);
-  options.read_timeout = absl::Seconds(2);
+  options.idle_timeout = kProbeTimeout;
+  options.read_timeout = kProbeTimeout;
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options, std::move(router));
   if (!server.ok()) {
     return absl::Status(server.status().code(),

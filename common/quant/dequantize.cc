@@ -75,17 +75,6 @@ void DequantQ8_0(const uint8_t* b, float* y) {
   for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(qs[j]);
 }
 
-// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block.
-void KScaleMin(const uint8_t* scales, int j, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = scales[j] & 63;
-    *mn = scales[j + 4] & 63;
-  } else {
-    *sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
-    *mn = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
-  }
-}
-
 // Q4_K, and Q5_K (q5: Q4_K's layout with a fifth bit per value in qh[32] after the scales; bit
 // 2c of qh[l] is the high bit of value l of sub-block 2c, bit 2c + 1 that of sub-block 2c + 1).
 void DequantQ45K(const uint8_t* b, float* y, bool q5) {
@@ -163,6 +152,16 @@ BlockFn BlockDequantizer(GgmlType type) {
 }
 
 }  // namespace
+
+void KScaleMin(const uint8_t* scales, int j, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = scales[j] & 63;
+    *mn = scales[j + 4] & 63;
+  } else {
+    *sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+    *mn = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
 
 absl::Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
   const std::optional<GgmlTypeInfo> info = LookupGgmlType(static_cast<uint32_t>(type));

@@ -128,6 +128,17 @@ void QuantizeActivationRowK(const float* x, int64_t cols, KActOrder order, int8_
 
 namespace {
 
+// Calls quantize(t) for every token: inline for the few tokens of a decode step (a parallel region
+// would cost more than the work), in parallel for a prefill chunk.
+template <typename Fn>
+void ForEachToken(int64_t n_tokens, Fn quantize) {
+  if (n_tokens <= 16) {
+    for (int64_t t = 0; t < n_tokens; ++t) quantize(t);
+  } else {
+    tbb::parallel_for(int64_t{0}, n_tokens, quantize);
+  }
+}
+
 // Rows per task: enough that a task reads a few tens of KiB of weights (TBB overhead is a few
 // microseconds per task), few enough that every thread gets several tasks (decode matrices of
 // only 192 rows must still keep both cores busy). Prefill tasks are capped at 64 rows so their
@@ -197,17 +208,12 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
     xq.resize(static_cast<size_t>(n_tokens * q_stride));
     xd.resize(static_cast<size_t>(n_tokens * d_stride));
     xs.resize(static_cast<size_t>(n_tokens * s_stride));
-    auto quantize = [&](int64_t t) {
+    ForEachToken(n_tokens, [&](int64_t t) {
       (avx512 ? quant_internal::QuantizeActivationRowAvx512
               : quant_internal::QuantizeActivationRow)(
           x + t * ldx, w.cols, xq.data() + t * q_stride, xd.data() + t * d_stride,
           xs.data() + t * s_stride);
-    };
-    if (n_tokens <= 16) {
-      for (int64_t t = 0; t < n_tokens; ++t) quantize(t);
-    } else {
-      tbb::parallel_for(int64_t{0}, n_tokens, quantize);
-    }
+    });
     args.xq = xq.data();
     args.xd = xd.data();
     args.xs = xs.data();
@@ -222,16 +228,11 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
     kq.resize(static_cast<size_t>(n_tokens * w.cols));
     kd.resize(static_cast<size_t>(n_tokens * nsb));
     kbs.resize(static_cast<size_t>(n_tokens * nsb * quant_internal::kBsumsPerSuperBlock));
-    auto quantize = [&](int64_t t) {
+    ForEachToken(n_tokens, [&](int64_t t) {
       quant_internal::QuantizeActivationRowK(
           x + t * ldx, w.cols, order, kq.data() + t * w.cols, kd.data() + t * nsb,
           kbs.data() + t * nsb * quant_internal::kBsumsPerSuperBlock);
-    };
-    if (n_tokens <= 16) {
-      for (int64_t t = 0; t < n_tokens; ++t) quantize(t);
-    } else {
-      tbb::parallel_for(int64_t{0}, n_tokens, quantize);
-    }
+    });
     args.kq = kq.data();
     args.kd = kd.data();
     args.kbs = kbs.data();

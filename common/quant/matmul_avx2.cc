@@ -7,10 +7,9 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <vector>
+#include <type_traits>
 
 #include "common/half.h"
-#include "common/quant/dequantize.h"
 #include "common/quant/matmul_kernels.h"
 
 namespace magicpig::quant_internal {
@@ -18,18 +17,7 @@ namespace {
 
 constexpr int kMaxTokens = 4;  // tokens per pass over a weight row (4 accumulators stay in regs)
 
-float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-float LoadF16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, sizeof(h));
-  return _cvtsh_ss(h);
-}
+#include "common/quant/matmul_isa_common-inl.h"  // NOLINT(build/include): per-ISA copy
 
 // 16 bytes of packed nibbles -> 32 bytes: low nibbles are values 0..15, high nibbles 16..31.
 __m256i UnpackNibbles(const uint8_t* qs) {
@@ -114,21 +102,8 @@ void IntegerRow(const MatMulArgs& a, int64_t r, int64_t t0) {
 template <GgmlType T>
 void IntegerRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
-    int64_t t = 0;
-    for (; t + kMaxTokens <= a.n_tokens; t += kMaxTokens) IntegerRow<T, kMaxTokens>(a, r, t);
-    switch (a.n_tokens - t) {
-      case 3:
-        IntegerRow<T, 3>(a, r, t);
-        break;
-      case 2:
-        IntegerRow<T, 2>(a, r, t);
-        break;
-      case 1:
-        IntegerRow<T, 1>(a, r, t);
-        break;
-      default:
-        break;
-    }
+    ForTokenChunks(0, a.n_tokens,
+                   [&](int64_t t, auto nt) { IntegerRow<T, decltype(nt)::value>(a, r, t); });
   }
 }
 

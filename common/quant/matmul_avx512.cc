@@ -16,7 +16,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/quant/dequantize.h"
 #include "common/quant/matmul_kernels.h"
 
 namespace magicpig::quant_internal {
@@ -24,31 +23,7 @@ namespace {
 
 constexpr int kMaxTokens = 4;  // tokens per pass over a weight row
 
-// Calls fn(t, std::integral_constant<int, NT>()) for the tokens [t0, t1) in chunks [t, t + NT):
-// kMaxTokens at a time, then one chunk of the 1-3 left, so that the kernels are instantiated for
-// a compile-time token count.
-template <typename Fn>
-void ForTokenChunks(int64_t t0, int64_t t1, Fn fn) {
-  static_assert(kMaxTokens == 4, "the tail below covers 1-3 tokens");
-  int64_t t = t0;
-  for (; t + kMaxTokens <= t1; t += kMaxTokens) fn(t, std::integral_constant<int, kMaxTokens>());
-  switch (t1 - t) {
-    case 3:
-      return fn(t, std::integral_constant<int, 3>());
-    case 2:
-      return fn(t, std::integral_constant<int, 2>());
-    case 1:
-      return fn(t, std::integral_constant<int, 1>());
-    default:
-      return;
-  }
-}
-
-uint32_t LoadU32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
+#include "common/quant/matmul_isa_common-inl.h"  // NOLINT(build/include): per-ISA copy
 
 __m128i Load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 

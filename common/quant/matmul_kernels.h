@@ -18,7 +18,7 @@ inline constexpr int64_t kActBlock = 32;
 // Block scales are stored replicated this many times so a SIMD kernel loads a ready scale vector.
 inline constexpr int64_t kScaleRepeat = 8;
 
-// Byte geometry of the 32-value integer weight blocks (ggml-common.h): block size, offset of the
+// Byte geometry of the integer weight blocks (ggml-common.h): block size, offset of the
 // packed quants, offset of Q5's high-bit word. Plain constants, shared by every ISA unit.
 template <GgmlType T>
 struct Block;
@@ -41,6 +41,19 @@ struct Block<GgmlType::kQ5_1> {
 template <>
 struct Block<GgmlType::kQ8_0> {
   static constexpr int kBytes = 34, kQs = 2;
+};
+// The 256-value K-quant super-blocks (their inner layout is decoded in matmul_kquant_*.cc).
+template <>
+struct Block<GgmlType::kQ4_K> {
+  static constexpr int kBytes = 144;
+};
+template <>
+struct Block<GgmlType::kQ5_K> {
+  static constexpr int kBytes = 176;
+};
+template <>
+struct Block<GgmlType::kQ6_K> {
+  static constexpr int kBytes = 210;
 };
 
 // The AVX-512 kernels read the quantised activations in their own layout, built by
@@ -72,7 +85,7 @@ inline constexpr int64_t kBsumsPerSuperBlock = kSuperBlock / 16;
 enum class KActOrder { kNatural, kPairedNibbles };
 inline constexpr int kPairedNibbleOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
 
-// The order the kernels of `level` read for K-quant type `type`.
+// The order the K-quant kernels of type `type` read: those of AVX-512 (avx512) or the others.
 KActOrder KActOrderFor(GgmlType type, bool avx512);
 
 // Quantises one token (cols a multiple of kSuperBlock): q[cols] in `order`, d[cols / 256],

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "common/quant/matmul_kernels.h"
 
@@ -17,27 +18,10 @@ namespace {
 
 constexpr int kMaxTokens = 4;
 
-uint32_t LoadU32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-float LoadF16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, sizeof(h));
-  return _cvtsh_ss(h);
-}
+#include "common/quant/matmul_isa_common-inl.h"  // NOLINT(build/include): per-ISA copy
 
 __m256i Load256(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
-float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // A super-block's per-block data: the scales (Q4_K/Q5_K: 8, one per 32 values; Q6_K: 16, one per
@@ -120,7 +104,7 @@ MAGICPIG_INLINE void UnpackPiece(const uint8_t* b, const KHeader& h, int c, __m2
 
 template <GgmlType T, int NT>
 void RowTokens(const MatMulArgs& a, int64_t r, int64_t t0) {
-  constexpr int64_t kBlockBytes = T == GgmlType::kQ4_K ? 144 : T == GgmlType::kQ5_K ? 176 : 210;
+  constexpr int64_t kBlockBytes = Block<T>::kBytes;
   const int64_t nsb = a.cols / kSuperBlock;
   const uint8_t* row = a.w + r * a.row_bytes;
   __m256 acc[NT];
@@ -163,21 +147,8 @@ void Rows(const MatMulArgs& a, int64_t r0, int64_t r1) {
   for (int64_t tb = 0; tb < a.n_tokens; tb += kTokenBlock) {
     const int64_t te = a.n_tokens < tb + kTokenBlock ? a.n_tokens : tb + kTokenBlock;
     for (int64_t r = r0; r < r1; ++r) {
-      int64_t t = tb;
-      for (; t + kMaxTokens <= te; t += kMaxTokens) RowTokens<T, kMaxTokens>(a, r, t);
-      switch (te - t) {
-        case 3:
-          RowTokens<T, 3>(a, r, t);
-          break;
-        case 2:
-          RowTokens<T, 2>(a, r, t);
-          break;
-        case 1:
-          RowTokens<T, 1>(a, r, t);
-          break;
-        default:
-          break;
-      }
+      ForTokenChunks(tb, te,
+                     [&](int64_t t, auto nt) { RowTokens<T, decltype(nt)::value>(a, r, t); });
     }
   }
 }

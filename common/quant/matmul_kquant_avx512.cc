@@ -20,17 +20,7 @@ namespace {
 
 constexpr int kMaxTokens = 4;
 
-uint32_t LoadU32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-float LoadF16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, sizeof(h));
-  return _cvtsh_ss(h);
-}
+#include "common/quant/matmul_isa_common-inl.h"  // NOLINT(build/include): per-ISA copy
 
 // One row's super-block, unpacked.
 struct KUnpacked {
@@ -76,6 +66,13 @@ KConsts MakeKConsts() {
     }
     k.q5_bits[r] = _mm512_load_si512(bits);
   }
+  return k;
+}
+
+// The constants of type T, built once per process.
+template <GgmlType T>
+const KConsts& Consts() {
+  static const KConsts k = MakeKConsts<T>();
   return k;
 }
 
@@ -176,7 +173,7 @@ MAGICPIG_INLINE void AddSuperBlock(const KUnpacked& u, const int8_t* xq, const i
 
 template <GgmlType T, bool kVnni, int NT>
 void RowTokens(const MatMulArgs& a, const KConsts& k, int64_t r, int64_t t0) {
-  constexpr int64_t kBlockBytes = T == GgmlType::kQ4_K ? 144 : T == GgmlType::kQ5_K ? 176 : 210;
+  constexpr int64_t kBlockBytes = Block<T>::kBytes;
   const int64_t nsb = a.cols / kSuperBlock;
   const uint8_t* row = a.w + r * a.row_bytes;
   __m512 acc[NT];
@@ -206,25 +203,13 @@ constexpr int64_t kTokenBlock = 64;
 
 template <GgmlType T, bool kVnni>
 void Rows(const MatMulArgs& a, int64_t r0, int64_t r1) {
-  static const KConsts k = MakeKConsts<T>();  // once per type and process
+  const KConsts& k = Consts<T>();
   for (int64_t tb = 0; tb < a.n_tokens; tb += kTokenBlock) {
     const int64_t te = a.n_tokens < tb + kTokenBlock ? a.n_tokens : tb + kTokenBlock;
     for (int64_t r = r0; r < r1; ++r) {
-      int64_t t = tb;
-      for (; t + kMaxTokens <= te; t += kMaxTokens) RowTokens<T, kVnni, kMaxTokens>(a, k, r, t);
-      switch (te - t) {
-        case 3:
-          RowTokens<T, kVnni, 3>(a, k, r, t);
-          break;
-        case 2:
-          RowTokens<T, kVnni, 2>(a, k, r, t);
-          break;
-        case 1:
-          RowTokens<T, kVnni, 1>(a, k, r, t);
-          break;
-        default:
-          break;
-      }
+      ForTokenChunks(tb, te, [&](int64_t t, auto nt) {
+        RowTokens<T, kVnni, decltype(nt)::value>(a, k, r, t);
+      });
     }
   }
 }

@@ -109,16 +109,9 @@ void UnpackK(GgmlType type, const uint8_t* b, KBlock* k) {
   }
   k->d = F16At(b);
   k->offset_unit = F16At(b + 2);
-  const uint8_t* sc = b + 4;
   for (int j = 0; j < 8; ++j) {
     int s, m;
-    if (j < 4) {
-      s = sc[j] & 63;
-      m = sc[j + 4] & 63;
-    } else {
-      s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-      m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-    }
+    KScaleMin(b + 4, j, &s, &m);
     k->scale16[2 * j] = k->scale16[2 * j + 1] = s;
     k->offset16[2 * j] = k->offset16[2 * j + 1] = m;
   }

@@ -14,8 +14,8 @@ kernels, so that kernel bugs are not hidden behind that rounding noise.
 
 Matrices are kept as the float32 arrays the `gguf` dequantisers return (exactly their values, half
 the memory of float64: a 1.5B model takes ~7 GB) and promoted to float64 in every product; vectors
-and activations are float64 throughout. `fp16_kv=True` stores K (after RoPE) and V rounded to IEEE fp16, as magicpig's
-KV cache does. Everything else stays float64.
+and activations are float64 throughout. `fp16_kv=True` stores K (after RoPE) and V rounded to
+IEEE fp16, as magicpig's KV cache does. Everything else stays float64.
 """
 import numpy as np
 from gguf import GGMLQuantizationType as QT
