@@ -253,6 +253,9 @@ int BenchCommand(const std::vector<std::string>& args) {
   std::cout << absl::StrFormat("%7s %5s %-16s %10s %10s %9s %9s %8s %8s %8s %9s %8s %8s\n", "depth",
                                "batch", "attention", "prefill/s", "decode/s", "vs full", "MB/step",
                                "KV MB", "rows MB", "keys %", "bound/s", "of bound", "GB/s");
+  // Each row leaves as soon as it is measured, so a run cut short by a time limit (the device
+  // check's) keeps what it finished.
+  std::cout.flush();
   std::ofstream csv;
   if (!f.csv.empty()) {
     csv.open(f.csv);
@@ -344,6 +347,7 @@ int BenchCommand(const std::vector<std::string>& args) {
               (r.step_wall - r.timings.dense - r.timings.attention - r.sampling) * ms);
         }
       }
+      std::cout.flush();
     }
   }
   return 0;

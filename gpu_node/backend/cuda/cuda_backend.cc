@@ -96,6 +96,8 @@ absl::Status CudaBackend::CopyWithin(void* dst, const void* src, int64_t bytes) 
 }
 
 absl::Status CudaBackend::PrepareMatrix(const QuantMatrix& w) {
+  // Known by host address (backend.h: the host data outlives the backend); FindMatrix checks that
+  // the shape and type still agree.
   if (matrices_.contains(w.data)) return absl::OkStatus();
   const int type = static_cast<int>(w.type);
   if (cuda_internal::BlockValues(type) == 0) {
@@ -110,6 +112,7 @@ absl::Status CudaBackend::PrepareMatrix(const QuantMatrix& w) {
   ResidentMatrix m;
   m.rows = w.rows;
   m.cols = w.cols;
+  m.type = w.type;
   MAGICPIG_ASSIGN_OR_RETURN(m.data, device_->Allocate(w.rows * w.cols * element));
   MAGICPIG_CUDA_RETURN_IF_ERROR(
       cuda_internal::LaunchDequantize(type, raw.as<uint8_t>(), w.rows, w.cols, row_bytes,
@@ -137,10 +140,12 @@ absl::StatusOr<const CudaBackend::ResidentMatrix*> CudaBackend::FindMatrix(
     return absl::FailedPreconditionError(
         "a weight matrix reached the CUDA backend without PrepareMatrix");
   }
-  if (it->second.rows != w.rows || it->second.cols != w.cols) {
-    return absl::InvalidArgumentError(absl::StrCat("weight matrix of ", w.rows, "x", w.cols,
-                                                   " does not match its prepared copy of ",
-                                                   it->second.rows, "x", it->second.cols));
+  const ResidentMatrix& m = it->second;
+  if (m.rows != w.rows || m.cols != w.cols || m.type != w.type) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight matrix of ", w.rows, "x", w.cols, " ", GgmlTypeName(w.type),
+                     " does not match its prepared copy of ", m.rows, "x", m.cols, " ",
+                     GgmlTypeName(m.type), " (was its host memory freed and reused?)"));
   }
   return &it->second;
 }

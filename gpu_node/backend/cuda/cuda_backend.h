@@ -83,6 +83,7 @@ class CudaBackend final : public Backend {
   struct ResidentMatrix {
     BackendBuffer data;  // [rows][cols], fp16 or fp32
     int64_t rows = 0, cols = 0;
+    GgmlType type = GgmlType::kF32;  // of the host copy, to catch a reused host address
   };
   CudaBackend(std::unique_ptr<CudaDevice> device, const CudaBackendOptions& options);
 

@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -98,12 +100,16 @@ TEST(CudaBackendTest, DequantisesEveryTypeLikeTheReference) {
   for (bool float_weights : {true, false}) {
     auto b = MakeBackend(float_weights);
     ASSERT_NE(b, nullptr);
+    // The backend knows a matrix by its host address, which must outlive it (backend.h): keep
+    // every type's bytes, or a freed buffer's address could come back for the next type.
+    std::deque<std::string> keep;
     for (GgmlType type : kTypes) {
       auto bytes = testing::RandomTensorBytes(type, rows * cols, 3);
       ASSERT_TRUE(bytes.ok()) << bytes.status();
-      QuantMatrix m{type, bytes->data(), rows, cols};
+      keep.push_back(*std::move(bytes));
+      QuantMatrix m{type, keep.back().data(), rows, cols};
       std::vector<float> ref(rows * cols);
-      ASSERT_TRUE(DequantizeRow(type, bytes->data(), ref.data(), rows * cols).ok());
+      ASSERT_TRUE(DequantizeRow(type, m.data, ref.data(), rows * cols).ok());
       ASSERT_TRUE(b->PrepareMatrix(m).ok());
       DeviceData d(b.get());
       float* out = d.Poisoned<float>(rows * cols);
@@ -145,13 +151,15 @@ TEST(CudaBackendTest, MatMulMatchesFloat64) {
   for (bool float_weights : {true, false}) {
     auto b = MakeBackend(float_weights);
     ASSERT_NE(b, nullptr);
+    std::deque<std::string> keep;  // host addresses outlive the backend (see above)
     for (GgmlType type : {GgmlType::kF32, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+      auto bytes = testing::RandomTensorBytes(type, rows * cols, 9);
+      ASSERT_TRUE(bytes.ok());
+      keep.push_back(*std::move(bytes));
+      const QuantMatrix m{type, keep.back().data(), rows, cols};
       for (int64_t n : {1, 5, 64}) {
-        auto bytes = testing::RandomTensorBytes(type, rows * cols, 9);
-        ASSERT_TRUE(bytes.ok());
-        QuantMatrix m{type, bytes->data(), rows, cols};
         std::vector<float> w(rows * cols);
-        ASSERT_TRUE(DequantizeRow(type, bytes->data(), w.data(), rows * cols).ok());
+        ASSERT_TRUE(DequantizeRow(type, m.data, w.data(), rows * cols).ok());
         const std::vector<float> x = Random(n * cols, 10 + n);
         std::vector<double> ref(n * rows, 0.0);
         for (int64_t t = 0; t < n; ++t)
@@ -460,6 +468,10 @@ TEST_P(CudaEngineTest, LogitsAndGreedyTokensMatchTheCpuFloatPath) {
   m.architecture = GetParam().first;
   m.weight_type = GetParam().second;
   m.embd_type = GetParam().second;
+  if (GgmlBlockSize(m.weight_type) == 256) {  // K-quant rows are whole 256-value super-blocks
+    m.n_embd = 256;
+    m.n_ff = 512;
+  }
   auto cpu = MakeEngine(m, false, testing::FullAttentionOptions());
   auto gpu = MakeEngine(m, true, testing::FullAttentionOptions());
   ASSERT_NE(cpu, nullptr);
