@@ -90,6 +90,7 @@
 #include "common/attention/lsh_tables.h"
 #include "common/attention/partial_attention.h"
 #include "common/attention/simhash.h"
+#include "common/attention/vattention.h"
 #include "common/cpu_features.h"
 #include "common/half.h"
 #include "tbb/parallel_for.h"
@@ -110,6 +111,9 @@ using ::magicpig::attention::OracleEstimator;
 using ::magicpig::attention::PartialAttention;
 using ::magicpig::attention::SimHash;
 using ::magicpig::attention::TopKEstimator;
+using ::magicpig::attention::VAttentionEstimator;
+using ::magicpig::attention::VAttentionLshEstimator;
+using ::magicpig::attention::VAttentionParams;
 namespace {
 
 constexpr int kQHeads = 32;
@@ -715,6 +719,70 @@ void BM_Full(benchmark::State& state, int64_t n, int threads) {
   }
 }
 
+// vattention / vattention-lsh(K, L) at the default (epsilon, delta) = (0.05, 0.05) over the 8
+// (shard, kv head) items of one step, FullEstimator on the same shards and queries in the same
+// loop: speedup = full / estimator; keys_frac = keys touched / keys held (per query head);
+// GBps = the bytes the estimator read (vattention: every key row, and the values of the keys it
+// touched; vattention-lsh: key and value rows of the keys it touched) / its time.
+void BM_VAttention(benchmark::State& state, int64_t n, int k, int l, bool lsh, int threads) {
+  const DataSet* ds = GetDataSet(n, k, l);
+  if (ds == nullptr) {
+    state.SkipWithError("data set build failed");
+    return;
+  }
+  AttentionRunner runner(threads);
+  const VAttentionEstimator va(VAttentionParams{}, 1234);
+  const VAttentionLshEstimator val(k, l, VAttentionParams{}, 1234);
+  const Estimator& est = lsh ? static_cast<const Estimator&>(val) : va;
+  const FullEstimator full;
+  std::vector<PartialAttention> out(kQHeads), full_out(kQHeads);
+  (void)runner.Run(full, MakeWork(*ds, ds->q.data(), nullptr, full_out.data()), kScale);
+  int64_t iter = 0;
+  Lap lap, fl;
+  double touched = 0;
+  for (auto _ : state) {
+    const int s = static_cast<int>(iter % kSteps);
+    const float* q = ds->q.data() + s * kQHeads * kDim;
+    const uint16_t* c = ds->codes.data() + s * kQHeads * l;
+    if (iter % kFullEvery == 0) {
+      const std::vector<GroupWork> work = MakeWork(*ds, q, nullptr, full_out.data());
+      FlushCaches();
+      const Stamp t0 = Now();
+      const absl::Status st = runner.Run(full, work, kScale);
+      fl.Add(t0, Now());
+      if (!st.ok()) {
+        state.SkipWithError("full step failed");
+        return;
+      }
+    }
+    const std::vector<GroupWork> work = MakeWork(*ds, q, c, out.data());
+    FlushCaches();
+    const Stamp t0 = Now();
+    const absl::Status st = runner.Run(est, work, kScale);
+    state.SetIterationTime(lap.Add(t0, Now()));
+    if (!st.ok()) {
+      state.SkipWithError("vattention step failed");
+      return;
+    }
+    for (const PartialAttention& p : out) touched += static_cast<double>(p.n_touched);
+    ++iter;
+  }
+  if (iter == 0) return;
+  const double keys_frac = touched / iter / (static_cast<double>(n) * kQHeads);
+  // Rows of one kv head read: every key (vattention) plus the touched values, or the touched
+  // keys and values (lsh); a touched row counts once per group (the kernel reads it once).
+  const double row = kDim * 2.0;
+  const double bytes = lsh ? keys_frac * n * kKvHeads * kGroup * 2 * row
+                           : (static_cast<double>(n) + keys_frac * n * kGroup) * kKvHeads * row;
+  const double probe = ProbeGbps(threads);
+  state.counters["keys_frac"] = keys_frac;
+  state.counters["full_ms"] = fl.MeanWall() * 1e3;
+  state.counters["speedup"] = fl.MeanWall() / lap.MeanWall();
+  state.counters["GBps"] = bytes / lap.MeanWall() * 1e-9;
+  state.counters["probe_GBps"] = probe;
+  state.counters["of_probe"] = bytes / lap.MeanWall() * 1e-9 / probe;
+}
+
 // The baselines' former path, for a same-run comparison: every call goes to the wrapped
 // estimator's scalar float64 Attend, one head at a time (Estimator::AttendGroup's default).
 class PerHeadReference final : public Estimator {
@@ -948,6 +1016,18 @@ void RegisterAll() {
             BM_MagicPig, n, c.k, c.l, t)
             ->Unit(benchmark::kMicrosecond)
             ->UseManualTime();
+      }
+      if (n == kTableBuildN && c.k == kConfigs[0].k) {
+        for (const bool lsh : {false, true}) {
+          for (int t : {1, 2}) {
+            RegisterBenchmark(((lsh ? "VAttentionLsh" : "VAttention") + std::string("/n:") +
+                               std::to_string(n) + kl + "/threads:" + std::to_string(t))
+                                  .c_str(),
+                              BM_VAttention, n, c.k, c.l, lsh, t)
+                ->Unit(benchmark::kMicrosecond)
+                ->UseManualTime();
+          }
+        }
       }
       if (n == kTableBuildN) {
         for (int t : {1, 2}) {

@@ -11,11 +11,13 @@
 #include "common/attention/estimators.h"
 #include "common/attention/inclusion_probability.h"
 #include "common/attention/partial_attention.h"
+#include "common/attention/vattention.h"
 #include "common/status_macros.h"
 
 namespace magicpig::accuracy {
 
 using ::magicpig::attention::EmptyPartial;
+using ::magicpig::attention::Estimator;
 using ::magicpig::attention::EstimatorScratch;
 using ::magicpig::attention::FullEstimator;
 using ::magicpig::attention::InclusionProbability;
@@ -27,6 +29,9 @@ using ::magicpig::attention::OracleEstimator;
 using ::magicpig::attention::PartialAttention;
 using ::magicpig::attention::SimHash;
 using ::magicpig::attention::TopKEstimator;
+using ::magicpig::attention::VAttentionEstimator;
+using ::magicpig::attention::VAttentionLshEstimator;
+using ::magicpig::attention::VAttentionParams;
 namespace {
 
 double RelL2(const std::vector<float>& est, const std::vector<float>& ref) {
@@ -139,6 +144,58 @@ absl::StatusOr<HeadEvaluator> HeadEvaluator::Create(std::vector<float> keys,
                        n_local, std::move(center), std::move(off));
 }
 
+absl::StatusOr<std::pair<PartialAttention, PartialAttention>> HeadEvaluator::StaticAndReference(
+    const float* q, int64_t visible, float scale) const {
+  EstimatorScratch scratch;
+  const FullEstimator full;
+  // Static part: sinks [0, n_sink) and the visible part of the local window, centred with c.
+  std::vector<float> sk, sv;
+  auto take = [&](int64_t begin, int64_t end) {
+    sk.insert(sk.end(), keys_.begin() + begin * d_, keys_.begin() + end * d_);
+    sv.insert(sv.end(), values_.begin() + begin * d_, values_.begin() + end * d_);
+  };
+  take(0, n_sink_);
+  take(n_ - n_local_, visible);
+  const int64_t n_static = static_cast<int64_t>(sk.size()) / d_;
+  MAGICPIG_ASSIGN_OR_RETURN(KvShard static_shard,
+                            KvShard::Create(tiny_, sk.data(), center_.data(), sv.data(), n_static));
+  MAGICPIG_ASSIGN_OR_RETURN(PartialAttention stat,
+                            full.Attend(static_shard, q, nullptr, scale, &scratch));
+  // Reference: exact attention over every visible key, uncentred (softmax is shift-invariant).
+  MAGICPIG_ASSIGN_OR_RETURN(KvShard all,
+                            KvShard::Create(tiny_, keys_.data(), nullptr, values_.data(), visible));
+  MAGICPIG_ASSIGN_OR_RETURN(PartialAttention ref, full.Attend(all, q, nullptr, scale, &scratch));
+  return std::pair{std::move(stat), std::move(ref)};
+}
+
+absl::StatusOr<std::pair<VerifiedErrors, VerifiedErrors>> HeadEvaluator::EvaluateVerified(
+    const float* q, int64_t visible, float scale, const VAttentionParams& params,
+    uint64_t seed) const {
+  if (visible < n_ - n_local_ || visible > n_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("visible = ", visible, " outside [", n_ - n_local_, ", ", n_, "]"));
+  }
+  EstimatorScratch scratch;
+  std::vector<uint16_t> codes(static_cast<size_t>(hash_->l()));
+  MAGICPIG_RETURN_IF_ERROR(hash_->Codes(q, 1, d_, codes.data()));
+  MAGICPIG_ASSIGN_OR_RETURN(auto static_ref, StaticAndReference(q, visible, scale));
+  MAGICPIG_ASSIGN_OR_RETURN(PartialAttention exact_off,
+                            FullEstimator().Attend(offloaded_, q, nullptr, scale, &scratch));
+  const VAttentionEstimator va(params, seed);
+  const VAttentionLshEstimator lsh(hash_->k(), hash_->l(), params, seed);
+  std::pair<VerifiedErrors, VerifiedErrors> out;
+  for (auto [est, e] : {std::pair<const Estimator*, VerifiedErrors*>{&va, &out.first},
+                        std::pair<const Estimator*, VerifiedErrors*>{&lsh, &out.second}}) {
+    MAGICPIG_ASSIGN_OR_RETURN(PartialAttention part,
+                              est->Attend(offloaded_, q, codes.data(), scale, &scratch));
+    e->err = RelL2(Merge2(part, static_ref.first).o, static_ref.second.o);
+    e->off_den_err = std::fabs(
+        std::exp(static_cast<double>(part.lse) - static_cast<double>(exact_off.lse)) - 1.0);
+    e->touched = part.n_touched;
+  }
+  return out;
+}
+
 absl::StatusOr<QueryErrors> HeadEvaluator::Evaluate(const float* q, int64_t visible, float scale,
                                                     uint64_t oracle_seed) const {
   if (visible < n_ - n_local_ || visible > n_) {
@@ -162,23 +219,9 @@ absl::StatusOr<QueryErrors> HeadEvaluator::Evaluate(const float* q, int64_t visi
   MAGICPIG_ASSIGN_OR_RETURN(PartialAttention full_off,
                             full.Attend(offloaded_, q, nullptr, scale, &scratch));
 
-  // Static part: sinks [0, n_sink) and the visible part of the local window, centred with c.
-  std::vector<float> sk, sv;
-  auto take = [&](int64_t begin, int64_t end) {
-    sk.insert(sk.end(), keys_.begin() + begin * d_, keys_.begin() + end * d_);
-    sv.insert(sv.end(), values_.begin() + begin * d_, values_.begin() + end * d_);
-  };
-  take(0, n_sink_);
-  take(n_ - n_local_, visible);
-  const int64_t n_static = static_cast<int64_t>(sk.size()) / d_;
-  MAGICPIG_ASSIGN_OR_RETURN(KvShard static_shard,
-                            KvShard::Create(tiny_, sk.data(), center_.data(), sv.data(), n_static));
-  MAGICPIG_ASSIGN_OR_RETURN(PartialAttention stat,
-                            full.Attend(static_shard, q, nullptr, scale, &scratch));
-  // Reference: exact attention over every visible key, uncentred (softmax is shift-invariant).
-  MAGICPIG_ASSIGN_OR_RETURN(KvShard all,
-                            KvShard::Create(tiny_, keys_.data(), nullptr, values_.data(), visible));
-  MAGICPIG_ASSIGN_OR_RETURN(PartialAttention ref, full.Attend(all, q, nullptr, scale, &scratch));
+  MAGICPIG_ASSIGN_OR_RETURN(auto static_ref, StaticAndReference(q, visible, scale));
+  const PartialAttention& stat = static_ref.first;
+  const PartialAttention& ref = static_ref.second;
 
   QueryErrors e;
   e.n_off = offloaded_.size();

@@ -38,7 +38,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/attention/estimator_params.h"
 #include "common/attention/kv_shard.h"
+#include "common/attention/partial_attention.h"
 #include "common/attention/simhash.h"
 
 namespace magicpig::accuracy {
@@ -57,6 +59,13 @@ struct QueryErrors {
   double off_mass = 0;
 };
 
+// One query's errors for a verified estimator (vattention, vattention-lsh).
+struct VerifiedErrors {
+  double err = 0;          // |o_merged - o_ref| / |o_ref|
+  double off_den_err = 0;  // |D̂_off / D_off - 1|: the offloaded denominator's relative error
+  int64_t touched = 0;     // the estimator's n_touched
+};
+
 class HeadEvaluator {
  public:
   static constexpr int kIndependentDraws = 4;
@@ -71,12 +80,23 @@ class HeadEvaluator {
   absl::StatusOr<QueryErrors> Evaluate(const float* q, int64_t visible, float scale,
                                        uint64_t oracle_seed) const;
 
+  // vattention and vattention-lsh (the latter on this evaluator's tables) over the offloaded shard
+  // with `params`, drawing with `seed`: their outputs merged with the static part against the
+  // reference, and their offloaded denominators against the exact one (what the bound targets).
+  absl::StatusOr<std::pair<VerifiedErrors, VerifiedErrors>> EvaluateVerified(
+      const float* q, int64_t visible, float scale, const attention::VAttentionParams& params,
+      uint64_t seed) const;
+
   int64_t n() const { return n_; }
   int64_t n_off() const { return offloaded_.size(); }
   const std::vector<float>& center() const { return center_; }
   const attention::KvShard& offloaded() const { return offloaded_; }
 
  private:
+  // The exact attention over the visible static keys, and the reference over every visible key.
+  absl::StatusOr<std::pair<attention::PartialAttention, attention::PartialAttention>>
+  StaticAndReference(const float* q, int64_t visible, float scale) const;
+
   HeadEvaluator(std::vector<float> keys, std::vector<float> values, int64_t n, int64_t d,
                 const attention::SimHash* hash, attention::SimHash tiny, int64_t n_sink,
                 int64_t n_local, std::vector<float> center, attention::KvShard offloaded)

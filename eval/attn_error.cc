@@ -36,6 +36,78 @@ double Mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / v.size();
 }
 
+// Per (config, layer): over the sparse layer's (head, query, SimHash seed) triples, the fraction
+// whose output error (merged with the static part) and whose offloaded denominator error are
+// within epsilon, for vattention and vattention-lsh(K,L), and the keys each touched.
+absl::Status VerifiedTable(const accuracy::QkDump& dump, const std::vector<bool>& dense,
+                           const AttnErrorOptions& o, float scale, std::ostream& out,
+                           json::Value& rows) {
+  const int64_t d = dump.head_dim, n = dump.n_tokens;
+  const int64_t group = dump.n_head / dump.n_head_kv;
+  const attention::VAttentionParams& va = o.va;
+  out << absl::StrFormat(
+      "empirical guarantee, epsilon %.3g delta %.3g (heavy %d, base rate %.3g): per layer, the "
+      "share of (head, query, seed) with |o - o_exact| / |o_exact| <= epsilon (out) and with "
+      "the offloaded denominator within epsilon (den); keys touched as %% of the offloaded\n",
+      va.epsilon, va.delta, va.heavy, va.base_rate);
+  out << absl::StrFormat("%-10s %5s %7s | %-26s | %-26s\n", "(K,L)", "layer", "triples",
+                         "vattention out den keys%", "vattention-lsh out den keys%");
+  for (const LshConfig& c : o.configs) {
+    for (size_t slot = 0; slot < dump.layers.size(); ++slot) {
+      const int64_t layer = dump.layers[slot];
+      if (dense[static_cast<size_t>(layer)]) continue;
+      int64_t triples = 0;
+      double out_ok[2] = {0, 0}, den_ok[2] = {0, 0}, keys[2] = {0, 0};
+      for (uint64_t seed : o.lsh_seeds) {
+        MAGICPIG_ASSIGN_OR_RETURN(SimHash hash, SimHash::Create(d, c.first, c.second, seed));
+        for (int64_t kvh = 0; kvh < dump.n_head_kv; ++kvh) {
+          MAGICPIG_ASSIGN_OR_RETURN(accuracy::HeadEvaluator ev,
+                                    accuracy::HeadEvaluator::Create(
+                                        dump.HeadRows(dump.keys[slot], kvh, 0, n),
+                                        dump.HeadRows(dump.values[slot], kvh, 0, n), n, hash));
+          for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+            for (int64_t j = 0; j < dump.n_queries; ++j) {
+              const int64_t pos = n - dump.n_queries + j;
+              MAGICPIG_ASSIGN_OR_RETURN(
+                  auto e,
+                  ev.EvaluateVerified(dump.Query(slot, j, h), pos + 1, scale, va,
+                                      seed * 1000003ull + static_cast<uint64_t>(layer * 64 + h)));
+              int i = 0;
+              for (const accuracy::VerifiedErrors* v : {&e.first, &e.second}) {
+                out_ok[i] += v->err <= va.epsilon;
+                den_ok[i] += v->off_den_err <= va.epsilon;
+                keys[i] += static_cast<double>(v->touched) / std::max<int64_t>(1, ev.n_off());
+                ++i;
+              }
+              ++triples;
+            }
+          }
+        }
+      }
+      const double t = static_cast<double>(std::max<int64_t>(1, triples));
+      out << absl::StrFormat(
+          "(%d,%d)%*s %5d %7d | %7.3f %7.3f %7.2f%%   | %7.3f %7.3f %7.2f%%\n", c.first, c.second,
+          static_cast<int>(10 - absl::StrCat("(", c.first, ",", c.second, ")").size()), "", layer,
+          triples, out_ok[0] / t, den_ok[0] / t, 100 * keys[0] / t, out_ok[1] / t, den_ok[1] / t,
+          100 * keys[1] / t);
+      json::Value row = json::Value::Object();
+      row.Set("k", c.first);
+      row.Set("l", c.second);
+      row.Set("layer", layer);
+      row.Set("triples", triples);
+      for (int i = 0; i < 2; ++i) {
+        json::Value m = json::Value::Object();
+        m.Set("out_within", out_ok[i] / t);
+        m.Set("den_within", den_ok[i] / t);
+        m.Set("keys_frac", keys[i] / t);
+        row.Set(i == 0 ? "vattention" : "vattention_lsh", std::move(m));
+      }
+      rows.Push(std::move(row));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunAttnError(const AttnErrorOptions& o, std::ostream& out) {
@@ -73,6 +145,7 @@ absl::Status RunAttnError(const AttnErrorOptions& o, std::ostream& out) {
            "off_oracle,off_topk,topk_mass\n";
   }
   json::Value summary = json::Value::Array();
+  json::Value json_verified = json::Value::Array();
   out << absl::StrFormat(
       "attention output error on real activations: %d tokens of generated documents, last %d "
       "queries, sparse layers only, 4 sinks + 64 local exact; relative L2 |o - o_exact| / "
@@ -81,6 +154,9 @@ absl::Status RunAttnError(const AttnErrorOptions& o, std::ostream& out) {
   out << absl::StrFormat("%-10s %8s | %-24s | %-24s | %-24s | %s\n", "(K,L)", "|S|/n",
                          "magicpig mean p50 p90 p99", "oracle mean p50 p90 p99",
                          "topk mean p50 p90 p99", "mp<topk heads");
+  if (o.vattention) {
+    MAGICPIG_RETURN_IF_ERROR(VerifiedTable(dump, dense, o, scale, out, json_verified));
+  }
   for (const LshConfig& c : o.configs) {
     std::vector<double> mp, orc, tk, frac;
     int64_t heads = 0, mp_better = 0;
@@ -156,6 +232,7 @@ absl::Status RunAttnError(const AttnErrorOptions& o, std::ostream& out) {
     root.Set("queries", o.queries);
     root.Set("text", "eval::PplText: 8 generated pseudo-essay documents");
     root.Set("configs", std::move(summary));
+    if (o.vattention) root.Set("verified", std::move(json_verified));
     js << json::Serialize(root) << "\n";
   }
   return absl::OkStatus();

@@ -47,6 +47,18 @@ void DeclareCommonFlags(flags::FlagTable& table, Options* o) {
   table.Switch("quiet", &o->quiet, "no progress on stderr");
 }
 
+// --va-epsilon, --va-delta, --va-heavy, --va-base-rate from their one declaration.
+void DeclareVAttentionFlags(flags::FlagTable& table, attention::VAttentionParams* va) {
+  for (auto [spec, target] : {std::pair{&attention::kVaEpsilon, &va->epsilon},
+                              std::pair{&attention::kVaDelta, &va->delta},
+                              std::pair{&attention::kVaBaseRate, &va->base_rate}}) {
+    table.Number(std::string(spec->flag), target, std::string(spec->help), spec->min, spec->max);
+  }
+  table.Number(std::string(attention::kVaHeavy.flag), &va->heavy,
+               std::string(attention::kVaHeavy.help), attention::kVaHeavy.min,
+               attention::kVaHeavy.max);
+}
+
 }  // namespace
 
 std::unique_ptr<flags::FlagTable> RulerFlagTable(RulerOptions* o) {
@@ -84,6 +96,11 @@ std::unique_ptr<flags::FlagTable> RulerFlagTable(RulerOptions* o) {
   }
   table->Switch("no-baselines", &o->baselines,
                 "skip topk and oracle at the budget magicpig touched", false);
+  table->Switch("vattention", &o->vattention,
+                "also run vattention and vattention-lsh(K,L) for each config, with the --va-* "
+                "parameters (budgets their own, reported as keys touched)",
+                true);
+  DeclareVAttentionFlags(*table, &o->va);
   table->Switch("no-early-stop", &o->early_stop,
                 "generate every answer token even when the score can no longer change", false);
   table->Number("lsh-seed", &o->lsh_seed, "SimHash projection seed", uint64_t{0},
@@ -126,6 +143,11 @@ std::unique_ptr<flags::FlagTable> AttnErrorFlagTable(AttnErrorOptions* o) {
   table->Number("text-seed", &o->text_seed, "the text's generation seed", uint64_t{0},
                 std::numeric_limits<uint64_t>::max());
   table->Text("work-dir", &o->work_dir, "DIR", "where the captured text goes");
+  table->Switch("vattention", &o->vattention,
+                "also vattention and vattention-lsh(K,L): per layer, the fraction of (head, "
+                "query) pairs within --va-epsilon",
+                true);
+  DeclareVAttentionFlags(*table, &o->va);
   table->Text("csv", &o->csv, "FILE", "per (config, seed, layer, head) rows");
   table->Text("json", &o->json, "FILE", "summary");
   return table;

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/attention/estimator_params.h"
 #include "common/flags/flag_table.h"
 
 namespace magicpig::eval {
@@ -51,7 +52,11 @@ struct RulerOptions {
   // Per setup, only these methods (names as printed, e.g. "magicpig(10,150)", "topk@(10,150)";
   // empty: all). topk@/oracle@ take their budget from the same setup's magicpig run, so keep it.
   std::vector<std::string> a_methods, b_methods;
-  bool baselines = true;   // topk and oracle at the budget magicpig touched
+  bool baselines = true;  // topk and oracle at the budget magicpig touched
+  // vattention and vattention-lsh(K,L) for each config, with these parameters (their budgets are
+  // their own: the keys they touch are reported, not matched).
+  bool vattention = false;
+  attention::VAttentionParams va;
   bool early_stop = true;  // stop a generation once the score can no longer change
   uint64_t lsh_seed = 1234;
   bool quiet = false;         // no progress on stderr
@@ -95,6 +100,10 @@ struct AttnErrorOptions {
   std::string csv;                        // per (config, seed, layer, head) rows
   std::string json;                       // summary
   bool quiet = false;
+  // Also vattention and vattention-lsh(K,L) with these parameters: per layer, the fraction of
+  // (head, query) pairs whose error is within epsilon (the empirical guarantee).
+  bool vattention = false;
+  attention::VAttentionParams va;
 };
 absl::Status RunAttnError(const AttnErrorOptions& options, std::ostream& out);
 

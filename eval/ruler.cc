@@ -29,7 +29,7 @@ using engine::SparseAttentionOptions;
 
 struct Method {
   std::string name;    // "full", "magicpig(10,150)", "topk@(10,150)", "oracle@(10,150)"
-  std::string family;  // full | magicpig | topk | oracle
+  std::string family;  // full | magicpig | topk | oracle | vattention | vattention-lsh
   LshConfig config{0, 0};
 };
 
@@ -42,7 +42,10 @@ std::vector<Method> Methods(const RulerOptions& o) {
       m.push_back({absl::StrCat("topk@", kl), "topk", c});
       m.push_back({absl::StrCat("oracle@", kl), "oracle", c});
     }
+    if (o.vattention) m.push_back({absl::StrCat("vattention-lsh", kl), "vattention-lsh", c});
   }
+  // vattention reads no tables; its config only names which tables the fork builds.
+  if (o.vattention && !o.configs.empty()) m.push_back({"vattention", "vattention", o.configs[0]});
   return m;
 }
 
@@ -363,6 +366,7 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
             for (const Method* m : round) {
               SparseAttentionOptions a = OneBlock();
               a.lsh_seed = o.lsh_seed;
+              a.vattention = o.va;
               MAGICPIG_ASSIGN_OR_RETURN(a.mode, attention::ParseEstimator(m->family));
               if (attention::SpecOf(a.mode).sparse) {
                 a.lsh_k = m->config.first;

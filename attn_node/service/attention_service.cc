@@ -394,6 +394,10 @@ absl::StatusOr<SequenceSpec> SequenceSpecFromProto(const v1::CreateSequenceReque
   spec.estimator = *estimator;
   spec.budget = shape.budget();
   spec.seed = shape.seed();
+  spec.vattention = {.epsilon = shape.va_epsilon(),
+                     .delta = shape.va_delta(),
+                     .heavy = shape.va_heavy(),
+                     .base_rate = shape.va_base_rate()};
   spec.token_begin = request.token_begin();
   spec.max_tokens = request.max_tokens();
   if (absl::Status s = ValidateSequenceSpec(spec); !s.ok()) return s;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_replace.h"
 #include "common/attention/estimator_registry.h"
 #include "common/attention/estimators.h"
 #include "common/attention/kv_shard.h"
@@ -52,7 +53,8 @@ TEST(EstimatorWireTest, RegistryMatchesTheProtoEnum) {
   for (const attention::EstimatorSpec& s : attention::AllEstimators()) {
     ASSERT_TRUE(v1::Estimator_IsValid(s.proto_value)) << s.name;
     EXPECT_EQ(v1::Estimator_Name(static_cast<v1::Estimator>(s.proto_value)),
-              "ESTIMATOR_" + absl::AsciiStrToUpper(std::string(s.name)));
+              "ESTIMATOR_" +
+                  absl::StrReplaceAll(absl::AsciiStrToUpper(std::string(s.name)), {{"-", "_"}}));
   }
   const auto* e = v1::Estimator_descriptor();
   for (int i = 0; i < e->value_count(); ++i) {
@@ -369,6 +371,13 @@ TEST(AttentionServiceTest, MalformedRequestsGetFieldNamedErrorsAndChangeNothing)
   bad = create("a");
   bad.mutable_shape()->set_estimator(v1::ESTIMATOR_TOPK);  // budget 0
   ExpectStatus(client.Create(bad), C::INVALID_ARGUMENT, "shape.budget");
+  bad = create("a");
+  bad.mutable_shape()->set_estimator(v1::ESTIMATOR_VATTENTION);  // va_epsilon 0: unset
+  ExpectStatus(client.Create(bad), C::INVALID_ARGUMENT, "shape.va_epsilon");
+  bad.mutable_shape()->set_va_epsilon(0.1);
+  bad.mutable_shape()->set_va_delta(0.1);
+  bad.mutable_shape()->set_va_base_rate(std::nan(""));
+  ExpectStatus(client.Create(bad), C::INVALID_ARGUMENT, "shape.va_base_rate");
   bad = create("a");
   bad.set_max_tokens(0);
   ExpectStatus(client.Create(bad), C::INVALID_ARGUMENT, "max_tokens");

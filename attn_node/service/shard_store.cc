@@ -280,6 +280,10 @@ absl::Status ValidateSequenceSpec(const SequenceSpec& s) {
         "shape.budget",
         absl::StrCat("must be >= 1 for ", Av(attention::EstimatorName(s.estimator)), ", got 0"));
   }
+  if (attention::SpecOf(s.estimator).verified &&
+      !(st = attention::ValidateVAttentionParams(s.vattention, "shape.")).ok()) {
+    return st;
+  }
   if (!(st = range("token_begin", s.token_begin, 0, std::numeric_limits<int64_t>::max() / 2))
            .ok()) {
     return st;
@@ -330,10 +334,15 @@ absl::StatusOr<int64_t> ShardStore::CreateSequence(const SequenceSpec& spec) {
   // count is needed here.
   MAGICPIG_ASSIGN_OR_RETURN(
       seq->estimator,
-      attention::MakeEstimator(
-          spec.estimator,
-          {.lsh_k = spec.lsh_k, .lsh_l = spec.lsh_l, .lsh_seed = spec.seed, .budget = spec.budget},
-          /*offloaded_keys=*/0));
+      attention::MakeEstimator(spec.estimator,
+                               {.lsh_k = spec.lsh_k,
+                                .lsh_l = spec.lsh_l,
+                                .lsh_seed = spec.seed,
+                                .budget = spec.budget,
+                                .vattention = attention::SpecOf(spec.estimator).verified
+                                                  ? spec.vattention
+                                                  : attention::VAttentionParams{}},
+                               /*offloaded_keys=*/0));
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     seq->layer_index.emplace(spec.layers[i], static_cast<int>(i));
   }

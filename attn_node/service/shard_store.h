@@ -93,8 +93,10 @@ struct SequenceSpec {
   int lsh_l = 0;                // 2 .. 512
   attention::KvStorage storage = attention::KvStorage::kBf16;
   attention::EstimatorKind estimator = attention::EstimatorKind::kMagicPig;
-  int64_t budget = 0;       // keys per head for topk / oracle (>= 1 there, >= 0 otherwise)
-  uint64_t seed = 0;        // oracle sampling seed
+  int64_t budget = 0;  // keys per head for topk / oracle (>= 1 there, >= 0 otherwise)
+  uint64_t seed = 0;   // oracle sampling's and vAttention's draw seed
+  // vattention, vattention-lsh: checked (ValidateVAttentionParams) only for those.
+  attention::VAttentionParams vattention;
   int64_t token_begin = 0;  // >= 0
   int64_t max_tokens = 0;   // 1 .. INT32_MAX, token_begin + max_tokens <= INT64_MAX / 2
 };

@@ -1,15 +1,30 @@
 #include "common/attention/estimator_params.h"
 
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace magicpig::attention {
 
-absl::Status ParamSpec::Check(int64_t v, std::string_view field) const {
-  if (v >= min && v <= max) return absl::OkStatus();
+template <typename T>
+absl::Status ParamSpecOf<T>::Check(T v, std::string_view field) const {
+  if (v >= min && v <= max) return absl::OkStatus();  // false for NaN
   return absl::InvalidArgumentError(
       absl::StrCat(std::string(field), " must be in [", min, ", ", max, "], got ", v));
+}
+template struct ParamSpecOf<int64_t>;
+template struct ParamSpecOf<double>;
+
+absl::Status ValidateVAttentionParams(const VAttentionParams& params, std::string_view prefix) {
+  const std::string p(prefix);
+  for (const auto& [spec, value] :
+       {std::pair{&kVaEpsilon, params.epsilon}, std::pair{&kVaDelta, params.delta},
+        std::pair{&kVaBaseRate, params.base_rate}}) {
+    if (absl::Status s = spec->Check(value, absl::StrCat(p, std::string(spec->name))); !s.ok())
+      return s;
+  }
+  return kVaHeavy.Check(params.heavy, absl::StrCat(p, std::string(kVaHeavy.name)));
 }
 
 absl::Status ValidateEstimatorParams(const EstimatorParams& params, std::string_view prefix) {
@@ -21,7 +36,7 @@ absl::Status ValidateEstimatorParams(const EstimatorParams& params, std::string_
         !s.ok())
       return s;
   }
-  return absl::OkStatus();
+  return ValidateVAttentionParams(params.vattention, prefix);
 }
 
 }  // namespace magicpig::attention

@@ -15,20 +15,23 @@
 
 namespace magicpig::attention {
 
-// One integer parameter. `name` is the HTTP override's field and the node's proto field (shape.*);
-// `flag` the command-line option without its dashes (its environment variable is derived from it:
-// common/flags/flag_table.h). Bounds are inclusive.
-struct ParamSpec {
+// One parameter of type T (integer or real). `name` is the HTTP override's field and the node's
+// proto field (shape.*); `flag` the command-line option without its dashes (its environment
+// variable is derived from it: common/flags/flag_table.h). Bounds are inclusive.
+template <typename T>
+struct ParamSpecOf {
   std::string_view name;
   std::string_view flag;
   std::string_view help;
-  int64_t default_value;
-  int64_t min;
-  int64_t max;
+  T default_value;
+  T min;
+  T max;
 
-  // OK, or INVALID_ARGUMENT "<field> must be in [min, max], got v".
-  absl::Status Check(int64_t v, std::string_view field) const;
+  // OK, or INVALID_ARGUMENT "<field> must be in [min, max], got v" (NaN is out of every range).
+  absl::Status Check(T v, std::string_view field) const;
 };
+using ParamSpec = ParamSpecOf<int64_t>;
+using RealParamSpec = ParamSpecOf<double>;
 
 // SimHash bits per table (K). Codes are stored as uint16, hence at most 16.
 inline constexpr ParamSpec kLshK{"lsh_k", "lsh-k", "MagicPIG SimHash bits per table (K)",
@@ -46,9 +49,40 @@ inline constexpr ParamSpec kBudget{
     "budget", "budget", "keys per head for topk / oracle (0: 2% of the offloaded keys)",
     0,        0,        INT32_MAX};
 
+// vAttention's parameters (vattention, vattention-lsh; docs/estimators.md). The guarantee: the
+// estimate is within relative error epsilon of its target with probability >= 1 - delta.
+inline constexpr RealParamSpec kVaEpsilon{
+    "va_epsilon", "va-epsilon", "vAttention: relative error bound (epsilon)", 0.05, 1e-4, 1.0};
+inline constexpr RealParamSpec kVaDelta{
+    "va_delta", "va-delta", "vAttention: probability that the bound may fail (delta)",
+    0.05,       1e-6,       0.5};
+// Heavy hitters per head and shard, attended exactly; 0: 1% of the shard's keys (at least 1).
+inline constexpr ParamSpec kVaHeavy{
+    "va_heavy",
+    "va-heavy",
+    "vAttention: heavy-hitter keys per head and shard (0: 1% of the shard's keys)",
+    0,
+    0,
+    INT32_MAX};
+// The base sample that estimates the residual's spread: max(2, rate * residual keys).
+inline constexpr RealParamSpec kVaBaseRate{
+    "va_base_rate",
+    "va-base-rate",
+    "vAttention: base sample of the residual keys as a fraction (at least 2 keys)",
+    0.01,
+    0.0,
+    1.0};
+
 // Kept for the storage code's static bounds (a code is a uint16; the table count bounds arrays).
 inline constexpr int kSimHashMaxK = static_cast<int>(kLshK.max);
 inline constexpr int kSimHashMaxL = static_cast<int>(kLshL.max);
+
+struct VAttentionParams {
+  double epsilon = kVaEpsilon.default_value;
+  double delta = kVaDelta.default_value;
+  int64_t heavy = kVaHeavy.default_value;
+  double base_rate = kVaBaseRate.default_value;
+};
 
 // The values an estimator is built from (the registry's factories read the ones they use).
 struct EstimatorParams {
@@ -56,9 +90,14 @@ struct EstimatorParams {
   int lsh_l = static_cast<int>(kLshL.default_value);
   uint64_t lsh_seed = static_cast<uint64_t>(kLshSeed.default_value);
   int64_t budget = kBudget.default_value;
+  VAttentionParams vattention{};
 };
 
-// Checks lsh_k, lsh_l and budget; fields are named `prefix` + ParamSpec::name ("shape.lsh_l").
+// Checks vAttention's parameters; fields are named `prefix` + ParamSpec::name.
+absl::Status ValidateVAttentionParams(const VAttentionParams& params, std::string_view prefix);
+
+// Checks lsh_k, lsh_l, budget and vAttention's parameters; fields are named `prefix` +
+// ParamSpec::name ("shape.lsh_l").
 absl::Status ValidateEstimatorParams(const EstimatorParams& params, std::string_view prefix);
 
 }  // namespace magicpig::attention

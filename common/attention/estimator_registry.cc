@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/attention/vattention.h"
 
 namespace magicpig::attention {
 namespace {
@@ -16,28 +17,45 @@ int64_t TwoPercent(int64_t offloaded_keys) {
 }
 
 // The registry. proto_value must match proto/magicpig/v1/attention.proto's Estimator enum.
-const std::array<EstimatorSpec, 4> kEstimators = {{
+const std::array<EstimatorSpec, 6> kEstimators = {{
     {EstimatorKind::kMagicPig, "magicpig",
      "MagicPIG: keys colliding with the query in >= 2 of L SimHash tables, importance-weighted",
-     /*proto_value=*/1, /*sparse=*/true, /*retrieves=*/true, /*default_budget=*/nullptr,
+     /*proto_value=*/1, /*sparse=*/true, /*retrieves=*/true, /*verified=*/false,
+     /*default_budget=*/nullptr,
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<MagicPigEstimator>(p.lsh_k, p.lsh_l);
      }},
     {EstimatorKind::kFull, "full", "exact attention over every key", /*proto_value=*/2,
-     /*sparse=*/false, /*retrieves=*/false, /*default_budget=*/nullptr,
+     /*sparse=*/false, /*retrieves=*/false, /*verified=*/false, /*default_budget=*/nullptr,
      [](const EstimatorParams&, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<FullEstimator>();
      }},
     {EstimatorKind::kTopK, "topk", "exact attention over the `budget` keys with the largest scores",
-     /*proto_value=*/3, /*sparse=*/true, /*retrieves=*/false, TwoPercent,
+     /*proto_value=*/3, /*sparse=*/true, /*retrieves=*/false, /*verified=*/false, TwoPercent,
      [](const EstimatorParams&, int64_t budget) -> std::unique_ptr<const Estimator> {
        return std::make_unique<TopKEstimator>(budget);
      }},
     {EstimatorKind::kOracle, "oracle",
      "oracle sampling: `budget` keys drawn from the true attention distribution", /*proto_value=*/4,
-     /*sparse=*/true, /*retrieves=*/false, TwoPercent,
+     /*sparse=*/true, /*retrieves=*/false, /*verified=*/false, TwoPercent,
      [](const EstimatorParams& p, int64_t budget) -> std::unique_ptr<const Estimator> {
        return std::make_unique<OracleEstimator>(budget, p.lsh_seed);
+     }},
+    {EstimatorKind::kVAttention, "vattention",
+     "vAttention: the top --va-heavy keys exactly, the rest from a uniform sample sized per head "
+     "and step for the (--va-epsilon, --va-delta) bound",
+     /*proto_value=*/5, /*sparse=*/true, /*retrieves=*/false, /*verified=*/true,
+     /*default_budget=*/nullptr,
+     [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
+       return std::make_unique<VAttentionEstimator>(p.vattention, p.lsh_seed);
+     }},
+    {EstimatorKind::kVAttentionLsh, "vattention-lsh",
+     "vAttention with its heavy hitters found in the MagicPIG tables: reads candidates and "
+     "samples, not every key",
+     /*proto_value=*/6, /*sparse=*/true, /*retrieves=*/true, /*verified=*/true,
+     /*default_budget=*/nullptr,
+     [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
+       return std::make_unique<VAttentionLshEstimator>(p.lsh_k, p.lsh_l, p.vattention, p.lsh_seed);
      }},
 }};
 

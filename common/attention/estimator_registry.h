@@ -22,7 +22,7 @@
 namespace magicpig::attention {
 
 // Which estimator. The registry is the only place that maps a kind to anything else.
-enum class EstimatorKind { kFull, kMagicPig, kTopK, kOracle };
+enum class EstimatorKind { kFull, kMagicPig, kTopK, kOracle, kVAttention, kVAttentionLsh };
 
 struct EstimatorSpec {
   EstimatorKind kind;
@@ -30,12 +30,14 @@ struct EstimatorSpec {
   std::string_view name;
   std::string_view help;
   // magicpig.v1.Estimator (proto/magicpig/v1/attention.proto); a test checks that the proto's
-  // value of that number is named ESTIMATOR_<NAME>.
+  // value of that number is named ESTIMATOR_<NAME> ('-' as '_').
   int proto_value;
   // False only for exact attention: the engine then offloads nothing and keeps every key exact.
   bool sparse;
   // Reads the query's SimHash codes and the shard's LSH tables (lsh_k, lsh_l).
   bool retrieves;
+  // Reads VAttentionParams (epsilon, delta, heavy hitters, base rate).
+  bool verified;
   // Keys per head when the request's budget is 0, from the offloaded prompt keys; null for
   // estimators that take no budget. A budgeted estimator is built with a budget >= 1.
   int64_t (*default_budget)(int64_t offloaded_keys);
@@ -47,7 +49,7 @@ struct EstimatorSpec {
 absl::Span<const EstimatorSpec> AllEstimators();
 const EstimatorSpec& SpecOf(EstimatorKind kind);
 std::string_view EstimatorName(EstimatorKind kind);
-// "full, magicpig, topk, oracle".
+// "magicpig, full, topk, oracle, vattention, vattention-lsh".
 std::string EstimatorNames();
 // INVALID_ARGUMENT naming the choices for an unknown name.
 absl::StatusOr<EstimatorKind> ParseEstimator(std::string_view name);

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "common/attention/vattention.h"
 #include "gtest/gtest.h"
 
 namespace magicpig::attention {
@@ -25,8 +26,9 @@ TEST(EstimatorRegistryTest, OneEntryPerKindWithDistinctNamesAndWireValues) {
     EXPECT_FALSE(s.help.empty()) << s.name;
     EXPECT_EQ(&SpecOf(s.kind), &s);
   }
-  for (EstimatorKind k : {EstimatorKind::kFull, EstimatorKind::kMagicPig, EstimatorKind::kTopK,
-                          EstimatorKind::kOracle}) {
+  for (EstimatorKind k :
+       {EstimatorKind::kFull, EstimatorKind::kMagicPig, EstimatorKind::kTopK,
+        EstimatorKind::kOracle, EstimatorKind::kVAttention, EstimatorKind::kVAttentionLsh}) {
     EXPECT_EQ(kinds.count(k), 1u) << static_cast<int>(k);
   }
 }
@@ -42,7 +44,7 @@ TEST(EstimatorRegistryTest, NamesAndWireValuesRoundTrip) {
     EXPECT_EQ(*by_value, s.kind);
   }
   EXPECT_EQ(*EstimatorFromProtoValue(0), EstimatorKind::kMagicPig);  // unspecified: the default
-  EXPECT_EQ(EstimatorNames(), "magicpig, full, topk, oracle");
+  EXPECT_EQ(EstimatorNames(), "magicpig, full, topk, oracle, vattention, vattention-lsh");
   auto bad = ParseEstimator("psychic");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -94,6 +96,25 @@ TEST(EstimatorRegistryTest, FactoriesBuildTheDeclaredEstimator) {
   auto f = MakeEstimator(EstimatorKind::kFull, p, 1000);
   ASSERT_TRUE(f.ok());
   EXPECT_NE(dynamic_cast<const FullEstimator*>(f->get()), nullptr);
+
+  p.vattention = {.epsilon = 0.2, .delta = 0.01, .heavy = 17, .base_rate = 0.03};
+  auto va = MakeEstimator(EstimatorKind::kVAttention, p, 1000);
+  ASSERT_TRUE(va.ok());
+  const auto* vae = dynamic_cast<const VAttentionEstimator*>(va->get());
+  ASSERT_NE(vae, nullptr);
+  EXPECT_EQ(vae->params().epsilon, 0.2);
+  EXPECT_EQ(vae->params().delta, 0.01);
+  EXPECT_EQ(vae->params().heavy, 17);
+  EXPECT_EQ(vae->params().base_rate, 0.03);
+  auto vl = MakeEstimator(EstimatorKind::kVAttentionLsh, p, 1000);
+  ASSERT_TRUE(vl.ok());
+  const auto* vle = dynamic_cast<const VAttentionLshEstimator*>(vl->get());
+  ASSERT_NE(vle, nullptr);
+  EXPECT_EQ(vle->params().epsilon, 0.2);
+  EXPECT_TRUE(SpecOf(EstimatorKind::kVAttentionLsh).retrieves);
+  EXPECT_FALSE(SpecOf(EstimatorKind::kVAttention).retrieves);
+  EXPECT_TRUE(SpecOf(EstimatorKind::kVAttention).verified);
+  EXPECT_FALSE(SpecOf(EstimatorKind::kMagicPig).verified);
 }
 
 TEST(EstimatorRegistryTest, ParametersAreCheckedAgainstTheirOneDeclaration) {
@@ -107,6 +128,10 @@ TEST(EstimatorRegistryTest, ParametersAreCheckedAgainstTheirOneDeclaration) {
       {{.lsh_l = 1}, "lsh_l must be in [2, 512], got 1"},  // would sample nothing
       {{.lsh_l = 513}, "lsh_l must be in [2, 512], got 513"},
       {{.budget = -1}, "budget must be in [0, 2147483647], got -1"},
+      {{.vattention = {.epsilon = 0}}, "va_epsilon must be in [0.0001, 1], got 0"},
+      {{.vattention = {.delta = 0.7}}, "va_delta must be in [1e-06, 0.5], got 0.7"},
+      {{.vattention = {.heavy = -1}}, "va_heavy must be in [0, 2147483647], got -1"},
+      {{.vattention = {.base_rate = 1.5}}, "va_base_rate must be in [0, 1], got 1.5"},
   };
   for (const Case& c : cases) {
     for (const EstimatorSpec& s : AllEstimators()) {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/attention/group_kernel_runner.h"
 #include "common/attention/inclusion_probability.h"
 #include "common/attention/kernels/group_attention_kernel.h"
 #include "common/status_macros.h"
@@ -16,16 +17,12 @@
 namespace magicpig::attention {
 namespace {
 
-absl::Status CheckCommon(const KvShard& shard, const float* q, const Estimator::Scratch* scratch,
-                         const char* who) {
-  if (scratch == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": scratch must be non-null"));
-  }
-  if (q == nullptr && shard.size() > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": q must be non-null"));
-  }
-  return absl::OkStatus();
-}
+using internal::CheckCommon;
+using internal::CheckGroup;
+using internal::GroupKernel;
+using internal::KernelTakes;
+using internal::RunGroupKernel;
+using internal::SelectGroupKernel;
 
 // Softmax-weighted value sum over scratch->sample with logits scratch->logits (same length).
 PartialAttention SoftmaxOver(const KvShard& shard, Estimator::Scratch* scratch) {
@@ -59,71 +56,6 @@ Fn ForLevel(SimdLevel level, Fn scalar, Fn avx2, Fn avx512) {
       return avx2;
     default:
       return scalar;
-  }
-}
-
-using GroupKernel = void (*)(const internal::GroupAttentionArgs&);
-
-GroupKernel SelectGroupKernel(SimdLevel level) {
-  return ForLevel<GroupKernel>(level, internal::GroupAttentionScalar, internal::GroupAttentionAvx2,
-                               internal::GroupAttentionAvx512);
-}
-
-absl::Status CheckGroup(const KvShard& shard, const float* q, int g,
-                        const Estimator::Scratch* scratch, const PartialAttention* out,
-                        const char* who) {
-  if (g < 1 || out == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, ": AttendGroup needs g >= 1 heads and non-null out, got g = ", g));
-  }
-  if (shard.dim() % 16 != 0 || shard.dim() > 256) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        who, ": the SIMD kernels need a head dim that is a multiple of 16 and <= 256, got ",
-        shard.dim()));
-  }
-  return CheckCommon(shard, q, scratch, who);
-}
-
-// Runs the group kernel for heads [0, g) (g <= kMaxGroup) over the given rows and copies the
-// results into out[0 .. g) (n_touched is left to the caller).
-void RunGroupKernel(GroupKernel kernel, const KvShard& shard, const float* q, int g, float scale,
-                    const int32_t* rows, int64_t n_rows, const uint32_t* masks,
-                    const float* lnu_table, Estimator::Scratch* scratch, PartialAttention* out) {
-  const int64_t d = shard.dim();
-  scratch->kernel.resize(static_cast<size_t>(internal::GroupAttentionScratchFloats(g, d)));
-  scratch->o.resize(static_cast<size_t>(g * d));
-  scratch->lse.resize(static_cast<size_t>(g));
-  internal::GroupAttentionArgs a;
-  a.keys = shard.key_rows();
-  a.values = shard.value_rows();
-  a.bf16 = shard.storage() == KvStorage::kBf16;
-  a.d = d;
-  a.rows = rows;
-  a.row_begin = 0;
-  a.n_rows = n_rows;
-  a.masks = masks;
-  a.g = g;
-  a.q = q;
-  a.scale = scale;
-  if (lnu_table != nullptr) {
-    scratch->q_norms.resize(static_cast<size_t>(g));
-    for (int h = 0; h < g; ++h) {
-      double sq = 0.0;
-      for (int64_t t = 0; t < d; ++t) sq += static_cast<double>(q[h * d + t]) * q[h * d + t];
-      scratch->q_norms[static_cast<size_t>(h)] = static_cast<float>(std::sqrt(sq));
-    }
-    a.lnu_table = lnu_table;
-    a.lnu_size = kLogInclusionTableSize;
-    a.key_norms = shard.key_norms();
-    a.q_norms = scratch->q_norms.data();
-  }
-  a.scratch = scratch->kernel.data();
-  a.o = scratch->o.data();
-  a.lse = scratch->lse.data();
-  kernel(a);
-  for (int h = 0; h < g; ++h) {
-    out[h].o.assign(scratch->o.begin() + h * d, scratch->o.begin() + (h + 1) * d);
-    out[h].lse = scratch->lse[static_cast<size_t>(h)];
   }
 }
 
@@ -166,11 +98,9 @@ void ReferenceLogits(const KvShard& shard, const float* q, float scale,
   }
 }
 
-// Whether the SIMD kernels take this shard's rows (else the estimators fall back to Attend).
-bool KernelTakes(const KvShard& shard) { return shard.dim() % 16 == 0 && shard.dim() <= 256; }
-
 // AttendGroup of an estimator that must see every key's logit (top-k, oracle sampling): the
 // kernel's logits of each head copied into scratch->logits, then out[h] = from_logits().
+// from_logits(q of the head) -> PartialAttention.
 template <typename FromLogitsFn>
 absl::Status AttendGroupFromLogits(SimdLevel level, const KvShard& shard, const float* q, int g,
                                    float scale, Estimator::Scratch* scratch, PartialAttention* out,
@@ -183,7 +113,7 @@ absl::Status AttendGroupFromLogits(SimdLevel level, const KvShard& shard, const 
     for (int h = 0; h < gc; ++h) {
       const float* x = scratch->scores.data() + static_cast<size_t>(h) * n;
       scratch->logits.assign(x, x + n);
-      out[h0 + h] = from_logits();
+      out[h0 + h] = from_logits(q + (h0 + h) * shard.dim());
     }
   }
   return absl::OkStatus();
@@ -322,7 +252,7 @@ absl::StatusOr<PartialAttention> ExactLogitsEstimator::Attend(const KvShard& sha
   MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, name_));
   if (AnswerIsEmpty(shard)) return EmptyPartial(shard.dim());
   ReferenceLogits(shard, q, scale, scratch);
-  return FromLogits(shard, scratch);
+  return FromLogits(shard, q, scratch);
 }
 
 absl::Status ExactLogitsEstimator::AttendGroup(const KvShard& shard, const float* q,
@@ -333,10 +263,11 @@ absl::Status ExactLogitsEstimator::AttendGroup(const KvShard& shard, const float
     return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
   }
   return AttendGroupFromLogits(simd_level(), shard, q, g, scale, scratch, out, name_,
-                               [&] { return FromLogits(shard, scratch); });
+                               [&](const float* qh) { return FromLogits(shard, qh, scratch); });
 }
 
-PartialAttention TopKEstimator::FromLogits(const KvShard& shard, Scratch* scratch) const {
+PartialAttention TopKEstimator::FromLogits(const KvShard& shard, const float* /*q*/,
+                                           Scratch* scratch) const {
   const int64_t n = shard.size();
   const int64_t keep = std::clamp<int64_t>(budget(), 0, n);
   // Rank all keys by logit (descending, ties by lower index), keep the first `keep`.
@@ -363,7 +294,8 @@ PartialAttention TopKEstimator::FromLogits(const KvShard& shard, Scratch* scratc
   return SoftmaxOver(shard, scratch);
 }
 
-PartialAttention OracleEstimator::FromLogits(const KvShard& shard, Scratch* scratch) const {
+PartialAttention OracleEstimator::FromLogits(const KvShard& shard, const float* /*q*/,
+                                             Scratch* scratch) const {
   const int64_t n = shard.size();
   const int64_t d = shard.dim();
   // Max and log-sum-exp of the exact logits over all n keys.

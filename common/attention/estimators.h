@@ -183,8 +183,10 @@ class ExactLogitsEstimator : public Estimator {
 
   // True when the answer is the empty part whatever the logits (then none is computed).
   virtual bool AnswerIsEmpty(const KvShard& shard) const = 0;
-  // The part from the n logits in scratch->logits (called only when !AnswerIsEmpty).
-  virtual PartialAttention FromLogits(const KvShard& shard, Scratch* scratch) const = 0;
+  // The part from the n logits in scratch->logits (called only when !AnswerIsEmpty); q is the
+  // head's query (for estimators that draw a sample per query).
+  virtual PartialAttention FromLogits(const KvShard& shard, const float* q,
+                                      Scratch* scratch) const = 0;
 
  private:
   int64_t budget_;
@@ -201,7 +203,8 @@ class TopKEstimator final : public ExactLogitsEstimator {
   // Never: the selection of the empty shard or of budget 0 is the empty part anyway.
   bool AnswerIsEmpty(const KvShard& /*shard*/) const override { return false; }
   // The `budget` highest logits (ties: lower index), softmax over them.
-  PartialAttention FromLogits(const KvShard& shard, Scratch* scratch) const override;
+  PartialAttention FromLogits(const KvShard& shard, const float* q,
+                              Scratch* scratch) const override;
 };
 
 class OracleEstimator final : public ExactLogitsEstimator {
@@ -218,7 +221,8 @@ class OracleEstimator final : public ExactLogitsEstimator {
     return shard.size() == 0 || budget() <= 0;
   }
   // The draws and the value mean from the n logits (n >= 1, budget >= 1).
-  PartialAttention FromLogits(const KvShard& shard, Scratch* scratch) const override;
+  PartialAttention FromLogits(const KvShard& shard, const float* q,
+                              Scratch* scratch) const override;
 
   uint64_t seed_;
 };

@@ -37,6 +37,13 @@ using ::magicpig::attention::AttentionShards;
 using ::magicpig::attention::PartialAttention;
 using ::magicpig::attention::SimHash;
 
+void KeysPerHeadHistogram::Add(int64_t keys) {
+  int b = 0;
+  while (b < kBuckets - 1 && keys > (int64_t{1} << b)) ++b;
+  ++counts[static_cast<size_t>(b)];
+  sum += static_cast<double>(keys);
+}
+
 std::vector<bool> DenseLayers(int64_t n_layer, const SparseAttentionOptions& options) {
   std::vector<bool> dense(static_cast<size_t>(n_layer), false);
   std::vector<int64_t> list = options.dense_layers;
@@ -287,6 +294,7 @@ absl::Status SparseAttentionRouter::FinishAttend() {
   for (int64_t h = 0; h < n_head; ++h) {
     PartialAttention& part = parts_[static_cast<size_t>(h)];
     stats_.keys_touched += part.n_touched;
+    stats_.keys_per_head.Add(part.n_touched);
     stats_.keys_offloaded += offloaded;
     // Undo the centring: q.k = q.(k - c) + q.c for every offloaded key.
     const float* c = st.center.data() + (h / group) * hd;

@@ -33,6 +33,7 @@
 #ifndef MAGICPIG_GPU_NODE_ENGINE_ATTENTION_ROUTER_H_
 #define MAGICPIG_GPU_NODE_ENGINE_ATTENTION_ROUTER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -59,6 +60,7 @@ struct SparseAttentionOptions {
   uint64_t lsh_seed = static_cast<uint64_t>(attention::kLshSeed.default_value);
   // Keys per head for budgeted estimators; 0: the estimator's budget rule.
   int64_t budget = attention::kBudget.default_value;
+  attention::VAttentionParams vattention;
   int64_t n_sinks = 4;
   int64_t n_local = 64;
   int64_t window_budget = 64 + 256;
@@ -74,7 +76,11 @@ struct SparseAttentionOptions {
   bool time_phases = false;
 
   attention::EstimatorParams estimator_params() const {
-    return {.lsh_k = lsh_k, .lsh_l = lsh_l, .lsh_seed = lsh_seed, .budget = budget};
+    return {.lsh_k = lsh_k,
+            .lsh_l = lsh_l,
+            .lsh_seed = lsh_seed,
+            .budget = budget,
+            .vattention = vattention};
   }
 };
 
@@ -91,7 +97,19 @@ struct AttentionPhaseSeconds {
   double total() const { return hash + window + shards + merge; }
 };
 
+// Keys one query head's estimator touched in one sparse decode step (all shards), counted in
+// buckets with upper bounds 2^0 .. 2^24 keys and +Inf (the last): the realised per-head budgets of
+// the adaptive estimators (vattention sizes its sample per head and step) and the sample sizes of
+// the others. Exported as the magicpig_attention_keys_per_head histogram.
+struct KeysPerHeadHistogram {
+  static constexpr int kBuckets = 26;
+  std::array<int64_t, kBuckets> counts{};
+  double sum = 0;
+  void Add(int64_t keys);
+};
+
 struct SparseAttentionStats {
+  KeysPerHeadHistogram keys_per_head;
   int64_t keys_touched = 0;    // sum over sparse (layer, head, step) of keys the estimator used
   int64_t keys_offloaded = 0;  // sum over the same of the keys in the shards
   int64_t recoveries = 0;      // times the shards were rebuilt after a node failure

@@ -178,6 +178,10 @@ magicpig::v1::ShardShape ShardShapeOf(const model::ModelConfig& c,
       static_cast<magicpig::v1::Estimator>(attention::SpecOf(attention.mode).proto_value));
   shape.set_budget(budget);
   shape.set_seed(attention.lsh_seed);
+  shape.set_va_epsilon(attention.vattention.epsilon);
+  shape.set_va_delta(attention.vattention.delta);
+  shape.set_va_heavy(attention.vattention.heavy);
+  shape.set_va_base_rate(attention.vattention.base_rate);
   return shape;
 }
 
@@ -215,6 +219,7 @@ void Sequence::Finish(FinishReason reason) {
   if (router_ != nullptr) {
     result_.stats.attention_keys_touched = router_->stats().keys_touched;
     result_.stats.attention_keys_offloaded = router_->stats().keys_offloaded;
+    result_.stats.attention_keys_per_head = router_->stats().keys_per_head;
     result_.stats.attention_shard_bytes = shards_->bytes();
     result_.stats.attention_recoveries = router_->stats().recoveries;
     result_.stats.attention_phases = router_->stats().phases;

@@ -130,6 +130,7 @@ struct GenerateStats {
   // summed over (sparse layer, query head, step); 0 / 0 for full attention.
   int64_t attention_keys_touched = 0;
   int64_t attention_keys_offloaded = 0;
+  KeysPerHeadHistogram attention_keys_per_head;  // per (sparse layer, query head, step)
   int64_t attention_shard_bytes = 0;  // memory of the sequence's shards (KV + tables) at the end
   int64_t attention_recoveries = 0;   // shard rebuilds after attention-node failures
   // Memory of offloaded rows given back from the compute node's KV cache (attention nodes only).

@@ -12,8 +12,8 @@
 namespace magicpig::engine {
 namespace {
 
-template <typename T>
-void DeclareParam(flags::FlagTable& table, const attention::ParamSpec& spec, T* target) {
+template <typename S, typename T>
+void DeclareParam(flags::FlagTable& table, const attention::ParamSpecOf<S>& spec, T* target) {
   table.Number(std::string(spec.flag), target, std::string(spec.help), static_cast<T>(spec.min),
                static_cast<T>(spec.max));
 }
@@ -59,6 +59,10 @@ void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* atte
   DeclareParam(table, attention::kLshL, &attention->lsh_l);
   DeclareParam(table, attention::kLshSeed, &attention->lsh_seed);
   DeclareParam(table, attention::kBudget, &attention->budget);
+  DeclareParam(table, attention::kVaEpsilon, &attention->vattention.epsilon);
+  DeclareParam(table, attention::kVaDelta, &attention->vattention.delta);
+  DeclareParam(table, attention::kVaHeavy, &attention->vattention.heavy);
+  DeclareParam(table, attention::kVaBaseRate, &attention->vattention.base_rate);
   table.Number("shard-block", &attention->shard_block,
                "tokens per block of the offloaded prompt region; each block has its own KV shard "
                "and LSH tables, attended separately and merged in order (embedded and on attention "

@@ -265,6 +265,13 @@ bool AttentionOverride(const Value& v, const engine::SparseAttentionOptions& bas
                              std::pair{&attention::kBudget, &budget}}) {
     f.Int(spec->name, spec->min, spec->max, value);
   }
+  attention::VAttentionParams va = out->vattention;
+  for (auto [spec, value] :
+       {std::pair{&attention::kVaEpsilon, &va.epsilon}, std::pair{&attention::kVaDelta, &va.delta},
+        std::pair{&attention::kVaBaseRate, &va.base_rate}}) {
+    f.Number(spec->name, spec->min, spec->max, value);
+  }
+  f.Int(attention::kVaHeavy.name, attention::kVaHeavy.min, attention::kVaHeavy.max, &va.heavy);
   if (!f.ok()) {
     error->param = "attention." + error->param;
     return false;
@@ -281,6 +288,7 @@ bool AttentionOverride(const Value& v, const engine::SparseAttentionOptions& bas
   out->lsh_k = static_cast<int>(k);
   out->lsh_l = static_cast<int>(l);
   out->budget = budget;
+  out->vattention = va;
   return true;
 }
 

@@ -147,6 +147,23 @@ TEST_F(ProtocolTest, AttentionOverrideWhenAllowed) {
               "attention.mode");
   ExpectError(Endpoint::kCompletions, R"({"prompt": "x", "attention": {"lsh_k": 40}})", 400,
               "attention.lsh_k");
+  // vAttention's parameters, each from its one declaration; the ones not given keep the server's.
+  r = Parse(Endpoint::kCompletions,
+            R"({"prompt": "x", "attention": {"mode": "vattention-lsh", "va_epsilon": 0.2,
+                "va_delta": 0.01, "va_heavy": 12}})");
+  ASSERT_TRUE(r.has_value()) << error_.message;
+  ASSERT_TRUE(r->prompts[0].attention.has_value());
+  EXPECT_EQ(r->prompts[0].attention->mode, attention::EstimatorKind::kVAttentionLsh);
+  EXPECT_EQ(r->prompts[0].attention->vattention.epsilon, 0.2);
+  EXPECT_EQ(r->prompts[0].attention->vattention.delta, 0.01);
+  EXPECT_EQ(r->prompts[0].attention->vattention.heavy, 12);
+  EXPECT_EQ(r->prompts[0].attention->vattention.base_rate, attention::kVaBaseRate.default_value);
+  ExpectError(Endpoint::kCompletions,
+              R"({"prompt": "x", "attention": {"mode": "vattention", "va_delta": 0.9}})", 400,
+              "attention.va_delta");
+  ExpectError(Endpoint::kCompletions,
+              R"({"prompt": "x", "attention": {"mode": "vattention", "va_epsilon": "small"}})", 400,
+              "attention.va_epsilon");
 }
 
 TEST_F(ProtocolTest, ResponsesHaveTheOpenAIShapes) {

@@ -1,6 +1,8 @@
 #include "gpu_node/server/serving_metrics.h"
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "common/metrics/metrics.h"
@@ -12,6 +14,19 @@ using engine::FinishReason;
 using metrics::NewCounter;
 using metrics::NewGauge;
 using metrics::NewHistogram;
+
+namespace {
+
+// 1, 2, 4, .. 2^24 keys (and +Inf): engine::KeysPerHeadHistogram's buckets.
+prometheus::Histogram::BucketBoundaries KeysPerHeadBuckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (int i = 0; i < engine::KeysPerHeadHistogram::kBuckets - 1; ++i) {
+    b.push_back(static_cast<double>(int64_t{1} << i));
+  }
+  return b;
+}
+
+}  // namespace
 
 ServingMetrics::ServingMetrics(prometheus::Registry& r)
     : requests_running(
@@ -64,6 +79,11 @@ ServingMetrics::ServingMetrics(prometheus::Registry& r)
                                     "Per finished request: keys the estimator touched / keys in "
                                     "the shards, over its sparse decode steps",
                                     metrics::RatioBuckets())),
+      keys_per_head(NewHistogram(r, "magicpig_attention_keys_per_head",
+                                 "Keys the decode estimator touched per (sparse layer, query head, "
+                                 "step): the realised per-head budgets (vattention sizes each one "
+                                 "for its (epsilon, delta) bound)",
+                                 KeysPerHeadBuckets())),
       recoveries(NewCounter(r, "magicpig_attn_recoveries_total",
                             "Shard rebuilds after an attention node failed")) {
   for (FinishReason reason : {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort}) {
@@ -112,6 +132,8 @@ void ServingMetrics::OnFinished(const engine::GenerateResult& result, double e2e
   e2e_latency.Observe(e2e_seconds);
   if (result.stats.attention_keys_offloaded > 0) {
     sampled_fraction.Observe(result.stats.sampled_fraction());
+    const engine::KeysPerHeadHistogram& h = result.stats.attention_keys_per_head;
+    keys_per_head.ObserveMultiple(std::vector<double>(h.counts.begin(), h.counts.end()), h.sum);
   }
   recoveries.Increment(static_cast<double>(result.stats.attention_recoveries));
 }

@@ -49,6 +49,7 @@ class ServingMetrics : public engine::SchedulerObserver {
   prometheus::Counter& steps_one_batch;
   prometheus::Counter& steps_two_micro_batches;
   prometheus::Histogram& sampled_fraction;
+  prometheus::Histogram& keys_per_head;
   prometheus::Counter& recoveries;
 
   // The outcome counter for one finish reason ("stop", "length", "abort").

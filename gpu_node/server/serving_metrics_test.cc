@@ -42,6 +42,9 @@ TEST(ServingMetricsTest, ReportsBecomeTheDocumentedSeries) {
   result.stats.attention_keys_offloaded = 1000;
   result.stats.attention_keys_touched = 40;
   result.stats.attention_recoveries = 2;
+  for (int64_t keys : std::vector<int64_t>{1, 3, 4, 40, 40, int64_t{1} << 30}) {
+    result.stats.attention_keys_per_head.Add(keys);
+  }
   m.OnFinished(result, 1.5);
   engine::StepTimings timings;
   timings.dense = 0.003;
@@ -60,6 +63,16 @@ TEST(ServingMetricsTest, ReportsBecomeTheDocumentedSeries) {
   EXPECT_DOUBLE_EQ(Value(registry, "magicpig_lsh_sampled_fraction_sum"),
                    result.stats.sampled_fraction());
   EXPECT_EQ(Value(registry, "magicpig_attn_recoveries_total"), 2);
+  // Per-head budgets: cumulative buckets (le = 2^i) of 1, 3, 4, 40, 40 and 2^30 keys.
+  EXPECT_EQ(Value(registry, "magicpig_attention_keys_per_head_count"), 6);
+  EXPECT_EQ(Value(registry, "magicpig_attention_keys_per_head_sum"), 88.0 + (int64_t{1} << 30));
+  EXPECT_EQ(Value(registry, "magicpig_attention_keys_per_head_bucket{le=\"1\"}"), 1);
+  EXPECT_EQ(Value(registry, "magicpig_attention_keys_per_head_bucket{le=\"2\"}"), 1);
+  EXPECT_EQ(Value(registry, "magicpig_attention_keys_per_head_bucket{le=\"4\"}"), 3);
+  EXPECT_EQ(Value(registry, "magicpig_attention_keys_per_head_bucket{le=\"32\"}"), 3);
+  EXPECT_EQ(Value(registry, "magicpig_attention_keys_per_head_bucket{le=\"64\"}"), 5);
+  EXPECT_EQ(Value(registry, "magicpig_attention_keys_per_head_bucket{le=\"16777216\"}"), 5);
+  EXPECT_EQ(Value(registry, "magicpig_attention_keys_per_head_bucket{le=\"+Inf\"}"), 6);
   EXPECT_EQ(Value(registry, "magicpig_batch_size_sum"), 4);
   EXPECT_EQ(Value(registry, "magicpig_decode_step_seconds_count"), 1);
   EXPECT_EQ(Value(registry, "magicpig_decode_phase_seconds_total{phase=\"dense\"}"), 0.003);

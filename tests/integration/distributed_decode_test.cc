@@ -67,8 +67,11 @@ std::unique_ptr<engine::Engine> LoadEngine(
     const std::vector<std::string>& nodes, bool exact_topk = false,
     std::chrono::milliseconds attend_timeout = std::chrono::milliseconds(10000),
     prometheus::Registry* registry = nullptr, bool fake_device = false,
-    const fabric::TransportSecurity& security = fabric::TransportSecurity::Plaintext()) {
+    const fabric::TransportSecurity& security = fabric::TransportSecurity::Plaintext(),
+    attention::EstimatorKind mode = attention::EstimatorKind::kMagicPig) {
   engine::EngineOptions options;
+  options.attention.mode = mode;
+  options.attention.vattention = {.epsilon = 0.1, .delta = 0.1, .heavy = 0, .base_rate = 0.02};
   options.node_security = security;
   options.metrics_registry = registry;
   options.attend_timeout = attend_timeout;
@@ -208,6 +211,27 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
       EXPECT_EQ(r->tokens, exact_want[p]) << "exact, " << nodes << " nodes, prompt " << p;
       EXPECT_EQ(r->stats.attention_keys_touched, r->stats.attention_keys_offloaded);
     }
+  }
+
+  // vAttention's estimators through 2 nodes: their parameters travel in ShardShape and the draws
+  // depend on the query and the block only, so the tokens and the keys touched are the embedded
+  // ones, and the sample leaves keys unread.
+  for (attention::EstimatorKind mode :
+       {attention::EstimatorKind::kVAttention, attention::EstimatorKind::kVAttentionLsh}) {
+    const char* name = attention::EstimatorName(mode).data();
+    auto local = LoadEngine({}, false, std::chrono::milliseconds(10000), nullptr, false,
+                            fabric::TransportSecurity::Plaintext(), mode);
+    auto remote = LoadEngine(First(2), false, std::chrono::milliseconds(10000), nullptr, false,
+                             fabric::TransportSecurity::Plaintext(), mode);
+    ASSERT_NE(local, nullptr);
+    ASSERT_NE(remote, nullptr);
+    auto a = local->Generate(Request(ids[0], 12), {});
+    auto b = remote->Generate(Request(ids[0], 12), {});
+    ASSERT_TRUE(a.ok() && b.ok()) << name << ": " << b.status();
+    EXPECT_EQ(a->tokens, b->tokens) << name;
+    EXPECT_EQ(a->stats.attention_keys_touched, b->stats.attention_keys_touched) << name;
+    EXPECT_GT(a->stats.attention_keys_touched, 0) << name;
+    EXPECT_LT(a->stats.attention_keys_touched, a->stats.attention_keys_offloaded) << name;
   }
 }
 

@@ -1,0 +1,90 @@
+#include "common/attention/group_kernel_runner.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/attention/inclusion_probability.h"
+
+namespace magicpig::attention::internal {
+
+absl::Status CheckCommon(const KvShard& shard, const float* q, const Estimator::Scratch* scratch,
+                         const char* who) {
+  if (scratch == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": scratch must be non-null"));
+  }
+  if (q == nullptr && shard.size() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": q must be non-null"));
+  }
+  return absl::OkStatus();
+}
+
+GroupKernel SelectGroupKernel(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512:
+      return GroupAttentionAvx512;
+    case SimdLevel::kAvx2:
+      return GroupAttentionAvx2;
+    default:
+      return GroupAttentionScalar;
+  }
+}
+
+absl::Status CheckGroup(const KvShard& shard, const float* q, int g,
+                        const Estimator::Scratch* scratch, const PartialAttention* out,
+                        const char* who) {
+  if (g < 1 || out == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": AttendGroup needs g >= 1 heads and non-null out, got g = ", g));
+  }
+  if (shard.dim() % 16 != 0 || shard.dim() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": the SIMD kernels need a head dim that is a multiple of 16 and <= 256, got ",
+        shard.dim()));
+  }
+  return CheckCommon(shard, q, scratch, who);
+}
+
+void RunGroupKernel(GroupKernel kernel, const KvShard& shard, const float* q, int g, float scale,
+                    const int32_t* rows, int64_t n_rows, const uint32_t* masks,
+                    const float* lnu_table, Estimator::Scratch* scratch, PartialAttention* out) {
+  const int64_t d = shard.dim();
+  scratch->kernel.resize(static_cast<size_t>(GroupAttentionScratchFloats(g, d)));
+  scratch->o.resize(static_cast<size_t>(g * d));
+  scratch->lse.resize(static_cast<size_t>(g));
+  GroupAttentionArgs a;
+  a.keys = shard.key_rows();
+  a.values = shard.value_rows();
+  a.bf16 = shard.storage() == KvStorage::kBf16;
+  a.d = d;
+  a.rows = rows;
+  a.row_begin = 0;
+  a.n_rows = n_rows;
+  a.masks = masks;
+  a.g = g;
+  a.q = q;
+  a.scale = scale;
+  if (lnu_table != nullptr) {
+    scratch->q_norms.resize(static_cast<size_t>(g));
+    for (int h = 0; h < g; ++h) {
+      double sq = 0.0;
+      for (int64_t t = 0; t < d; ++t) sq += static_cast<double>(q[h * d + t]) * q[h * d + t];
+      scratch->q_norms[static_cast<size_t>(h)] = static_cast<float>(std::sqrt(sq));
+    }
+    a.lnu_table = lnu_table;
+    a.lnu_size = kLogInclusionTableSize;
+    a.key_norms = shard.key_norms();
+    a.q_norms = scratch->q_norms.data();
+  }
+  a.scratch = scratch->kernel.data();
+  a.o = scratch->o.data();
+  a.lse = scratch->lse.data();
+  kernel(a);
+  for (int h = 0; h < g; ++h) {
+    out[h].o.assign(scratch->o.begin() + h * d, scratch->o.begin() + (h + 1) * d);
+    out[h].lse = scratch->lse[static_cast<size_t>(h)];
+  }
+}
+
+bool KernelTakes(const KvShard& shard) { return shard.dim() % 16 == 0 && shard.dim() <= 256; }
+
+}  // namespace magicpig::attention::internal

@@ -1,0 +1,39 @@
+// What the estimators share around the SIMD group kernel (kernels/group_attention_kernel.h): the
+// argument checks of AttendGroup, the kernel for a SIMD level, and one call of it over a row list
+// of a shard with the results copied into PartialAttentions. Internal to the attention library.
+//
+// Thread-safety: pure functions; each call uses only the scratch it is given.
+#ifndef MAGICPIG_COMMON_ATTENTION_GROUP_KERNEL_RUNNER_H_
+#define MAGICPIG_COMMON_ATTENTION_GROUP_KERNEL_RUNNER_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "common/attention/estimators.h"
+#include "common/attention/kernels/group_attention_kernel.h"
+
+namespace magicpig::attention::internal {
+
+// INVALID_ARGUMENT (prefixed with `who`) for a null scratch, or a null q with a non-empty shard.
+absl::Status CheckCommon(const KvShard& shard, const float* q, const Estimator::Scratch* scratch,
+                         const char* who);
+// CheckCommon, and g >= 1, a non-null out, a head dim the kernels take.
+absl::Status CheckGroup(const KvShard& shard, const float* q, int g,
+                        const Estimator::Scratch* scratch, const PartialAttention* out,
+                        const char* who);
+// Whether the SIMD kernels take this shard's rows (a head dim that is a multiple of 16, <= 256).
+bool KernelTakes(const KvShard& shard);
+
+using GroupKernel = void (*)(const GroupAttentionArgs&);
+GroupKernel SelectGroupKernel(SimdLevel level);
+
+// Runs the group kernel for heads [0, g) (g <= kMaxGroup) over the given rows (all rows of the
+// shard when rows is null) and copies the results into out[0 .. g) (n_touched is left to the
+// caller). lnu_table: MagicPIG's correction, or null for exact logits.
+void RunGroupKernel(GroupKernel kernel, const KvShard& shard, const float* q, int g, float scale,
+                    const int32_t* rows, int64_t n_rows, const uint32_t* masks,
+                    const float* lnu_table, Estimator::Scratch* scratch, PartialAttention* out);
+
+}  // namespace magicpig::attention::internal
+
+#endif  // MAGICPIG_COMMON_ATTENTION_GROUP_KERNEL_RUNNER_H_

@@ -1,0 +1,107 @@
+// vAttention (Desai et al., "vAttention: Verified Sparse Attention") and vattention-lsh, its
+// variant that finds the heavy hitters in the MagicPIG tables instead of scoring every key
+// (docs/vattention.md has the derivations; docs/decisions.md where the paper and its public code
+// disagree and which we follow).
+//
+// Both split one shard's n keys into a deterministic set H (the heavy hitters, attended exactly)
+// and the residual R (n_s = n - |H| keys), estimated from a uniform sample:
+//   1. a base sample S0 of max(2, floor(base_rate * n_s)) residual keys (at most n_s), drawn
+//      uniformly without replacement; from their weights w = exp(logit - m): the spread
+//      sigma = their sample standard deviation and the denominator estimate
+//      D0 = sum_H w + (n_s / |S0|) sum_S0 w;
+//   2. the sample size b = ceil((z * sigma * n_s / (epsilon * D0))^2) clamped to [|S0|, n_s],
+//      z = Phi^-1(1 - delta / 2): the CLT bound P(|D̂ - D| > epsilon D) <= delta on the
+//      denominator's estimate (the paper's two-sided quantile; the public code's Phi^-1(1 - delta)
+//      would cover 1 - 2 delta: docs/decisions.md);
+//   3. a fresh sample S of b residual keys, uniform without replacement and independent of S0
+//      given b, each weighted n_s / b (b = n_s: every residual key, weight 1):
+//        N = sum_H w v + (n_s / b) sum_S w v,   D = sum_H w + (n_s / b) sum_S w,
+//      o = N / D and lse = m + ln D. N and D are unbiased for the exact sums (conditioned on H and
+//      b, S is a simple random sample of R); o is their ratio (biased by O(1 / b)).
+// - VAttentionEstimator: H = the top h keys of the shard by exact logit (ties: lower index), so it
+//   reads every key's score, as top-k does. n_touched = |H| + b (the keys whose values are read).
+// - VAttentionLshEstimator: H = the candidates C, the keys colliding with the query in >= 2 of the
+//   shard's L tables (MagicPIG's retrieval), scored exactly; the residual is every other key. Only
+//   candidates, S0 and S are read: n_touched = |C ∪ S0 ∪ S|. If a true heavy hitter is not a
+//   candidate it stays in the residual, where a base sample rarely sees it: sigma is then
+//   underestimated and the bound can fail (docs/vattention.md). VAttentionParams::heavy is not
+//   used: every candidate is deterministic (its key is read anyway).
+//
+// The draws come from std::mt19937_64 seeded with the estimator's seed mixed with a hash of the
+// query and the shard size, so the sample changes from head to head and step to step yet a run is
+// reproducible. Heavy count h = VAttentionParams::heavy, or 1% of the shard's keys when 0.
+//
+// Thread-safety: immutable after construction; Attend is const (each thread its own scratch).
+#ifndef MAGICPIG_COMMON_ATTENTION_VATTENTION_H_
+#define MAGICPIG_COMMON_ATTENTION_VATTENTION_H_
+
+#include <cstdint>
+
+#include "common/attention/estimator_params.h"
+#include "common/attention/estimators.h"
+
+namespace magicpig::attention {
+
+// The z with Phi(z) = p for the standard normal CDF Phi, p in (0, 1); to ~1e-12 absolute.
+double NormalQuantile(double p);
+
+// Heavy hitters for a shard of n keys: min(heavy, n) when heavy > 0, else max(1, ceil(n / 100))
+// (0 when n = 0).
+int64_t HeavyHitterCount(int64_t heavy, int64_t n);
+
+// Step 2 above: the residual sample size for spread sigma, n_s residual keys, the denominator
+// estimate d_hat > 0 and a base sample of `base` keys (1 <= base <= n_s).
+int64_t VAttentionSampleSize(double z, double sigma, int64_t n_s, double epsilon, double d_hat,
+                             int64_t base);
+
+class VAttentionEstimator final : public ExactLogitsEstimator {
+ public:
+  VAttentionEstimator(const VAttentionParams& params, uint64_t seed,
+                      SimdLevel simd_level = ActiveSimdLevel());
+
+  const VAttentionParams& params() const { return params_; }
+
+ private:
+  bool AnswerIsEmpty(const KvShard& shard) const override { return shard.size() == 0; }
+  PartialAttention FromLogits(const KvShard& shard, const float* q,
+                              Scratch* scratch) const override;
+
+  VAttentionParams params_;
+  uint64_t seed_;
+  double z_;
+};
+
+class VAttentionLshEstimator final : public Estimator {
+ public:
+  VAttentionLshEstimator(int k, int l, const VAttentionParams& params, uint64_t seed,
+                         SimdLevel simd_level = ActiveSimdLevel());
+
+  // The SIMD path: the group's candidates retrieved together (KvShard::RetrieveGroup), each
+  // head's candidates, base sample and sample attended by the group kernel in fp32 (the base
+  // sample's sum and sum of squares from its lse at scale and 2 * scale), the sample's part
+  // shifted by ln(n_s / b) and merged with the candidates'. The same draws as Attend; the sample
+  // size can differ where Attend's float64 spread and the kernel's fp32 one round across an
+  // integer. Falls back to Attend per head where the kernels do not take the shard.
+  absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
+                           float scale, Scratch* scratch, PartialAttention* out) const override;
+
+  // INVALID_ARGUMENT additionally if the shard's tables are not (K, L) or q_codes is null.
+  absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
+                                          const uint16_t* q_codes, float scale,
+                                          Scratch* scratch) const override;
+
+  const VAttentionParams& params() const { return params_; }
+
+ private:
+  absl::Status CheckShard(const KvShard& shard, const uint16_t* q_codes) const;
+
+  int k_;
+  int l_;
+  VAttentionParams params_;
+  uint64_t seed_;
+  double z_;
+};
+
+}  // namespace magicpig::attention
+
+#endif  // MAGICPIG_COMMON_ATTENTION_VATTENTION_H_
