@@ -21,6 +21,12 @@
 //                              a gather that only reads rows (GatherSecondsPerRow, same threads)
 //                              and speedup_bound = full_ms / gather_floor_ms: the most a sampled
 //                              step can gain over full here, with retrieval and arithmetic free.
+//   VAttention[Lsh]/n/K/L/eps/delta/base/threads
+//                              vattention / vattention-lsh(K, L) AttendGroup over the same 8 items
+//                              at two (epsilon, delta, base rate) settings, `full` every
+//                              kFullEvery-th iteration in the same loop: speedup = full / it,
+//                              keys_frac = keys touched per query head / n, GBps and of_probe from
+//                              the bytes it read (BM_VAttention).
 //   TableBuild/K/L/threads     LshTables::Build of 64K keys x 8 kv heads vs ten cold reads of the
 //                              same keys (bf16, read with the probe's sum on the shards' buffers),
 //                              after one untimed build (first_build_ms: the process's first large
@@ -719,20 +725,21 @@ void BM_Full(benchmark::State& state, int64_t n, int threads) {
   }
 }
 
-// vattention / vattention-lsh(K, L) at the default (epsilon, delta) = (0.05, 0.05) over the 8
+// vattention / vattention-lsh(K, L) with `params` (the defaults, and a looser bound) over the 8
 // (shard, kv head) items of one step, FullEstimator on the same shards and queries in the same
 // loop: speedup = full / estimator; keys_frac = keys touched / keys held (per query head);
 // GBps = the bytes the estimator read (vattention: every key row, and the values of the keys it
 // touched; vattention-lsh: key and value rows of the keys it touched) / its time.
-void BM_VAttention(benchmark::State& state, int64_t n, int k, int l, bool lsh, int threads) {
+void BM_VAttention(benchmark::State& state, int64_t n, int k, int l, bool lsh, int threads,
+                   VAttentionParams params) {
   const DataSet* ds = GetDataSet(n, k, l);
   if (ds == nullptr) {
     state.SkipWithError("data set build failed");
     return;
   }
   AttentionRunner runner(threads);
-  const VAttentionEstimator va(VAttentionParams{}, 1234);
-  const VAttentionLshEstimator val(k, l, VAttentionParams{}, 1234);
+  const VAttentionEstimator va(params, 1234);
+  const VAttentionLshEstimator val(k, l, params, 1234);
   const Estimator& est = lsh ? static_cast<const Estimator&>(val) : va;
   const FullEstimator full;
   std::vector<PartialAttention> out(kQHeads), full_out(kQHeads);
@@ -1019,13 +1026,19 @@ void RegisterAll() {
       }
       if (n == kTableBuildN && c.k == kConfigs[0].k) {
         for (const bool lsh : {false, true}) {
-          for (int t : {1, 2}) {
-            RegisterBenchmark(((lsh ? "VAttentionLsh" : "VAttention") + std::string("/n:") +
-                               std::to_string(n) + kl + "/threads:" + std::to_string(t))
-                                  .c_str(),
-                              BM_VAttention, n, c.k, c.l, lsh, t)
-                ->Unit(benchmark::kMicrosecond)
-                ->UseManualTime();
+          for (const auto& [tag, params] :
+               {std::pair{"eps:0.05/delta:0.05/base:0.05", VAttentionParams{}},
+                std::pair{"eps:0.2/delta:0.1/base:0.01",
+                          VAttentionParams{.epsilon = 0.2, .delta = 0.1, .base_rate = 0.01}}}) {
+            for (int t : {1, 2}) {
+              RegisterBenchmark(
+                  ((lsh ? "VAttentionLsh" : "VAttention") + std::string("/n:") + std::to_string(n) +
+                   kl + "/" + tag + "/threads:" + std::to_string(t))
+                      .c_str(),
+                  BM_VAttention, n, c.k, c.l, lsh, t, params)
+                  ->Unit(benchmark::kMicrosecond)
+                  ->UseManualTime();
+            }
           }
         }
       }

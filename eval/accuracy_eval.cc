@@ -144,6 +144,14 @@ absl::StatusOr<HeadEvaluator> HeadEvaluator::Create(std::vector<float> keys,
                        n_local, std::move(center), std::move(off));
 }
 
+absl::Status HeadEvaluator::CheckVisible(int64_t visible) const {
+  if (visible < n_ - n_local_ || visible > n_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("visible = ", visible, " outside [", n_ - n_local_, ", ", n_, "]"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::pair<PartialAttention, PartialAttention>> HeadEvaluator::StaticAndReference(
     const float* q, int64_t visible, float scale) const {
   EstimatorScratch scratch;
@@ -171,10 +179,7 @@ absl::StatusOr<std::pair<PartialAttention, PartialAttention>> HeadEvaluator::Sta
 absl::StatusOr<std::pair<VerifiedErrors, VerifiedErrors>> HeadEvaluator::EvaluateVerified(
     const float* q, int64_t visible, float scale, const VAttentionParams& params,
     uint64_t seed) const {
-  if (visible < n_ - n_local_ || visible > n_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("visible = ", visible, " outside [", n_ - n_local_, ", ", n_, "]"));
-  }
+  MAGICPIG_RETURN_IF_ERROR(CheckVisible(visible));
   EstimatorScratch scratch;
   std::vector<uint16_t> codes(static_cast<size_t>(hash_->l()));
   MAGICPIG_RETURN_IF_ERROR(hash_->Codes(q, 1, d_, codes.data()));
@@ -198,10 +203,7 @@ absl::StatusOr<std::pair<VerifiedErrors, VerifiedErrors>> HeadEvaluator::Evaluat
 
 absl::StatusOr<QueryErrors> HeadEvaluator::Evaluate(const float* q, int64_t visible, float scale,
                                                     uint64_t oracle_seed) const {
-  if (visible < n_ - n_local_ || visible > n_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("visible = ", visible, " outside [", n_ - n_local_, ", ", n_, "]"));
-  }
+  MAGICPIG_RETURN_IF_ERROR(CheckVisible(visible));
   EstimatorScratch scratch;
   std::vector<uint16_t> codes(static_cast<size_t>(hash_->l()));
   MAGICPIG_RETURN_IF_ERROR(hash_->Codes(q, 1, d_, codes.data()));

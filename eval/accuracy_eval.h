@@ -93,6 +93,8 @@ class HeadEvaluator {
   const attention::KvShard& offloaded() const { return offloaded_; }
 
  private:
+  // INVALID_ARGUMENT unless n - n_local <= visible <= n.
+  absl::Status CheckVisible(int64_t visible) const;
   // The exact attention over the visible static keys, and the reference over every visible key.
   absl::StatusOr<std::pair<attention::PartialAttention, attention::PartialAttention>>
   StaticAndReference(const float* q, int64_t visible, float scale) const;

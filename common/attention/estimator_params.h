@@ -69,7 +69,7 @@ inline constexpr RealParamSpec kVaBaseRate{
     "va_base_rate",
     "va-base-rate",
     "vAttention: base sample of the residual keys as a fraction (at least 2 keys)",
-    0.01,
+    0.05,
     0.0,
     1.0};
 

@@ -20,6 +20,7 @@ namespace {
 using internal::CheckCommon;
 using internal::CheckGroup;
 using internal::GroupKernel;
+using internal::GroupLogits;
 using internal::KernelTakes;
 using internal::RunGroupKernel;
 using internal::SelectGroupKernel;
@@ -44,48 +45,6 @@ PartialAttention SoftmaxOver(const KvShard& shard, Estimator::Scratch* scratch) 
     out.o[static_cast<size_t>(t)] = static_cast<float>(scratch->acc[t] / z);
   out.lse = static_cast<float>(mx + std::log(z));
   return out;
-}
-
-// The entry point of a kernel compiled once per ISA, for a SIMD level.
-template <typename Fn>
-Fn ForLevel(SimdLevel level, Fn scalar, Fn avx2, Fn avx512) {
-  switch (level) {
-    case SimdLevel::kAvx512:
-      return avx512;
-    case SimdLevel::kAvx2:
-      return avx2;
-    default:
-      return scalar;
-  }
-}
-
-using GroupScoresFn = void (*)(const internal::GroupAttentionArgs&, float*);
-
-GroupScoresFn SelectGroupScores(SimdLevel level) {
-  return ForLevel<GroupScoresFn>(level, internal::GroupScoresScalar, internal::GroupScoresAvx2,
-                                 internal::GroupScoresAvx512);
-}
-
-// scratch->scores[h][i] = scale * q_h . k_i for heads [0, g) (g <= kMaxGroup) and every key of
-// the shard, on the SIMD kernel.
-void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, float scale,
-                 Estimator::Scratch* scratch) {
-  const int64_t d = shard.dim();
-  const int64_t n = shard.size();
-  scratch->kernel.resize(static_cast<size_t>(g * d));
-  scratch->scores.resize(static_cast<size_t>(g * n));
-  internal::GroupAttentionArgs a;
-  a.keys = shard.key_rows();
-  a.values = nullptr;
-  a.bf16 = shard.storage() == KvStorage::kBf16;
-  a.d = d;
-  a.row_begin = 0;
-  a.n_rows = n;
-  a.g = g;
-  a.q = q;
-  a.scale = scale;
-  a.scratch = scratch->kernel.data();
-  SelectGroupScores(level)(a, scratch->scores.data());
 }
 
 // scratch->logits[i] = scale * q . k_i in float64 for every key (the reference Attend paths).

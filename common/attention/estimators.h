@@ -83,7 +83,8 @@ struct EstimatorScratch {
   std::vector<float> kernel;        // group kernel scratch
   std::vector<float> o;             // [g][d]
   std::vector<float> lse;           // [g]
-  std::vector<float> scores;        // [g][n] logits (top-k, oracle)
+  std::vector<float> scores;        // [g][n] logits (top-k, oracle, vattention)
+  std::vector<uint64_t> bits;       // sampling bitmap (vattention), all zero between calls
   // Phase timing of MagicPIG's AttendGroup (only when time_phases is set): the LSH retrieval of the
   // group's sample union, and the kernel (gather of the sampled rows and their attention).
   bool time_phases = false;

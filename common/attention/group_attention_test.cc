@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/attention/estimators.h"
+#include "common/attention/group_kernel_runner.h"
 #include "common/attention/kv_shard.h"
 #include "common/attention/lsh_tables.h"
 #include "common/attention/partial_attention.h"
@@ -180,6 +181,44 @@ TEST_P(GroupAttentionTest, EveryEstimatorMatchesTheReference) {
         }
       }
       EXPECT_LE(distinct_differ, (c.g + 3) / 4) << what << ": draws should rarely flip";
+    }
+  }
+}
+
+// The kernel's sums-only mode (no values; vattention's spread): ln sum exp(x) and ln sum exp(2x)
+// per head over a row list with head masks, against float64, bf16 and fp32 rows.
+TEST_P(GroupAttentionTest, ExpSumsMatchFloat64) {
+  std::mt19937 rng(17);
+  for (KvStorage storage : {KvStorage::kBf16, KvStorage::kF32}) {
+    const int64_t n = 700, d = 64;
+    const int g = 5;
+    const std::vector<float> keys = Randn(n * d, rng, 0.4f), values = Randn(n * d, rng);
+    auto hash = SimHash::Create(d, 4, 4, 1);
+    ASSERT_TRUE(hash.ok());
+    auto shard = KvShard::Create(*hash, keys.data(), nullptr, values.data(), n, storage);
+    ASSERT_TRUE(shard.ok());
+    const std::vector<float> q = Randn(g * d, rng);
+    std::vector<int32_t> rows;
+    std::vector<uint32_t> masks;
+    for (int32_t r = 3; r < n; r += 3) {
+      rows.push_back(r);
+      masks.push_back(static_cast<uint32_t>(rng()) & 0x1f);
+    }
+    EstimatorScratch scratch;
+    float lse[5], lse2[5];
+    internal::GroupExpSums(internal::SelectGroupKernel(GetParam()), *shard, q.data(), g, 0.3f,
+                           rows.data(), static_cast<int64_t>(rows.size()), masks.data(), &scratch,
+                           lse, lse2);
+    for (int h = 0; h < g; ++h) {
+      double s1 = 0, s2 = 0;
+      for (size_t j = 0; j < rows.size(); ++j) {
+        if (!((masks[j] >> h) & 1)) continue;
+        const double x = 0.3 * shard->KeyDot(rows[j], q.data() + h * d);
+        s1 += std::exp(x);
+        s2 += std::exp(2 * x);
+      }
+      EXPECT_NEAR(lse[h], std::log(s1), 1e-4) << "head " << h;
+      EXPECT_NEAR(lse2[h], std::log(s2), 1e-4) << "head " << h;
     }
   }
 }

@@ -6,6 +6,22 @@
 #include "common/attention/inclusion_probability.h"
 
 namespace magicpig::attention::internal {
+namespace {
+
+// The arguments every kernel call shares: the shard's rows, the g queries and the scale.
+GroupAttentionArgs ArgsFor(const KvShard& shard, const float* q, int g, float scale) {
+  GroupAttentionArgs a;
+  a.keys = shard.key_rows();
+  a.values = shard.value_rows();
+  a.bf16 = shard.storage() == KvStorage::kBf16;
+  a.d = shard.dim();
+  a.g = g;
+  a.q = q;
+  a.scale = scale;
+  return a;
+}
+
+}  // namespace
 
 absl::Status CheckCommon(const KvShard& shard, const float* q, const Estimator::Scratch* scratch,
                          const char* who) {
@@ -51,18 +67,10 @@ void RunGroupKernel(GroupKernel kernel, const KvShard& shard, const float* q, in
   scratch->kernel.resize(static_cast<size_t>(GroupAttentionScratchFloats(g, d)));
   scratch->o.resize(static_cast<size_t>(g * d));
   scratch->lse.resize(static_cast<size_t>(g));
-  GroupAttentionArgs a;
-  a.keys = shard.key_rows();
-  a.values = shard.value_rows();
-  a.bf16 = shard.storage() == KvStorage::kBf16;
-  a.d = d;
+  GroupAttentionArgs a = ArgsFor(shard, q, g, scale);
   a.rows = rows;
-  a.row_begin = 0;
   a.n_rows = n_rows;
   a.masks = masks;
-  a.g = g;
-  a.q = q;
-  a.scale = scale;
   if (lnu_table != nullptr) {
     scratch->q_norms.resize(static_cast<size_t>(g));
     for (int h = 0; h < g; ++h) {
@@ -86,5 +94,42 @@ void RunGroupKernel(GroupKernel kernel, const KvShard& shard, const float* q, in
 }
 
 bool KernelTakes(const KvShard& shard) { return shard.dim() % 16 == 0 && shard.dim() <= 256; }
+
+void GroupExpSums(GroupKernel kernel, const KvShard& shard, const float* q, int g, float scale,
+                  const int32_t* rows, int64_t n_rows, const uint32_t* masks,
+                  Estimator::Scratch* scratch, float* lse, float* lse2) {
+  scratch->kernel.resize(static_cast<size_t>(GroupAttentionScratchFloats(g, shard.dim())));
+  GroupAttentionArgs a = ArgsFor(shard, q, g, scale);
+  a.values = nullptr;
+  a.rows = rows;
+  a.n_rows = n_rows;
+  a.masks = masks;
+  a.scratch = scratch->kernel.data();
+  a.lse = lse;
+  a.lse2 = lse2;
+  kernel(a);
+}
+
+void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, float scale,
+                 Estimator::Scratch* scratch) {
+  const int64_t d = shard.dim();
+  const int64_t n = shard.size();
+  scratch->kernel.resize(static_cast<size_t>(g * d));
+  scratch->scores.resize(static_cast<size_t>(g * n));
+  GroupAttentionArgs a = ArgsFor(shard, q, g, scale);
+  a.values = nullptr;
+  a.n_rows = n;
+  a.scratch = scratch->kernel.data();
+  switch (level) {
+    case SimdLevel::kAvx512:
+      GroupScoresAvx512(a, scratch->scores.data());
+      break;
+    case SimdLevel::kAvx2:
+      GroupScoresAvx2(a, scratch->scores.data());
+      break;
+    default:
+      GroupScoresScalar(a, scratch->scores.data());
+  }
+}
 
 }  // namespace magicpig::attention::internal

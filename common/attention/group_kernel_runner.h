@@ -34,6 +34,17 @@ void RunGroupKernel(GroupKernel kernel, const KvShard& shard, const float* q, in
                     const int32_t* rows, int64_t n_rows, const uint32_t* masks,
                     const float* lnu_table, Estimator::Scratch* scratch, PartialAttention* out);
 
+// lse[h] = ln sum exp(x) and lse2[h] = ln sum exp(2 x) over the rows of head h (x = scale q_h.k,
+// exact logits), reading keys only: the sums vattention sizes its sample with.
+void GroupExpSums(GroupKernel kernel, const KvShard& shard, const float* q, int g, float scale,
+                  const int32_t* rows, int64_t n_rows, const uint32_t* masks,
+                  Estimator::Scratch* scratch, float* lse, float* lse2);
+
+// scratch->scores[h][i] = scale * q_h . k_i for heads [0, g) (g <= kMaxGroup) and every key of
+// the shard, on the SIMD kernel's score pass (fp32).
+void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, float scale,
+                 Estimator::Scratch* scratch);
+
 }  // namespace magicpig::attention::internal
 
 #endif  // MAGICPIG_COMMON_ATTENTION_GROUP_KERNEL_RUNNER_H_

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/attention/group_kernel_runner.h"
 #include "common/attention/partial_attention.h"
@@ -56,21 +56,31 @@ class Residual {
                                 (std::upper_bound(gaps_.begin(), gaps_.end(), r) - gaps_.begin()));
   }
   // m distinct residual keys drawn uniformly (every m-subset equally likely), sorted; all of them
-  // when m >= n_s. Floyd's algorithm: O(m) draws.
-  void Sample(int64_t m, std::mt19937_64& rng, absl::flat_hash_set<int64_t>* seen,
+  // when m >= n_s. Floyd's algorithm (m draws) with a bitmap of the ranks taken; `bits` is
+  // caller scratch, left all zero.
+  void Sample(int64_t m, std::mt19937_64& rng, std::vector<uint64_t>* bits,
               std::vector<int32_t>* out) const {
     out->clear();
     if (m >= n_s_) {
       for (int64_t r = 0; r < n_s_; ++r) out->push_back(Key(r));
       return;
     }
-    seen->clear();
+    const size_t words = static_cast<size_t>((n_s_ + 63) / 64);
+    if (bits->size() < words) bits->resize(words, 0);
+    uint64_t* b = bits->data();
+    auto taken = [b](int64_t r) { return (b[r >> 6] >> (r & 63)) & 1; };
     for (int64_t j = n_s_ - m; j < n_s_; ++j) {
       const int64_t t = UniformBelow(rng, j + 1);
-      seen->insert(seen->contains(t) ? j : t);
+      const int64_t r = taken(t) ? j : t;
+      b[r >> 6] |= uint64_t{1} << (r & 63);
     }
-    for (int64_t r : *seen) out->push_back(Key(r));
-    std::sort(out->begin(), out->end());
+    // Collect in rank order, which is key order (Key is increasing), clearing as we go.
+    for (size_t w = 0; w < words; ++w) {
+      for (uint64_t x = b[w]; x != 0; x &= x - 1) {
+        out->push_back(Key(static_cast<int64_t>(w * 64) + __builtin_ctzll(x)));
+      }
+      b[w] = 0;
+    }
   }
 
  private:
@@ -78,97 +88,120 @@ class Residual {
   std::vector<int64_t> gaps_;
 };
 
-// The top `h` of `keys` by logit (ties: lower index), sorted by index; logits parallel to keys.
-void TopByLogit(const std::vector<int32_t>& keys, const std::vector<double>& logits, int64_t h,
-                std::vector<int32_t>* out) {
-  std::vector<int32_t> order(keys.size());
-  for (size_t j = 0; j < keys.size(); ++j) order[j] = static_cast<int32_t>(j);
-  auto better = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && keys[a] < keys[b]);
-  };
-  h = std::min<int64_t>(h, static_cast<int64_t>(keys.size()));
-  std::nth_element(order.begin(), order.begin() + h, order.end(), better);
+// The top h of x[0 .. n) (ties to the lower index), sorted by index. A threshold t from a strided
+// sample of 1024 values (about 2h + 8 keys' worth of them above it) keeps the candidates x >= t in
+// one pass; if at least h pass, the h-th largest value is >= t, so every member of the top h is
+// among them and a selection over the candidates alone is exact. Otherwise (or for small n) the
+// selection runs over all n.
+template <typename T>
+void TopH(const T* x, int64_t n, int64_t h, std::vector<int32_t>* out) {
   out->clear();
-  for (int64_t j = 0; j < h; ++j) out->push_back(keys[order[j]]);
+  h = std::min(h, n);
+  if (h <= 0) return;
+  std::vector<int32_t> cand;
+  constexpr int64_t kSample = 1024;
+  if (n >= 4 * kSample && 4 * h < n) {
+    std::vector<T> sample(kSample);
+    for (int64_t i = 0; i < kSample; ++i) sample[static_cast<size_t>(i)] = x[i * n / kSample];
+    const int64_t rank = std::min<int64_t>(kSample - 1, (2 * h * kSample) / n + 8);
+    std::nth_element(sample.begin(), sample.begin() + rank, sample.end(), std::greater<T>());
+    const T t = sample[static_cast<size_t>(rank)];
+    for (int64_t j = 0; j < n; ++j) {
+      if (x[j] >= t) cand.push_back(static_cast<int32_t>(j));
+    }
+  }
+  if (static_cast<int64_t>(cand.size()) < h) {
+    cand.resize(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) cand[static_cast<size_t>(j)] = static_cast<int32_t>(j);
+  }
+  auto better = [x](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
+  std::nth_element(cand.begin(), cand.begin() + (h - 1), cand.end(), better);
+  out->assign(cand.begin(), cand.begin() + h);
   std::sort(out->begin(), out->end());
 }
 
-struct HybridResult {
-  PartialAttention part;
-  int64_t b = 0;  // residual keys attended
-};
-
-// Steps 1-3 of vattention.h for heavy set `heavy` (sorted) and logit(i) for any key. The base and
-// final samples are left in scratch->rows and scratch->sample.
+// Steps 1 and 2 of vattention.h: draws the base sample of `residual` into *base and returns the
+// sample size b (0 when the residual is empty). logit(i) is any key's logit; heavy_logits the
+// deterministic set's.
 template <typename LogitFn>
-HybridResult HybridEstimate(const KvShard& shard, const std::vector<int32_t>& heavy, LogitFn logit,
-                            const VAttentionParams& p, double z, std::mt19937_64& rng,
-                            absl::flat_hash_set<int64_t>* seen, Estimator::Scratch* scratch) {
-  const int64_t d = shard.dim();
-  const Residual residual(heavy, shard.size());
+int64_t SampleSize(const Residual& residual, const std::vector<double>& heavy_logits, LogitFn logit,
+                   const VAttentionParams& p, double z, std::mt19937_64& rng,
+                   std::vector<uint64_t>* bits, std::vector<int32_t>* base) {
+  base->clear();
   const int64_t n_s = residual.size();
-  std::vector<double> heavy_logits(heavy.size());
+  if (n_s == 0) return 0;
+  const int64_t nb = std::min<int64_t>(
+      n_s, std::max<int64_t>(2, static_cast<int64_t>(std::floor(p.base_rate * n_s))));
+  residual.Sample(nb, rng, bits, base);
+  std::vector<double> x0(base->size());
   double m = -std::numeric_limits<double>::infinity();
-  for (size_t j = 0; j < heavy.size(); ++j) {
-    heavy_logits[j] = logit(heavy[j]);
-    m = std::max(m, heavy_logits[j]);
+  for (double x : heavy_logits) m = std::max(m, x);
+  for (size_t j = 0; j < base->size(); ++j) {
+    x0[j] = logit((*base)[j]);
+    m = std::max(m, x0[j]);
   }
-  HybridResult r;
-  std::vector<int32_t>& base_sample = scratch->rows;
-  std::vector<int32_t>& sample = scratch->sample;
-  base_sample.clear();
-  sample.clear();
-  if (n_s > 0) {
-    // 1. The base sample: spread and denominator.
-    const int64_t base = std::min<int64_t>(
-        n_s, std::max<int64_t>(2, static_cast<int64_t>(std::floor(p.base_rate * n_s))));
-    residual.Sample(base, rng, seen, &base_sample);
-    std::vector<double> x0(base_sample.size());
-    double m0 = m;
-    for (size_t j = 0; j < base_sample.size(); ++j) {
-      x0[j] = logit(base_sample[j]);
-      m0 = std::max(m0, x0[j]);
-    }
-    double heavy_sum = 0.0, base_sum = 0.0, base_sq = 0.0;
-    for (double x : heavy_logits) heavy_sum += std::exp(x - m0);
-    for (double x : x0) {
-      const double w = std::exp(x - m0);
-      base_sum += w;
-      base_sq += w * w;
-    }
-    const double nb = static_cast<double>(base_sample.size());
-    const double mean = base_sum / nb;
-    const double sigma =
-        nb >= 2 ? std::sqrt(std::max(0.0, (base_sq - nb * mean * mean) / (nb - 1))) : 0.0;
-    const double d0 = heavy_sum + static_cast<double>(n_s) * mean;
-    // 2. The sample size; 3. the fresh sample.
-    r.b = VAttentionSampleSize(z, sigma, n_s, p.epsilon, d0, static_cast<int64_t>(nb));
-    residual.Sample(r.b, rng, seen, &sample);
+  double heavy_sum = 0.0, base_sum = 0.0, base_sq = 0.0;
+  for (double x : heavy_logits) heavy_sum += std::exp(x - m);
+  for (double x : x0) {
+    const double w = std::exp(x - m);
+    base_sum += w;
+    base_sq += w * w;
   }
-  std::vector<double> xs(sample.size());
-  for (size_t j = 0; j < sample.size(); ++j) {
-    xs[j] = logit(sample[j]);
-    m = std::max(m, xs[j]);
-  }
-  r.part = EmptyPartial(d);
-  if (heavy.empty() && sample.empty()) return r;
-  scratch->acc.assign(static_cast<size_t>(d), 0.0);
+  const double k = static_cast<double>(nb);
+  const double mean = base_sum / k;
+  const double sigma =
+      k >= 2 ? std::sqrt(std::max(0.0, (base_sq - k * mean * mean) / (k - 1))) : 0.0;
+  return VAttentionSampleSize(z, sigma, n_s, p.epsilon, heavy_sum + static_cast<double>(n_s) * mean,
+                              nb);
+}
+
+// Step 3 in float64 (the reference paths): exact over heavy, n_s / b-weighted over sample.
+template <typename LogitFn>
+PartialAttention Accumulate(const KvShard& shard, const std::vector<int32_t>& heavy,
+                            const std::vector<int32_t>& sample, double weight, LogitFn logit,
+                            std::vector<double>* acc) {
+  const int64_t d = shard.dim();
+  PartialAttention part = EmptyPartial(d);
+  if (heavy.empty() && sample.empty()) return part;
+  std::vector<double> xh(heavy.size()), xs(sample.size());
+  double m = -std::numeric_limits<double>::infinity();
+  for (size_t j = 0; j < heavy.size(); ++j) m = std::max(m, xh[j] = logit(heavy[j]));
+  for (size_t j = 0; j < sample.size(); ++j) m = std::max(m, xs[j] = logit(sample[j]));
+  acc->assign(static_cast<size_t>(d), 0.0);
   double den = 0.0;
   for (size_t j = 0; j < heavy.size(); ++j) {
-    const double w = std::exp(heavy_logits[j] - m);
+    const double w = std::exp(xh[j] - m);
     den += w;
-    shard.AccumulateValue(heavy[j], w, scratch->acc.data());
+    shard.AccumulateValue(heavy[j], w, acc->data());
   }
-  const double scale = r.b > 0 ? static_cast<double>(n_s) / static_cast<double>(r.b) : 0.0;
   for (size_t j = 0; j < sample.size(); ++j) {
-    const double w = scale * std::exp(xs[j] - m);
+    const double w = weight * std::exp(xs[j] - m);
     den += w;
-    shard.AccumulateValue(sample[j], w, scratch->acc.data());
+    shard.AccumulateValue(sample[j], w, acc->data());
   }
-  for (int64_t t = 0; t < d; ++t)
-    r.part.o[static_cast<size_t>(t)] = static_cast<float>(scratch->acc[t] / den);
-  r.part.lse = static_cast<float>(m + std::log(den));
-  return r;
+  for (int64_t t = 0; t < d; ++t) {
+    part.o[static_cast<size_t>(t)] = static_cast<float>((*acc)[static_cast<size_t>(t)] / den);
+  }
+  part.lse = static_cast<float>(m + std::log(den));
+  return part;
+}
+
+// Steps 1-3 in float64 for the sorted deterministic set `heavy` (the reference paths): the part,
+// with the base sample and the sample left in *base and *sample and n_touched unset.
+template <typename LogitFn>
+PartialAttention ReferenceHybrid(const KvShard& shard, const float* q,
+                                 const std::vector<int32_t>& heavy, LogitFn logit,
+                                 const VAttentionParams& p, double z, uint64_t seed,
+                                 Estimator::Scratch* scratch, std::vector<int32_t>* base,
+                                 std::vector<int32_t>* sample) {
+  std::vector<double> heavy_logits;
+  for (int32_t i : heavy) heavy_logits.push_back(logit(i));
+  std::mt19937_64 rng(DrawSeed(seed, q, shard.dim(), shard.size()));
+  const Residual residual(heavy, shard.size());
+  const int64_t b = SampleSize(residual, heavy_logits, logit, p, z, rng, &scratch->bits, base);
+  residual.Sample(b, rng, &scratch->bits, sample);
+  return Accumulate(shard, heavy, *sample, b > 0 ? static_cast<double>(residual.size()) / b : 0.0,
+                    logit, &scratch->acc);
 }
 
 // Sorted distinct union size of three sorted lists.
@@ -184,23 +217,63 @@ int64_t DistinctUnion(const std::vector<int32_t>& a, const std::vector<int32_t>&
 }
 
 // The sorted union of per-head sorted lists, with bit h of masks[j] set iff rows[j] is in
-// lists[h] (at most 32 lists).
+// lists[h] (at most 32 lists): a merge of the lists.
 void UnionWithMasks(const std::vector<std::vector<int32_t>>& lists, std::vector<int32_t>* rows,
                     std::vector<uint32_t>* masks) {
-  std::vector<std::pair<int32_t, uint32_t>> all;
-  for (size_t h = 0; h < lists.size(); ++h) {
-    for (int32_t r : lists[h]) all.emplace_back(r, uint32_t{1} << h);
-  }
-  std::sort(all.begin(), all.end());
   rows->clear();
   masks->clear();
-  for (const auto& [r, bit] : all) {
-    if (!rows->empty() && rows->back() == r) {
-      masks->back() |= bit;
-    } else {
-      rows->push_back(r);
-      masks->push_back(bit);
+  std::vector<size_t> at(lists.size(), 0);
+  while (true) {
+    int32_t next = std::numeric_limits<int32_t>::max();
+    bool any = false;
+    for (size_t h = 0; h < lists.size(); ++h) {
+      if (at[h] < lists[h].size()) {
+        next = std::min(next, lists[h][at[h]]);
+        any = true;
+      }
     }
+    if (!any) return;
+    uint32_t mask = 0;
+    for (size_t h = 0; h < lists.size(); ++h) {
+      if (at[h] < lists[h].size() && lists[h][at[h]] == next) {
+        mask |= uint32_t{1} << h;
+        ++at[h];
+      }
+    }
+    rows->push_back(next);
+    masks->push_back(mask);
+  }
+}
+
+// The exact part merged with the sampled part weighted by `weight` (its lse shifted by ln weight).
+PartialAttention MergeWeighted(PartialAttention exact, PartialAttention sampled, double weight) {
+  if (weight > 0 && !sampled.empty()) {
+    sampled.lse = static_cast<float>(sampled.lse + std::log(weight));
+  }
+  PartialAttention parts[2] = {std::move(exact), std::move(sampled)};
+  return MergePartials(parts);
+}
+
+// Step 3 on the group kernel for heads [0, g): heavy[h] exactly, sample[h] with weight[h] (the
+// sample's lse shifted by ln weight), merged; n_touched left to the caller.
+void KernelParts(internal::GroupKernel kernel, const KvShard& shard, const float* q, int g,
+                 float scale, const std::vector<std::vector<int32_t>>& heavy,
+                 const std::vector<std::vector<int32_t>>& sample, const std::vector<double>& weight,
+                 Estimator::Scratch* scratch, PartialAttention* out) {
+  std::vector<int32_t> rows;
+  std::vector<uint32_t> masks;
+  std::vector<PartialAttention> exact(static_cast<size_t>(g)), sampled(exact.size());
+  UnionWithMasks(heavy, &rows, &masks);
+  internal::RunGroupKernel(kernel, shard, q, g, scale, rows.data(),
+                           static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
+                           exact.data());
+  UnionWithMasks(sample, &rows, &masks);
+  internal::RunGroupKernel(kernel, shard, q, g, scale, rows.data(),
+                           static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
+                           sampled.data());
+  for (int h = 0; h < g; ++h) {
+    const size_t hs = static_cast<size_t>(h);
+    out[h] = MergeWeighted(std::move(exact[hs]), std::move(sampled[hs]), weight[hs]);
   }
 }
 
@@ -238,26 +311,68 @@ int64_t VAttentionSampleSize(double z, double sigma, int64_t n_s, double epsilon
 
 VAttentionEstimator::VAttentionEstimator(const VAttentionParams& params, uint64_t seed,
                                          SimdLevel simd_level)
-    : ExactLogitsEstimator(/*budget=*/0, simd_level, "VAttentionEstimator"),
+    : Estimator(simd_level),
       params_(params),
       seed_(seed),
       z_(NormalQuantile(1.0 - params.delta / 2)) {}
 
-PartialAttention VAttentionEstimator::FromLogits(const KvShard& shard, const float* q,
-                                                 Scratch* scratch) const {
+absl::StatusOr<PartialAttention> VAttentionEstimator::Attend(const KvShard& shard, const float* q,
+                                                             const uint16_t* /*q_codes*/,
+                                                             float scale, Scratch* scratch) const {
+  MAGICPIG_RETURN_IF_ERROR(internal::CheckCommon(shard, q, scratch, "VAttentionEstimator"));
   const int64_t n = shard.size();
-  std::vector<int32_t> all(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  std::vector<int32_t> heavy;
-  const std::vector<double> logits = scratch->logits;  // the scratch vectors are reused below
-  TopByLogit(all, logits, HeavyHitterCount(params_.heavy, n), &heavy);
-  std::mt19937_64 rng(DrawSeed(seed_, q, shard.dim(), n));
-  absl::flat_hash_set<int64_t> seen;
-  HybridResult r = HybridEstimate(
-      shard, heavy, [&](int32_t i) { return logits[static_cast<size_t>(i)]; }, params_, z_, rng,
-      &seen, scratch);
-  r.part.n_touched = static_cast<int64_t>(heavy.size()) + r.b;
-  return r.part;
+  if (n == 0) return EmptyPartial(shard.dim());
+  std::vector<double>& x = scratch->logits;
+  x.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    x[static_cast<size_t>(i)] = static_cast<double>(scale) * shard.KeyDot(i, q);
+  auto logit = [&x](int32_t i) { return x[static_cast<size_t>(i)]; };
+  std::vector<int32_t> heavy, base, sample;
+  TopH(x.data(), n, HeavyHitterCount(params_.heavy, n), &heavy);
+  PartialAttention part =
+      ReferenceHybrid(shard, q, heavy, logit, params_, z_, seed_, scratch, &base, &sample);
+  part.n_touched = static_cast<int64_t>(heavy.size() + sample.size());
+  return part;
+}
+
+absl::Status VAttentionEstimator::AttendGroup(const KvShard& shard, const float* q,
+                                              const uint16_t* q_codes, int g, float scale,
+                                              Scratch* scratch, PartialAttention* out) const {
+  if (!internal::KernelTakes(shard) || shard.size() == 0) {
+    return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
+  }
+  MAGICPIG_RETURN_IF_ERROR(internal::CheckGroup(shard, q, g, scratch, out, "VAttentionEstimator"));
+  const internal::GroupKernel kernel = internal::SelectGroupKernel(simd_level());
+  const int64_t n = shard.size(), d = shard.dim();
+  const int64_t h_count = HeavyHitterCount(params_.heavy, n);
+  for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
+    const int gc = std::min(g - h0, internal::kMaxGroup);
+    const float* qg = q + h0 * d;
+    internal::GroupLogits(simd_level(), shard, qg, gc, scale, scratch);
+    std::vector<std::vector<int32_t>> heavy(static_cast<size_t>(gc)), sample(heavy.size());
+    std::vector<double> weight(heavy.size(), 0.0);
+    std::vector<int32_t> base;
+    for (int h = 0; h < gc; ++h) {
+      const size_t hs = static_cast<size_t>(h);
+      const float* x = scratch->scores.data() + hs * static_cast<size_t>(n);
+      auto logit = [x](int32_t i) { return static_cast<double>(x[i]); };
+      TopH(x, n, h_count, &heavy[hs]);
+      std::vector<double> heavy_logits;
+      for (int32_t i : heavy[hs]) heavy_logits.push_back(logit(i));
+      std::mt19937_64 rng(DrawSeed(seed_, qg + h * d, d, n));
+      const Residual residual(heavy[hs], n);
+      const int64_t b =
+          SampleSize(residual, heavy_logits, logit, params_, z_, rng, &scratch->bits, &base);
+      residual.Sample(b, rng, &scratch->bits, &sample[hs]);
+      weight[hs] = b > 0 ? static_cast<double>(residual.size()) / b : 0.0;
+    }
+    KernelParts(kernel, shard, qg, gc, scale, heavy, sample, weight, scratch, out + h0);
+    for (int h = 0; h < gc; ++h) {
+      out[h0 + h].n_touched = static_cast<int64_t>(heavy[static_cast<size_t>(h)].size() +
+                                                   sample[static_cast<size_t>(h)].size());
+    }
+  }
+  return absl::OkStatus();
 }
 
 VAttentionLshEstimator::VAttentionLshEstimator(int k, int l, const VAttentionParams& params,
@@ -287,29 +402,21 @@ absl::StatusOr<PartialAttention> VAttentionLshEstimator::Attend(const KvShard& s
                                                                 const uint16_t* q_codes,
                                                                 float scale,
                                                                 Scratch* scratch) const {
-  if (scratch == nullptr) {
-    return absl::InvalidArgumentError("VAttentionLshEstimator: scratch must be non-null");
-  }
-  if (q == nullptr && shard.size() > 0) {
-    return absl::InvalidArgumentError("VAttentionLshEstimator: q must be non-null");
-  }
+  MAGICPIG_RETURN_IF_ERROR(internal::CheckCommon(shard, q, scratch, "VAttentionLshEstimator"));
   MAGICPIG_RETURN_IF_ERROR(CheckShard(shard, q_codes));
   const int64_t n = shard.size();
   if (n == 0) return EmptyPartial(shard.dim());
-  std::vector<int32_t> candidates;
-  MAGICPIG_RETURN_IF_ERROR(shard.Retrieve(q_codes, &scratch->lsh, &candidates));
   // Every candidate is deterministic: its key is read to score it anyway, and one left to the
   // uniform sample would only add variance (and make the residual heavy-tailed, where a base
   // sample underestimates the spread: docs/vattention.md).
-  std::sort(candidates.begin(), candidates.end());  // retrieval order is not index order
-  const std::vector<int32_t>& heavy = candidates;
-  std::mt19937_64 rng(DrawSeed(seed_, q, shard.dim(), n));
-  absl::flat_hash_set<int64_t> seen;
-  HybridResult r = HybridEstimate(
-      shard, heavy, [&](int32_t i) { return static_cast<double>(scale) * shard.KeyDot(i, q); },
-      params_, z_, rng, &seen, scratch);
-  r.part.n_touched = DistinctUnion(candidates, scratch->rows, scratch->sample);
-  return r.part;
+  std::vector<int32_t> heavy, base, sample;
+  MAGICPIG_RETURN_IF_ERROR(shard.Retrieve(q_codes, &scratch->lsh, &heavy));
+  std::sort(heavy.begin(), heavy.end());  // retrieval order is not index order
+  auto logit = [&](int32_t i) { return static_cast<double>(scale) * shard.KeyDot(i, q); };
+  PartialAttention part =
+      ReferenceHybrid(shard, q, heavy, logit, params_, z_, seed_, scratch, &base, &sample);
+  part.n_touched = DistinctUnion(heavy, base, sample);
+  return part;
 }
 
 absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const float* q,
@@ -323,79 +430,70 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
   MAGICPIG_RETURN_IF_ERROR(CheckShard(shard, q_codes));
   const internal::GroupKernel kernel = internal::SelectGroupKernel(simd_level());
   const int64_t n = shard.size(), d = shard.dim();
-  absl::flat_hash_set<int64_t> seen;
   for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
     const int gc = std::min(g - h0, internal::kMaxGroup);
     const float* qg = q + h0 * d;
-    // The candidates of every head (their union once, with a bit per head), attended exactly.
-    std::vector<int32_t> cand_rows;
-    std::vector<uint32_t> cand_masks;
-    MAGICPIG_RETURN_IF_ERROR(
-        shard.RetrieveGroup(q_codes + h0 * l_, gc, &scratch->lsh, &cand_rows, &cand_masks));
-    std::vector<PartialAttention> heavy(static_cast<size_t>(gc));
-    internal::RunGroupKernel(kernel, shard, qg, gc, scale, cand_rows.data(),
-                             static_cast<int64_t>(cand_rows.size()), cand_masks.data(), nullptr,
-                             scratch, heavy.data());
-    std::vector<std::vector<int32_t>> cand(static_cast<size_t>(gc)), base(cand.size()),
-        sample(cand.size());
-    for (size_t j = 0; j < cand_rows.size(); ++j) {
-      for (uint32_t m = cand_masks[j]; m != 0; m &= m - 1) {
-        cand[static_cast<size_t>(__builtin_ctz(m))].push_back(cand_rows[j]);
+    // The group's candidates, retrieved together (a bit per head).
+    MAGICPIG_RETURN_IF_ERROR(shard.RetrieveGroup(q_codes + h0 * l_, gc, &scratch->lsh,
+                                                 &scratch->rows, &scratch->row_masks));
+    std::vector<std::vector<int32_t>> heavy(static_cast<size_t>(gc)), base(heavy.size()),
+        sample(heavy.size());
+    for (size_t j = 0; j < scratch->rows.size(); ++j) {
+      for (uint32_t m = scratch->row_masks[j]; m != 0; m &= m - 1) {
+        heavy[static_cast<size_t>(__builtin_ctz(m))].push_back(scratch->rows[j]);
       }
     }
-    // Base samples, drawn per head from the head's own seed (as Attend draws them).
+    // Base samples, per head from the head's own seed (as Attend draws them); their sum and sum
+    // of squares of exp(logit) from one keys-only kernel pass, the candidates' sum from their
+    // exact part (which is also the result's deterministic half).
     std::vector<std::mt19937_64> rngs;
     std::vector<Residual> residuals;
     for (int h = 0; h < gc; ++h) {
       rngs.emplace_back(DrawSeed(seed_, qg + h * d, d, n));
-      residuals.emplace_back(cand[static_cast<size_t>(h)], n);
+      residuals.emplace_back(heavy[static_cast<size_t>(h)], n);
       const int64_t n_s = residuals.back().size();
       const int64_t nb = std::min<int64_t>(
           n_s, std::max<int64_t>(2, static_cast<int64_t>(std::floor(params_.base_rate * n_s))));
-      residuals.back().Sample(nb, rngs.back(), &seen, &base[static_cast<size_t>(h)]);
+      residuals.back().Sample(nb, rngs.back(), &scratch->bits, &base[static_cast<size_t>(h)]);
     }
-    // Their sums and sums of squares of exp(logit): the kernel's lse at scale and at 2 * scale.
     std::vector<int32_t> rows;
     std::vector<uint32_t> masks;
-    UnionWithMasks(base, &rows, &masks);
-    std::vector<PartialAttention> sum1(static_cast<size_t>(gc)), sum2(sum1.size());
+    std::vector<PartialAttention> exact(heavy.size());
+    UnionWithMasks(heavy, &rows, &masks);
     internal::RunGroupKernel(kernel, shard, qg, gc, scale, rows.data(),
                              static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
-                             sum1.data());
-    internal::RunGroupKernel(kernel, shard, qg, gc, 2 * scale, rows.data(),
-                             static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
-                             sum2.data());
-    std::vector<double> weight(static_cast<size_t>(gc), 0.0);
+                             exact.data());
+    UnionWithMasks(base, &rows, &masks);
+    float lse1[internal::kMaxGroup], lse2[internal::kMaxGroup];
+    internal::GroupExpSums(kernel, shard, qg, gc, scale, rows.data(),
+                           static_cast<int64_t>(rows.size()), masks.data(), scratch, lse1, lse2);
+    std::vector<double> weight(heavy.size(), 0.0);
     for (int h = 0; h < gc; ++h) {
       const size_t hs = static_cast<size_t>(h);
       const int64_t n_s = residuals[hs].size();
       if (n_s == 0) continue;
       const double nb = static_cast<double>(base[hs].size());
-      const double m = std::max<double>(heavy[hs].lse, sum1[hs].lse);
-      const double s1 = std::exp(static_cast<double>(sum1[hs].lse) - m);
-      const double s2 = std::exp(static_cast<double>(sum2[hs].lse) - 2 * m);
+      const double m = std::max<double>(exact[hs].lse, lse1[hs]);
+      const double s1 = std::exp(static_cast<double>(lse1[hs]) - m);
+      const double s2 = std::exp(static_cast<double>(lse2[hs]) - 2 * m);
       const double mean = s1 / nb;
       const double sigma =
           nb >= 2 ? std::sqrt(std::max(0.0, (s2 - nb * mean * mean) / (nb - 1))) : 0.0;
-      const double d0 = std::exp(static_cast<double>(heavy[hs].lse) - m) + n_s * mean;
+      const double d0 = std::exp(static_cast<double>(exact[hs].lse) - m) + n_s * mean;
       const int64_t b =
           VAttentionSampleSize(z_, sigma, n_s, params_.epsilon, d0, static_cast<int64_t>(nb));
-      residuals[hs].Sample(b, rngs[hs], &seen, &sample[hs]);
+      residuals[hs].Sample(b, rngs[hs], &scratch->bits, &sample[hs]);
       weight[hs] = static_cast<double>(n_s) / static_cast<double>(b);
     }
+    std::vector<PartialAttention> sampled(heavy.size());
     UnionWithMasks(sample, &rows, &masks);
-    std::vector<PartialAttention> sampled(static_cast<size_t>(gc));
     internal::RunGroupKernel(kernel, shard, qg, gc, scale, rows.data(),
                              static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
                              sampled.data());
     for (int h = 0; h < gc; ++h) {
       const size_t hs = static_cast<size_t>(h);
-      PartialAttention parts[2] = {std::move(heavy[hs]), std::move(sampled[hs])};
-      if (weight[hs] > 0 && !parts[1].empty()) {
-        parts[1].lse = static_cast<float>(parts[1].lse + std::log(weight[hs]));
-      }
-      out[h0 + h] = MergePartials(parts);
-      out[h0 + h].n_touched = DistinctUnion(cand[hs], base[hs], sample[hs]);
+      out[h0 + h] = MergeWeighted(std::move(exact[hs]), std::move(sampled[hs]), weight[hs]);
+      out[h0 + h].n_touched = DistinctUnion(heavy[hs], base[hs], sample[hs]);
     }
   }
   return absl::OkStatus();

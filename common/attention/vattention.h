@@ -54,18 +54,26 @@ int64_t HeavyHitterCount(int64_t heavy, int64_t n);
 int64_t VAttentionSampleSize(double z, double sigma, int64_t n_s, double epsilon, double d_hat,
                              int64_t base);
 
-class VAttentionEstimator final : public ExactLogitsEstimator {
+class VAttentionEstimator final : public Estimator {
  public:
   VAttentionEstimator(const VAttentionParams& params, uint64_t seed,
                       SimdLevel simd_level = ActiveSimdLevel());
 
+  // The float64 reference (scalar logits and value sums).
+  absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
+                                          const uint16_t* q_codes, float scale,
+                                          Scratch* scratch) const override;
+  // The SIMD path: every key's logit from the group kernel's score pass (fp32), the heavy set,
+  // base sample and sample chosen from those as Attend chooses them, then the heavy and sampled
+  // rows attended by the group kernel (each row read once for the group) and merged, the
+  // sampled part's lse shifted by ln(n_s / b). Falls back to Attend per head where the kernels do
+  // not take the shard.
+  absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
+                           float scale, Scratch* scratch, PartialAttention* out) const override;
+
   const VAttentionParams& params() const { return params_; }
 
  private:
-  bool AnswerIsEmpty(const KvShard& shard) const override { return shard.size() == 0; }
-  PartialAttention FromLogits(const KvShard& shard, const float* q,
-                              Scratch* scratch) const override;
-
   VAttentionParams params_;
   uint64_t seed_;
   double z_;
@@ -76,12 +84,13 @@ class VAttentionLshEstimator final : public Estimator {
   VAttentionLshEstimator(int k, int l, const VAttentionParams& params, uint64_t seed,
                          SimdLevel simd_level = ActiveSimdLevel());
 
-  // The SIMD path: the group's candidates retrieved together (KvShard::RetrieveGroup), each
+  // The SIMD path: the group's candidates retrieved together (KvShard::RetrieveGroup); each
   // head's candidates, base sample and sample attended by the group kernel in fp32 (the base
-  // sample's sum and sum of squares from its lse at scale and 2 * scale), the sample's part
-  // shifted by ln(n_s / b) and merged with the candidates'. The same draws as Attend; the sample
-  // size can differ where Attend's float64 spread and the kernel's fp32 one round across an
-  // integer. Falls back to Attend per head where the kernels do not take the shard.
+  // sample's sums of exp(logit) and of its square from one keys-only kernel pass); the
+  // sample's part shifted by ln(n_s / b) and merged with the candidates'. The same draws as
+  // Attend; the sample size can differ where Attend's float64 spread and the kernel's fp32 one
+  // round across an integer. Falls back to Attend per head where the kernels do not take the
+  // shard.
   absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
                            float scale, Scratch* scratch, PartialAttention* out) const override;
 

@@ -266,9 +266,13 @@ void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m
 // (the accumulator rescaled when its maximum rises) and the value row added to it. No tile state:
 // the row loop issues a steady stream of prefetches kPrefetchRows ahead, so the gather keeps
 // misses in flight instead of pausing between the passes of a tile.
+//
+// Without values (a.values == nullptr) only the softmax sums are kept: l, and with l2 != nullptr
+// also l2[h] = sum exp(2 (x - m)) (the second moment of the weights, for vattention's spread).
 template <int64_t kChunks, bool kBf16>
 __attribute__((noinline)) void RunStreamed(const GroupAttentionArgs& a, const float* qp, float* acc,
-                                           float* m, float* l) {
+                                           float* m, float* l, float* l2) {
+  const bool with_values = a.values != nullptr;
   const int64_t d = a.d;
   const int64_t chunks = kChunks > 0 ? kChunks : d / kLanes;
   const int g = a.g;
@@ -280,7 +284,7 @@ __attribute__((noinline)) void RunStreamed(const GroupAttentionArgs& a, const fl
     if (a.rows != nullptr) {
       if (ahead < a.n_rows) {
         PrefetchRow<kChunks, kBf16>(a.keys, a.rows[ahead], d);
-        PrefetchRow<kChunks, kBf16>(a.values, a.rows[ahead], d);
+        if (with_values) PrefetchRow<kChunks, kBf16>(a.values, a.rows[ahead], d);
         if (correct) Prefetch(a.key_norms + a.rows[ahead]);
       }
       r = a.rows[j];
@@ -317,18 +321,21 @@ __attribute__((noinline)) void RunStreamed(const GroupAttentionArgs& a, const fl
       if (x > m[h]) {
         // A new maximum: rescale what was accumulated (nothing the first time).
         const float corr = FastExp(m[h] - x);
-        if (l[h] > 0.0f) {
+        if (l[h] > 0.0f && with_values) {
           const V cv = Set1(corr);
           for (int64_t c = 0; c < chunks; ++c) {
             Store(ah + c * kLanes, Mul(LoadF32(ah + c * kLanes), cv));
           }
         }
         l[h] *= corr;
+        if (l2 != nullptr) l2[h] *= corr * corr;
         m[h] = x;
       } else {
         w = FastExp(x - m[h]);
       }
       l[h] += w;
+      if (l2 != nullptr) l2[h] += w * w;
+      if (!with_values) continue;
       const V wv = Set1(w);
       for (int64_t c = 0; c < chunks; ++c) {
         Store(ah + c * kLanes,
@@ -373,15 +380,21 @@ void RunImpl(const GroupAttentionArgs& a) {
     l[h] = 0.0f;
   }
   for (int64_t i = 0; i < g * d; ++i) acc[i] = 0.0f;
-  if (a.rows == nullptr && a.masks == nullptr && a.lnu_table == nullptr) {
+  float l2[kMaxGroup];
+  for (int h = 0; h < g; ++h) l2[h] = 0.0f;
+  if (a.rows == nullptr && a.masks == nullptr && a.lnu_table == nullptr && a.values != nullptr &&
+      a.lse2 == nullptr) {
     RunTiles<kChunks, kBf16>(a, qp, acc, m, l, l + g);
   } else {
-    RunStreamed<kChunks, kBf16>(a, qp, acc, m, l);
+    RunStreamed<kChunks, kBf16>(a, qp, acc, m, l, a.lse2 != nullptr ? l2 : nullptr);
   }
   for (int h = 0; h < g; ++h) {
     const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-    for (int64_t i = 0; i < d; ++i) a.o[h * d + SourceIndex<kBf16>(i)] = acc[h * d + i] * inv;
+    if (a.o != nullptr) {
+      for (int64_t i = 0; i < d; ++i) a.o[h * d + SourceIndex<kBf16>(i)] = acc[h * d + i] * inv;
+    }
     a.lse[h] = l[h] > 0.0f ? m[h] + __builtin_logf(l[h]) : neg_inf;
+    if (a.lse2 != nullptr) a.lse2[h] = l2[h] > 0.0f ? 2 * m[h] + __builtin_logf(l2[h]) : neg_inf;
   }
 }
 

@@ -52,8 +52,11 @@ struct GroupAttentionArgs {
   const float* key_norms = nullptr;  // |k_r| indexed by row
   const float* q_norms = nullptr;    // [g]
   float* scratch = nullptr;          // GroupAttentionScratchFloats(g, d) floats
-  float* o = nullptr;                // [g][d] out
+  float* o = nullptr;                // [g][d] out (may be null without values)
   float* lse = nullptr;              // [g] out
+  // Sums only: with values == nullptr no value row is read and o stays unwritten when null; lse2
+  // (optional, [g] out) = ln sum exp(2 x), the second moment of the weights (vattention's spread).
+  float* lse2 = nullptr;
 };
 
 inline int64_t GroupAttentionScratchFloats(int g, int64_t d) {
