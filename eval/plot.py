@@ -26,8 +26,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"full": "black", "magicpig": "tab:red", "topk": "tab:blue", "oracle": "tab:green"}
-MARKERS = {"full": "s", "magicpig": "o", "topk": "^", "oracle": "D"}
+COLORS = {"full": "black", "magicpig": "tab:red", "topk": "tab:blue", "oracle": "tab:green",
+          "vattention": "tab:purple", "vattention-lsh": "tab:orange"}
+MARKERS = {"full": "s", "magicpig": "o", "topk": "^", "oracle": "D", "vattention": "P",
+           "vattention-lsh": "X"}
 
 
 def mean_and_se(xs):
@@ -170,7 +172,8 @@ def tables(path):
         # file filtered to the samples they have.
         n_rows = collections.Counter(r["method"] for r in rs)
         methods, short_runs = split_complete(n_rows)
-        fam_order = {"full": 0, "magicpig": 1, "topk": 2, "oracle": 3}
+        fam_order = {"full": 0, "magicpig": 1, "topk": 2, "oracle": 3, "vattention": 4,
+                     "vattention-lsh": 5}
 
         def sort_key(m):
             k = int(m.split("(")[1].split(",")[0]) if "(" in m else 99

@@ -39,7 +39,8 @@ def op(code, owner, message):
 def session(pb, rng, estimator, owner, n_kv=1, group=2, d=16, k=3, l=4, n=24, commit=True):
     seq = f"s{estimator}"
     shape = pb.ShardShape(layers=[0], n_kv_heads=n_kv, group=group, head_dim=d, lsh_k=k, lsh_l=l,
-                          dtype=pb.KV_DTYPE_F32, estimator=estimator, budget=4)
+                          dtype=pb.KV_DTYPE_F32, estimator=estimator, budget=4, va_epsilon=0.2,
+                          va_delta=0.1, va_base_rate=0.05)
     out = op(0, owner, pb.CreateSequenceRequest(sequence_id=seq, shape=shape, max_tokens=64))
     keys = rng.standard_normal((n_kv, n, d)).astype(np.float32)
     values = rng.standard_normal((n_kv, n, d)).astype(np.float32)
@@ -70,7 +71,9 @@ def main():
         rng = np.random.default_rng(1)
         seeds = {}
         for est, name in ((pb.ESTIMATOR_MAGICPIG, "magicpig"), (pb.ESTIMATOR_FULL, "full"),
-                          (pb.ESTIMATOR_TOPK, "topk"), (pb.ESTIMATOR_ORACLE, "oracle")):
+                          (pb.ESTIMATOR_TOPK, "topk"), (pb.ESTIMATOR_ORACLE, "oracle"),
+                          (pb.ESTIMATOR_VATTENTION, "vattention"),
+                          (pb.ESTIMATOR_VATTENTION_LSH, "vattention-lsh")):
             script, seq = session(pb, rng, est, owner=est % 2)
             seeds[f"session-{name}"] = script + op(4, est % 2,
                                                    pb.ReleaseSequenceRequest(sequence_id=seq))
