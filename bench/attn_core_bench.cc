@@ -591,6 +591,19 @@ void BM_QueryHashSmall(benchmark::State& state, int heads, int64_t dim, int k, i
                                                benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// `full` on the same shards and queries as the measured estimator, cold caches, timed into *lap;
+// false (and the benchmark skipped) if it fails.
+bool TimeFullStep(benchmark::State& state, AttentionRunner& runner, const FullEstimator& full,
+                  const DataSet& ds, const float* q, PartialAttention* out, Lap* lap) {
+  const std::vector<GroupWork> work = MakeWork(ds, q, nullptr, out);
+  FlushCaches();
+  const Stamp t0 = Now();
+  const absl::Status st = runner.Run(full, work, kScale);
+  lap->Add(t0, Now());
+  if (!st.ok()) state.SkipWithError("full step failed");
+  return st.ok();
+}
+
 void BM_MagicPig(benchmark::State& state, int64_t n, int k, int l, int threads) {
   const DataSet* ds = GetDataSet(n, k, l);
   if (ds == nullptr) {
@@ -623,16 +636,7 @@ void BM_MagicPig(benchmark::State& state, int64_t n, int k, int l, int threads) 
     const int s = static_cast<int>(iter % kSteps);
     const float* q = ds->q.data() + s * kQHeads * kDim;
     if (iter % kFullEvery == 0) {
-      // `full` on the same shards and queries.
-      const std::vector<GroupWork> work = MakeWork(*ds, q, nullptr, full_out.data());
-      FlushCaches();
-      const Stamp t0 = Now();
-      const absl::Status st = runner.Run(full, work, kScale);
-      fl.Add(t0, Now());
-      if (!st.ok()) {
-        state.SkipWithError("full step failed");
-        return;
-      }
+      if (!TimeFullStep(state, runner, full, *ds, q, full_out.data(), &fl)) return;
       // Retrieval alone (the 8 RetrieveGroup calls inside AttendGroup), on this thread.
       const uint16_t* c = ds->codes.data() + s * kQHeads * l;
       FlushCaches();
@@ -751,16 +755,9 @@ void BM_VAttention(benchmark::State& state, int64_t n, int k, int l, bool lsh, i
     const int s = static_cast<int>(iter % kSteps);
     const float* q = ds->q.data() + s * kQHeads * kDim;
     const uint16_t* c = ds->codes.data() + s * kQHeads * l;
-    if (iter % kFullEvery == 0) {
-      const std::vector<GroupWork> work = MakeWork(*ds, q, nullptr, full_out.data());
-      FlushCaches();
-      const Stamp t0 = Now();
-      const absl::Status st = runner.Run(full, work, kScale);
-      fl.Add(t0, Now());
-      if (!st.ok()) {
-        state.SkipWithError("full step failed");
-        return;
-      }
+    if (iter % kFullEvery == 0 &&
+        !TimeFullStep(state, runner, full, *ds, q, full_out.data(), &fl)) {
+      return;
     }
     const std::vector<GroupWork> work = MakeWork(*ds, q, c, out.data());
     FlushCaches();

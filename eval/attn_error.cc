@@ -36,6 +36,19 @@ double Mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / v.size();
 }
 
+// The evaluator of one sparse layer's (dump slot's) kv head over the whole captured context.
+absl::StatusOr<accuracy::HeadEvaluator> EvaluatorOf(const accuracy::QkDump& dump, size_t slot,
+                                                    int64_t kvh, const SimHash& hash) {
+  const int64_t n = dump.n_tokens;
+  return accuracy::HeadEvaluator::Create(dump.HeadRows(dump.keys[slot], kvh, 0, n),
+                                         dump.HeadRows(dump.values[slot], kvh, 0, n), n, hash);
+}
+
+// The estimators' draw seed for (SimHash seed, layer, query head): distinct per triple.
+uint64_t DrawSeedOf(uint64_t seed, int64_t layer, int64_t h) {
+  return seed * 1000003ull + static_cast<uint64_t>(layer * 64 + h);
+}
+
 // Per (config, layer): over the sparse layer's (head, query, SimHash seed) triples, the fraction
 // whose output error (merged with the static part) and whose offloaded denominator error are
 // within epsilon, for vattention and vattention-lsh(K,L), and the keys each touched.
@@ -61,17 +74,13 @@ absl::Status VerifiedTable(const accuracy::QkDump& dump, const std::vector<bool>
       for (uint64_t seed : o.lsh_seeds) {
         MAGICPIG_ASSIGN_OR_RETURN(SimHash hash, SimHash::Create(d, c.first, c.second, seed));
         for (int64_t kvh = 0; kvh < dump.n_head_kv; ++kvh) {
-          MAGICPIG_ASSIGN_OR_RETURN(accuracy::HeadEvaluator ev,
-                                    accuracy::HeadEvaluator::Create(
-                                        dump.HeadRows(dump.keys[slot], kvh, 0, n),
-                                        dump.HeadRows(dump.values[slot], kvh, 0, n), n, hash));
+          MAGICPIG_ASSIGN_OR_RETURN(accuracy::HeadEvaluator ev, EvaluatorOf(dump, slot, kvh, hash));
           for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
             for (int64_t j = 0; j < dump.n_queries; ++j) {
               const int64_t pos = n - dump.n_queries + j;
               MAGICPIG_ASSIGN_OR_RETURN(
-                  auto e,
-                  ev.EvaluateVerified(dump.Query(slot, j, h), pos + 1, scale, va,
-                                      seed * 1000003ull + static_cast<uint64_t>(layer * 64 + h)));
+                  auto e, ev.EvaluateVerified(dump.Query(slot, j, h), pos + 1, scale, va,
+                                              DrawSeedOf(seed, layer, h)));
               int i = 0;
               for (const accuracy::VerifiedErrors* v : {&e.first, &e.second}) {
                 out_ok[i] += v->err <= va.epsilon;
@@ -166,18 +175,14 @@ absl::Status RunAttnError(const AttnErrorOptions& o, std::ostream& out) {
         const int64_t layer = dump.layers[slot];
         if (dense[static_cast<size_t>(layer)]) continue;
         for (int64_t kvh = 0; kvh < dump.n_head_kv; ++kvh) {
-          MAGICPIG_ASSIGN_OR_RETURN(accuracy::HeadEvaluator ev,
-                                    accuracy::HeadEvaluator::Create(
-                                        dump.HeadRows(dump.keys[slot], kvh, 0, n),
-                                        dump.HeadRows(dump.values[slot], kvh, 0, n), n, hash));
+          MAGICPIG_ASSIGN_OR_RETURN(accuracy::HeadEvaluator ev, EvaluatorOf(dump, slot, kvh, hash));
           for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
             std::vector<accuracy::QueryErrors> errs;
             for (int64_t j = 0; j < dump.n_queries; ++j) {
               const int64_t pos = n - dump.n_queries + j;
               MAGICPIG_ASSIGN_OR_RETURN(
                   accuracy::QueryErrors e,
-                  ev.Evaluate(dump.Query(slot, j, h), pos + 1, scale,
-                              seed * 1000003ull + static_cast<uint64_t>(layer * 64 + h)));
+                  ev.Evaluate(dump.Query(slot, j, h), pos + 1, scale, DrawSeedOf(seed, layer, h)));
               mp.push_back(e.magicpig);
               orc.push_back(e.oracle);
               tk.push_back(e.topk);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flags/flag_table.h"
 #include "eval/evaluators.h"
+#include "gpu_node/engine/engine_flags.h"
 
 namespace magicpig::eval {
 namespace {
@@ -45,18 +46,6 @@ void DeclareCommonFlags(flags::FlagTable& table, Options* o) {
                  return absl::OkStatus();
                });
   table.Switch("quiet", &o->quiet, "no progress on stderr");
-}
-
-// --va-epsilon, --va-delta, --va-heavy, --va-base-rate from their one declaration.
-void DeclareVAttentionFlags(flags::FlagTable& table, attention::VAttentionParams* va) {
-  for (auto [spec, target] : {std::pair{&attention::kVaEpsilon, &va->epsilon},
-                              std::pair{&attention::kVaDelta, &va->delta},
-                              std::pair{&attention::kVaBaseRate, &va->base_rate}}) {
-    table.Number(std::string(spec->flag), target, std::string(spec->help), spec->min, spec->max);
-  }
-  table.Number(std::string(attention::kVaHeavy.flag), &va->heavy,
-               std::string(attention::kVaHeavy.help), attention::kVaHeavy.min,
-               attention::kVaHeavy.max);
 }
 
 }  // namespace
@@ -100,7 +89,7 @@ std::unique_ptr<flags::FlagTable> RulerFlagTable(RulerOptions* o) {
                 "also run vattention and vattention-lsh(K,L) for each config, with the --va-* "
                 "parameters (budgets their own, reported as keys touched)",
                 true);
-  DeclareVAttentionFlags(*table, &o->va);
+  engine::DeclareVAttentionFlags(*table, &o->va);
   table->Switch("no-early-stop", &o->early_stop,
                 "generate every answer token even when the score can no longer change", false);
   table->Number("lsh-seed", &o->lsh_seed, "SimHash projection seed", uint64_t{0},
@@ -147,7 +136,7 @@ std::unique_ptr<flags::FlagTable> AttnErrorFlagTable(AttnErrorOptions* o) {
                 "also vattention and vattention-lsh(K,L): per layer, the fraction of (head, "
                 "query) pairs within --va-epsilon",
                 true);
-  DeclareVAttentionFlags(*table, &o->va);
+  engine::DeclareVAttentionFlags(*table, &o->va);
   table->Text("csv", &o->csv, "FILE", "per (config, seed, layer, head) rows");
   table->Text("json", &o->json, "FILE", "summary");
   return table;

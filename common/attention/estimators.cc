@@ -121,23 +121,11 @@ MagicPigEstimator::MagicPigEstimator(int k, int l, MagicPigOptions options, Simd
                      ? LogInclusionTable(k, l)
                      : std::vector<float>()) {}
 
-absl::Status MagicPigEstimator::CheckShard(const KvShard& shard, const uint16_t* q_codes) const {
-  if (shard.k() != k_ || shard.l() != l_) {
-    return absl::InvalidArgumentError(absl::StrCat("MagicPigEstimator: estimator (K, L) = (", k_,
-                                                   ", ", l_, ") but the shard's tables have (",
-                                                   shard.k(), ", ", shard.l(), ")"));
-  }
-  if (q_codes == nullptr) {
-    return absl::InvalidArgumentError("MagicPigEstimator: q_codes must be non-null");
-  }
-  return absl::OkStatus();
-}
-
 absl::Status MagicPigEstimator::AttendGroup(const KvShard& shard, const float* q,
                                             const uint16_t* q_codes, int g, float scale,
                                             Scratch* scratch, PartialAttention* out) const {
   MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, "MagicPigEstimator"));
-  MAGICPIG_RETURN_IF_ERROR(CheckShard(shard, q_codes));
+  MAGICPIG_RETURN_IF_ERROR(internal::CheckTables(shard, k_, l_, q_codes, "MagicPigEstimator"));
   const GroupKernel kernel = SelectGroupKernel(simd_level());
   for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
     const int gc = std::min(g - h0, internal::kMaxGroup);
@@ -182,7 +170,7 @@ absl::StatusOr<PartialAttention> MagicPigEstimator::Attend(const KvShard& shard,
                                                            const uint16_t* q_codes, float scale,
                                                            Scratch* scratch) const {
   MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, "MagicPigEstimator"));
-  MAGICPIG_RETURN_IF_ERROR(CheckShard(shard, q_codes));
+  MAGICPIG_RETURN_IF_ERROR(internal::CheckTables(shard, k_, l_, q_codes, "MagicPigEstimator"));
   MAGICPIG_RETURN_IF_ERROR(shard.Retrieve(q_codes, &scratch->lsh, &scratch->sample));
   const size_t m = scratch->sample.size();
   scratch->logits.resize(m);

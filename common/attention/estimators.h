@@ -155,8 +155,6 @@ class MagicPigEstimator final : public Estimator {
   const MagicPigOptions& options() const { return options_; }
 
  private:
-  absl::Status CheckShard(const KvShard& shard, const uint16_t* q_codes) const;
-
   int k_;
   int l_;
   MagicPigOptions options_;

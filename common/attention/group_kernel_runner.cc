@@ -34,6 +34,19 @@ absl::Status CheckCommon(const KvShard& shard, const float* q, const Estimator::
   return absl::OkStatus();
 }
 
+absl::Status CheckTables(const KvShard& shard, int k, int l, const uint16_t* q_codes,
+                         const char* who) {
+  if (shard.k() != k || shard.l() != l) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": estimator (K, L) = (", k, ", ", l,
+                                                   ") but the shard's tables have (", shard.k(),
+                                                   ", ", shard.l(), ")"));
+  }
+  if (q_codes == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": q_codes must be non-null"));
+  }
+  return absl::OkStatus();
+}
+
 GroupKernel SelectGroupKernel(SimdLevel level) {
   switch (level) {
     case SimdLevel::kAvx512:

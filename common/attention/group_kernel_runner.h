@@ -21,6 +21,10 @@ absl::Status CheckCommon(const KvShard& shard, const float* q, const Estimator::
 absl::Status CheckGroup(const KvShard& shard, const float* q, int g,
                         const Estimator::Scratch* scratch, const PartialAttention* out,
                         const char* who);
+// For estimators that read the tables: INVALID_ARGUMENT (prefixed with `who`) unless the shard's
+// tables are (k, l) and q_codes is non-null.
+absl::Status CheckTables(const KvShard& shard, int k, int l, const uint16_t* q_codes,
+                         const char* who);
 // Whether the SIMD kernels take this shard's rows (a head dim that is a multiple of 16, <= 256).
 bool KernelTakes(const KvShard& shard);
 

@@ -120,39 +120,54 @@ void TopH(const T* x, int64_t n, int64_t h, std::vector<int32_t>* out) {
   std::sort(out->begin(), out->end());
 }
 
-// Steps 1 and 2 of vattention.h: draws the base sample of `residual` into *base and returns the
-// sample size b (0 when the residual is empty). logit(i) is any key's logit; heavy_logits the
-// deterministic set's.
-template <typename LogitFn>
-int64_t SampleSize(const Residual& residual, const std::vector<double>& heavy_logits, LogitFn logit,
-                   const VAttentionParams& p, double z, std::mt19937_64& rng,
-                   std::vector<uint64_t>* bits, std::vector<int32_t>* base) {
-  base->clear();
-  const int64_t n_s = residual.size();
-  if (n_s == 0) return 0;
-  const int64_t nb = std::min<int64_t>(
+// The base sample's size for n_s residual keys: max(2, floor(rate * n_s)), at most n_s.
+int64_t BaseSize(int64_t n_s, const VAttentionParams& p) {
+  return std::min<int64_t>(
       n_s, std::max<int64_t>(2, static_cast<int64_t>(std::floor(p.base_rate * n_s))));
-  residual.Sample(nb, rng, bits, base);
-  std::vector<double> x0(base->size());
-  double m = -std::numeric_limits<double>::infinity();
-  for (double x : heavy_logits) m = std::max(m, x);
-  for (size_t j = 0; j < base->size(); ++j) {
-    x0[j] = logit((*base)[j]);
-    m = std::max(m, x0[j]);
-  }
-  double heavy_sum = 0.0, base_sum = 0.0, base_sq = 0.0;
-  for (double x : heavy_logits) heavy_sum += std::exp(x - m);
-  for (double x : x0) {
-    const double w = std::exp(x - m);
-    base_sum += w;
-    base_sq += w * w;
-  }
+}
+
+// Step 2 from sums of weights exp(logit - m) (any common m): heavy_sum over the deterministic set,
+// base_sum and base_sq (of the squares) over the base sample of nb keys out of n_s.
+int64_t SizeFromSums(double heavy_sum, double base_sum, double base_sq, int64_t nb, int64_t n_s,
+                     const VAttentionParams& p, double z) {
   const double k = static_cast<double>(nb);
   const double mean = base_sum / k;
   const double sigma =
       k >= 2 ? std::sqrt(std::max(0.0, (base_sq - k * mean * mean) / (k - 1))) : 0.0;
   return VAttentionSampleSize(z, sigma, n_s, p.epsilon, heavy_sum + static_cast<double>(n_s) * mean,
                               nb);
+}
+
+// Steps 1 and 2 of vattention.h, then the draw of step 3, for the sorted deterministic set
+// `heavy` and the logit(i) of any key: the base sample and the sample in *base and *sample, and
+// the sample's weight n_s / b returned (0 when the residual is empty).
+template <typename LogitFn>
+double DrawSamples(const KvShard& shard, const float* q, const std::vector<int32_t>& heavy,
+                   LogitFn logit, const VAttentionParams& p, double z, uint64_t seed,
+                   std::vector<uint64_t>* bits, std::vector<int32_t>* base,
+                   std::vector<int32_t>* sample) {
+  base->clear();
+  sample->clear();
+  const Residual residual(heavy, shard.size());
+  const int64_t n_s = residual.size();
+  if (n_s == 0) return 0.0;
+  std::mt19937_64 rng(DrawSeed(seed, q, shard.dim(), shard.size()));
+  const int64_t nb = BaseSize(n_s, p);
+  residual.Sample(nb, rng, bits, base);
+  std::vector<double> xh(heavy.size()), x0(base->size());
+  double m = -std::numeric_limits<double>::infinity();
+  for (size_t j = 0; j < heavy.size(); ++j) m = std::max(m, xh[j] = logit(heavy[j]));
+  for (size_t j = 0; j < base->size(); ++j) m = std::max(m, x0[j] = logit((*base)[j]));
+  double heavy_sum = 0.0, base_sum = 0.0, base_sq = 0.0;
+  for (double x : xh) heavy_sum += std::exp(x - m);
+  for (double x : x0) {
+    const double w = std::exp(x - m);
+    base_sum += w;
+    base_sq += w * w;
+  }
+  const int64_t b = SizeFromSums(heavy_sum, base_sum, base_sq, nb, n_s, p, z);
+  residual.Sample(b, rng, bits, sample);
+  return static_cast<double>(n_s) / static_cast<double>(b);
 }
 
 // Step 3 in float64 (the reference paths): exact over heavy, n_s / b-weighted over sample.
@@ -194,14 +209,9 @@ PartialAttention ReferenceHybrid(const KvShard& shard, const float* q,
                                  const VAttentionParams& p, double z, uint64_t seed,
                                  Estimator::Scratch* scratch, std::vector<int32_t>* base,
                                  std::vector<int32_t>* sample) {
-  std::vector<double> heavy_logits;
-  for (int32_t i : heavy) heavy_logits.push_back(logit(i));
-  std::mt19937_64 rng(DrawSeed(seed, q, shard.dim(), shard.size()));
-  const Residual residual(heavy, shard.size());
-  const int64_t b = SampleSize(residual, heavy_logits, logit, p, z, rng, &scratch->bits, base);
-  residual.Sample(b, rng, &scratch->bits, sample);
-  return Accumulate(shard, heavy, *sample, b > 0 ? static_cast<double>(residual.size()) / b : 0.0,
-                    logit, &scratch->acc);
+  const double weight =
+      DrawSamples(shard, q, heavy, logit, p, z, seed, &scratch->bits, base, sample);
+  return Accumulate(shard, heavy, *sample, weight, logit, &scratch->acc);
 }
 
 // Sorted distinct union size of three sorted lists.
@@ -254,27 +264,16 @@ PartialAttention MergeWeighted(PartialAttention exact, PartialAttention sampled,
   return MergePartials(parts);
 }
 
-// Step 3 on the group kernel for heads [0, g): heavy[h] exactly, sample[h] with weight[h] (the
-// sample's lse shifted by ln weight), merged; n_touched left to the caller.
-void KernelParts(internal::GroupKernel kernel, const KvShard& shard, const float* q, int g,
-                 float scale, const std::vector<std::vector<int32_t>>& heavy,
-                 const std::vector<std::vector<int32_t>>& sample, const std::vector<double>& weight,
-                 Estimator::Scratch* scratch, PartialAttention* out) {
+// The group kernel over lists[h] for heads [0, g) (their union, a bit per head), exact logits;
+// n_touched left to the caller.
+void RunOnLists(internal::GroupKernel kernel, const KvShard& shard, const float* q, int g,
+                float scale, const std::vector<std::vector<int32_t>>& lists,
+                Estimator::Scratch* scratch, PartialAttention* out) {
   std::vector<int32_t> rows;
   std::vector<uint32_t> masks;
-  std::vector<PartialAttention> exact(static_cast<size_t>(g)), sampled(exact.size());
-  UnionWithMasks(heavy, &rows, &masks);
+  UnionWithMasks(lists, &rows, &masks);
   internal::RunGroupKernel(kernel, shard, q, g, scale, rows.data(),
-                           static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
-                           exact.data());
-  UnionWithMasks(sample, &rows, &masks);
-  internal::RunGroupKernel(kernel, shard, q, g, scale, rows.data(),
-                           static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
-                           sampled.data());
-  for (int h = 0; h < g; ++h) {
-    const size_t hs = static_cast<size_t>(h);
-    out[h] = MergeWeighted(std::move(exact[hs]), std::move(sampled[hs]), weight[hs]);
-  }
+                           static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch, out);
 }
 
 }  // namespace
@@ -357,19 +356,16 @@ absl::Status VAttentionEstimator::AttendGroup(const KvShard& shard, const float*
       const float* x = scratch->scores.data() + hs * static_cast<size_t>(n);
       auto logit = [x](int32_t i) { return static_cast<double>(x[i]); };
       TopH(x, n, h_count, &heavy[hs]);
-      std::vector<double> heavy_logits;
-      for (int32_t i : heavy[hs]) heavy_logits.push_back(logit(i));
-      std::mt19937_64 rng(DrawSeed(seed_, qg + h * d, d, n));
-      const Residual residual(heavy[hs], n);
-      const int64_t b =
-          SampleSize(residual, heavy_logits, logit, params_, z_, rng, &scratch->bits, &base);
-      residual.Sample(b, rng, &scratch->bits, &sample[hs]);
-      weight[hs] = b > 0 ? static_cast<double>(residual.size()) / b : 0.0;
+      weight[hs] = DrawSamples(shard, qg + h * d, heavy[hs], logit, params_, z_, seed_,
+                               &scratch->bits, &base, &sample[hs]);
     }
-    KernelParts(kernel, shard, qg, gc, scale, heavy, sample, weight, scratch, out + h0);
+    std::vector<PartialAttention> exact(heavy.size()), sampled(heavy.size());
+    RunOnLists(kernel, shard, qg, gc, scale, heavy, scratch, exact.data());
+    RunOnLists(kernel, shard, qg, gc, scale, sample, scratch, sampled.data());
     for (int h = 0; h < gc; ++h) {
-      out[h0 + h].n_touched = static_cast<int64_t>(heavy[static_cast<size_t>(h)].size() +
-                                                   sample[static_cast<size_t>(h)].size());
+      const size_t hs = static_cast<size_t>(h);
+      out[h0 + h] = MergeWeighted(std::move(exact[hs]), std::move(sampled[hs]), weight[hs]);
+      out[h0 + h].n_touched = static_cast<int64_t>(heavy[hs].size() + sample[hs].size());
     }
   }
   return absl::OkStatus();
@@ -384,26 +380,13 @@ VAttentionLshEstimator::VAttentionLshEstimator(int k, int l, const VAttentionPar
       seed_(seed),
       z_(NormalQuantile(1.0 - params.delta / 2)) {}
 
-absl::Status VAttentionLshEstimator::CheckShard(const KvShard& shard,
-                                                const uint16_t* q_codes) const {
-  if (shard.k() != k_ || shard.l() != l_) {
-    return absl::InvalidArgumentError(absl::StrCat("VAttentionLshEstimator: estimator (K, L) = (",
-                                                   k_, ", ", l_, ") but the shard's tables have (",
-                                                   shard.k(), ", ", shard.l(), ")"));
-  }
-  if (q_codes == nullptr) {
-    return absl::InvalidArgumentError("VAttentionLshEstimator: q_codes must be non-null");
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<PartialAttention> VAttentionLshEstimator::Attend(const KvShard& shard,
                                                                 const float* q,
                                                                 const uint16_t* q_codes,
                                                                 float scale,
                                                                 Scratch* scratch) const {
   MAGICPIG_RETURN_IF_ERROR(internal::CheckCommon(shard, q, scratch, "VAttentionLshEstimator"));
-  MAGICPIG_RETURN_IF_ERROR(CheckShard(shard, q_codes));
+  MAGICPIG_RETURN_IF_ERROR(internal::CheckTables(shard, k_, l_, q_codes, "VAttentionLshEstimator"));
   const int64_t n = shard.size();
   if (n == 0) return EmptyPartial(shard.dim());
   // Every candidate is deterministic: its key is read to score it anyway, and one left to the
@@ -427,7 +410,7 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
   }
   MAGICPIG_RETURN_IF_ERROR(
       internal::CheckGroup(shard, q, g, scratch, out, "VAttentionLshEstimator"));
-  MAGICPIG_RETURN_IF_ERROR(CheckShard(shard, q_codes));
+  MAGICPIG_RETURN_IF_ERROR(internal::CheckTables(shard, k_, l_, q_codes, "VAttentionLshEstimator"));
   const internal::GroupKernel kernel = internal::SelectGroupKernel(simd_level());
   const int64_t n = shard.size(), d = shard.dim();
   for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
@@ -451,18 +434,13 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
     for (int h = 0; h < gc; ++h) {
       rngs.emplace_back(DrawSeed(seed_, qg + h * d, d, n));
       residuals.emplace_back(heavy[static_cast<size_t>(h)], n);
-      const int64_t n_s = residuals.back().size();
-      const int64_t nb = std::min<int64_t>(
-          n_s, std::max<int64_t>(2, static_cast<int64_t>(std::floor(params_.base_rate * n_s))));
-      residuals.back().Sample(nb, rngs.back(), &scratch->bits, &base[static_cast<size_t>(h)]);
+      residuals.back().Sample(BaseSize(residuals.back().size(), params_), rngs.back(),
+                              &scratch->bits, &base[static_cast<size_t>(h)]);
     }
+    std::vector<PartialAttention> exact(heavy.size());
+    RunOnLists(kernel, shard, qg, gc, scale, heavy, scratch, exact.data());
     std::vector<int32_t> rows;
     std::vector<uint32_t> masks;
-    std::vector<PartialAttention> exact(heavy.size());
-    UnionWithMasks(heavy, &rows, &masks);
-    internal::RunGroupKernel(kernel, shard, qg, gc, scale, rows.data(),
-                             static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
-                             exact.data());
     UnionWithMasks(base, &rows, &masks);
     float lse1[internal::kMaxGroup], lse2[internal::kMaxGroup];
     internal::GroupExpSums(kernel, shard, qg, gc, scale, rows.data(),
@@ -472,24 +450,16 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
       const size_t hs = static_cast<size_t>(h);
       const int64_t n_s = residuals[hs].size();
       if (n_s == 0) continue;
-      const double nb = static_cast<double>(base[hs].size());
       const double m = std::max<double>(exact[hs].lse, lse1[hs]);
-      const double s1 = std::exp(static_cast<double>(lse1[hs]) - m);
-      const double s2 = std::exp(static_cast<double>(lse2[hs]) - 2 * m);
-      const double mean = s1 / nb;
-      const double sigma =
-          nb >= 2 ? std::sqrt(std::max(0.0, (s2 - nb * mean * mean) / (nb - 1))) : 0.0;
-      const double d0 = std::exp(static_cast<double>(exact[hs].lse) - m) + n_s * mean;
-      const int64_t b =
-          VAttentionSampleSize(z_, sigma, n_s, params_.epsilon, d0, static_cast<int64_t>(nb));
+      const int64_t b = SizeFromSums(std::exp(static_cast<double>(exact[hs].lse) - m),
+                                     std::exp(static_cast<double>(lse1[hs]) - m),
+                                     std::exp(static_cast<double>(lse2[hs]) - 2 * m),
+                                     static_cast<int64_t>(base[hs].size()), n_s, params_, z_);
       residuals[hs].Sample(b, rngs[hs], &scratch->bits, &sample[hs]);
       weight[hs] = static_cast<double>(n_s) / static_cast<double>(b);
     }
     std::vector<PartialAttention> sampled(heavy.size());
-    UnionWithMasks(sample, &rows, &masks);
-    internal::RunGroupKernel(kernel, shard, qg, gc, scale, rows.data(),
-                             static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
-                             sampled.data());
+    RunOnLists(kernel, shard, qg, gc, scale, sample, scratch, sampled.data());
     for (int h = 0; h < gc; ++h) {
       const size_t hs = static_cast<size_t>(h);
       out[h0 + h] = MergeWeighted(std::move(exact[hs]), std::move(sampled[hs]), weight[hs]);

@@ -102,8 +102,6 @@ class VAttentionLshEstimator final : public Estimator {
   const VAttentionParams& params() const { return params_; }
 
  private:
-  absl::Status CheckShard(const KvShard& shard, const uint16_t* q_codes) const;
-
   int k_;
   int l_;
   VAttentionParams params_;

@@ -45,6 +45,13 @@ void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options) {
                {{"auto", MapWeights::kAuto}, {"on", MapWeights::kOn}, {"off", MapWeights::kOff}});
 }
 
+void DeclareVAttentionFlags(flags::FlagTable& table, attention::VAttentionParams* va) {
+  DeclareParam(table, attention::kVaEpsilon, &va->epsilon);
+  DeclareParam(table, attention::kVaDelta, &va->delta);
+  DeclareParam(table, attention::kVaHeavy, &va->heavy);
+  DeclareParam(table, attention::kVaBaseRate, &va->base_rate);
+}
+
 void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* attention) {
   table.Section("decode attention");
   std::vector<std::pair<std::string, attention::EstimatorKind>> modes;
@@ -59,10 +66,7 @@ void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* atte
   DeclareParam(table, attention::kLshL, &attention->lsh_l);
   DeclareParam(table, attention::kLshSeed, &attention->lsh_seed);
   DeclareParam(table, attention::kBudget, &attention->budget);
-  DeclareParam(table, attention::kVaEpsilon, &attention->vattention.epsilon);
-  DeclareParam(table, attention::kVaDelta, &attention->vattention.delta);
-  DeclareParam(table, attention::kVaHeavy, &attention->vattention.heavy);
-  DeclareParam(table, attention::kVaBaseRate, &attention->vattention.base_rate);
+  DeclareVAttentionFlags(table, &attention->vattention);
   table.Number("shard-block", &attention->shard_block,
                "tokens per block of the offloaded prompt region; each block has its own KV shard "
                "and LSH tables, attended separately and merged in order (embedded and on attention "

@@ -17,7 +17,11 @@ namespace magicpig::engine {
 // are the defaults.
 void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options);
 
-// Declares --attention, --lsh-k, --lsh-l, --lsh-seed, --budget and --shard-block.
+// Declares --va-epsilon, --va-delta, --va-heavy and --va-base-rate (vattention's parameters).
+void DeclareVAttentionFlags(flags::FlagTable& table, attention::VAttentionParams* va);
+
+// Declares --attention, --lsh-k, --lsh-l, --lsh-seed, --budget, vattention's parameters and
+// --shard-block.
 void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* attention);
 
 // Declares --attention-nodes, --ping-pong, --coalesce-attend, --attend-timeout-ms, --placement.
