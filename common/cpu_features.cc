@@ -12,6 +12,7 @@ struct CpuFlags {
   bool avx2 = false;
   bool avx512 = false;
   bool avx512_vnni = false;
+  bool avx512_vpopcntdq = false;
 };
 
 uint64_t ReadXcr0() {
@@ -40,6 +41,7 @@ CpuFlags QueryCpu() {
   flags.avx2 = os_ymm && avx2 && fma && f16c;
   flags.avx512 = flags.avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
   flags.avx512_vnni = flags.avx512 && (ecx & (1u << 11));
+  flags.avx512_vpopcntdq = flags.avx512 && (ecx & (1u << 14));
   return flags;
 }
 
@@ -94,5 +96,7 @@ std::vector<SimdLevel> SupportedSimdLevels() {
 }
 
 bool CpuHasAvx512Vnni() { return Flags().avx512_vnni; }
+
+bool CpuHasAvx512Vpopcntdq() { return Flags().avx512_vpopcntdq; }
 
 }  // namespace magicpig

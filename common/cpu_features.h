@@ -34,6 +34,10 @@ std::vector<SimdLevel> SupportedSimdLevels();
 // True when the CPU has AVX512-VNNI (vpdpbusd); kernels at kAvx512 may use it.
 bool CpuHasAvx512Vnni();
 
+// True when the CPU has AVX512_VPOPCNTDQ (vpopcntd/vpopcntq on 512-bit vectors) on top of the
+// kAvx512 set; kernels at kAvx512 may use it, and fall back to their AVX2 path without it.
+bool CpuHasAvx512Vpopcntdq();
+
 }  // namespace magicpig
 
 #endif  // MAGICPIG_COMMON_CPU_FEATURES_H_

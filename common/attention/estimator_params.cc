@@ -36,6 +36,11 @@ absl::Status ValidateEstimatorParams(const EstimatorParams& params, std::string_
         !s.ok())
       return s;
   }
+  if (absl::Status s =
+          kSpotFraction.Check(params.spotlight_fraction,
+                              absl::StrCat(std::string(prefix), std::string(kSpotFraction.name)));
+      !s.ok())
+    return s;
   return ValidateVAttentionParams(params.vattention, prefix);
 }
 

@@ -73,6 +73,17 @@ inline constexpr RealParamSpec kVaBaseRate{
     0.0,
     1.0};
 
+// Spotlight's retrieval: the fraction of each shard's keys (nearest the query in the Hamming
+// distance of the learned codes) attended exactly. The default is about what MagicPIG (10, 150)
+// samples on SmolLM2 at 4K (3.5%: docs/spotlight.md), so the two touch the same keys.
+inline constexpr RealParamSpec kSpotFraction{
+    "spotlight_fraction",
+    "spotlight-fraction",
+    "spotlight: fraction of each shard's keys retrieved by Hamming distance of the learned codes",
+    0.035,
+    1e-6,
+    1.0};
+
 // Kept for the storage code's static bounds (a code is a uint16; the table count bounds arrays).
 inline constexpr int kSimHashMaxK = static_cast<int>(kLshK.max);
 inline constexpr int kSimHashMaxL = static_cast<int>(kLshL.max);
@@ -91,13 +102,14 @@ struct EstimatorParams {
   uint64_t lsh_seed = static_cast<uint64_t>(kLshSeed.default_value);
   int64_t budget = kBudget.default_value;
   VAttentionParams vattention{};
+  double spotlight_fraction = kSpotFraction.default_value;
 };
 
 // Checks vAttention's parameters; fields are named `prefix` + ParamSpec::name.
 absl::Status ValidateVAttentionParams(const VAttentionParams& params, std::string_view prefix);
 
-// Checks lsh_k, lsh_l, budget and vAttention's parameters; fields are named `prefix` +
-// ParamSpec::name ("shape.lsh_l").
+// Checks lsh_k, lsh_l, budget, vAttention's parameters and the spotlight fraction; fields are named
+// `prefix` + ParamSpec::name ("shape.lsh_l").
 absl::Status ValidateEstimatorParams(const EstimatorParams& params, std::string_view prefix);
 
 }  // namespace magicpig::attention

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/attention/spotlight_estimator.h"
 #include "common/attention/vattention.h"
 
 namespace magicpig::attention {
@@ -17,27 +18,29 @@ int64_t TwoPercent(int64_t offloaded_keys) {
 }
 
 // The registry. proto_value must match proto/magicpig/v1/attention.proto's Estimator enum.
-const std::array<EstimatorSpec, 6> kEstimators = {{
+const std::array<EstimatorSpec, 7> kEstimators = {{
     {EstimatorKind::kMagicPig, "magicpig",
      "MagicPIG: keys colliding with the query in >= 2 of L SimHash tables, importance-weighted",
      /*proto_value=*/1, /*sparse=*/true, /*retrieves=*/true, /*verified=*/false,
-     /*default_budget=*/nullptr,
+     KvIndex::kLshTables, /*default_budget=*/nullptr,
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<MagicPigEstimator>(p.lsh_k, p.lsh_l);
      }},
     {EstimatorKind::kFull, "full", "exact attention over every key", /*proto_value=*/2,
-     /*sparse=*/false, /*retrieves=*/false, /*verified=*/false, /*default_budget=*/nullptr,
+     /*sparse=*/false, /*retrieves=*/false, /*verified=*/false, KvIndex::kLshTables,
+     /*default_budget=*/nullptr,
      [](const EstimatorParams&, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<FullEstimator>();
      }},
     {EstimatorKind::kTopK, "topk", "exact attention over the `budget` keys with the largest scores",
-     /*proto_value=*/3, /*sparse=*/true, /*retrieves=*/false, /*verified=*/false, TwoPercent,
+     /*proto_value=*/3, /*sparse=*/true, /*retrieves=*/false, /*verified=*/false,
+     KvIndex::kLshTables, TwoPercent,
      [](const EstimatorParams&, int64_t budget) -> std::unique_ptr<const Estimator> {
        return std::make_unique<TopKEstimator>(budget);
      }},
     {EstimatorKind::kOracle, "oracle",
      "oracle sampling: `budget` keys drawn from the true attention distribution", /*proto_value=*/4,
-     /*sparse=*/true, /*retrieves=*/false, /*verified=*/false, TwoPercent,
+     /*sparse=*/true, /*retrieves=*/false, /*verified=*/false, KvIndex::kLshTables, TwoPercent,
      [](const EstimatorParams& p, int64_t budget) -> std::unique_ptr<const Estimator> {
        return std::make_unique<OracleEstimator>(budget, p.lsh_seed);
      }},
@@ -45,17 +48,25 @@ const std::array<EstimatorSpec, 6> kEstimators = {{
      "vAttention: the top --va-heavy keys exactly, the rest from a uniform sample sized per head "
      "and step for the (--va-epsilon, --va-delta) bound",
      /*proto_value=*/5, /*sparse=*/true, /*retrieves=*/false, /*verified=*/true,
-     /*default_budget=*/nullptr,
+     KvIndex::kLshTables, /*default_budget=*/nullptr,
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<VAttentionEstimator>(p.vattention, p.lsh_seed);
      }},
     {EstimatorKind::kVAttentionLsh, "vattention-lsh",
      "vAttention with its heavy hitters found in the MagicPIG tables: reads candidates and "
      "samples, not every key",
-     /*proto_value=*/6, /*sparse=*/true, /*retrieves=*/true, /*verified=*/true,
+     /*proto_value=*/6, /*sparse=*/true, /*retrieves=*/true, /*verified=*/true, KvIndex::kLshTables,
      /*default_budget=*/nullptr,
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<VAttentionLshEstimator>(p.lsh_k, p.lsh_l, p.vattention, p.lsh_seed);
+     }},
+    {EstimatorKind::kSpotlight, "spotlight",
+     "Spotlight: exact attention over the --spotlight-fraction of keys nearest the query in the "
+     "Hamming distance of trained hash codes (--spotlight-file)",
+     /*proto_value=*/7, /*sparse=*/true, /*retrieves=*/false, /*verified=*/false, KvIndex::kCodes,
+     /*default_budget=*/nullptr,
+     [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
+       return std::make_unique<SpotlightEstimator>(p.spotlight_fraction);
      }},
 }};
 

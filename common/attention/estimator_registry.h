@@ -22,7 +22,15 @@
 namespace magicpig::attention {
 
 // Which estimator. The registry is the only place that maps a kind to anything else.
-enum class EstimatorKind { kFull, kMagicPig, kTopK, kOracle, kVAttention, kVAttentionLsh };
+enum class EstimatorKind {
+  kFull,
+  kMagicPig,
+  kTopK,
+  kOracle,
+  kVAttention,
+  kVAttentionLsh,
+  kSpotlight,
+};
 
 struct EstimatorSpec {
   EstimatorKind kind;
@@ -38,6 +46,9 @@ struct EstimatorSpec {
   bool retrieves;
   // Reads VAttentionParams (epsilon, delta, heavy hitters, base rate).
   bool verified;
+  // How its shards index the keys' codes: SimHash codes in LSH tables, or learned codes kept
+  // whole (spotlight: the compute node hashes with --spotlight-file, K = 16, L = bits / 16).
+  KvIndex index;
   // Keys per head when the request's budget is 0, from the offloaded prompt keys; null for
   // estimators that take no budget. A budgeted estimator is built with a budget >= 1.
   int64_t (*default_budget)(int64_t offloaded_keys);
@@ -49,7 +60,7 @@ struct EstimatorSpec {
 absl::Span<const EstimatorSpec> AllEstimators();
 const EstimatorSpec& SpecOf(EstimatorKind kind);
 std::string_view EstimatorName(EstimatorKind kind);
-// "magicpig, full, topk, oracle, vattention, vattention-lsh".
+// "magicpig, full, topk, oracle, vattention, vattention-lsh, spotlight".
 std::string EstimatorNames();
 // INVALID_ARGUMENT naming the choices for an unknown name.
 absl::StatusOr<EstimatorKind> ParseEstimator(std::string_view name);

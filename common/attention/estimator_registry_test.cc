@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "common/attention/spotlight_estimator.h"
 #include "common/attention/vattention.h"
 #include "gtest/gtest.h"
 
@@ -26,9 +27,9 @@ TEST(EstimatorRegistryTest, OneEntryPerKindWithDistinctNamesAndWireValues) {
     EXPECT_FALSE(s.help.empty()) << s.name;
     EXPECT_EQ(&SpecOf(s.kind), &s);
   }
-  for (EstimatorKind k :
-       {EstimatorKind::kFull, EstimatorKind::kMagicPig, EstimatorKind::kTopK,
-        EstimatorKind::kOracle, EstimatorKind::kVAttention, EstimatorKind::kVAttentionLsh}) {
+  for (EstimatorKind k : {EstimatorKind::kFull, EstimatorKind::kMagicPig, EstimatorKind::kTopK,
+                          EstimatorKind::kOracle, EstimatorKind::kVAttention,
+                          EstimatorKind::kVAttentionLsh, EstimatorKind::kSpotlight}) {
     EXPECT_EQ(kinds.count(k), 1u) << static_cast<int>(k);
   }
 }
@@ -44,7 +45,8 @@ TEST(EstimatorRegistryTest, NamesAndWireValuesRoundTrip) {
     EXPECT_EQ(*by_value, s.kind);
   }
   EXPECT_EQ(*EstimatorFromProtoValue(0), EstimatorKind::kMagicPig);  // unspecified: the default
-  EXPECT_EQ(EstimatorNames(), "magicpig, full, topk, oracle, vattention, vattention-lsh");
+  EXPECT_EQ(EstimatorNames(),
+            "magicpig, full, topk, oracle, vattention, vattention-lsh, spotlight");
   auto bad = ParseEstimator("psychic");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -115,6 +117,16 @@ TEST(EstimatorRegistryTest, FactoriesBuildTheDeclaredEstimator) {
   EXPECT_FALSE(SpecOf(EstimatorKind::kVAttention).retrieves);
   EXPECT_TRUE(SpecOf(EstimatorKind::kVAttention).verified);
   EXPECT_FALSE(SpecOf(EstimatorKind::kMagicPig).verified);
+  p.spotlight_fraction = 0.07;
+  auto sp = MakeEstimator(EstimatorKind::kSpotlight, p, 1000);
+  ASSERT_TRUE(sp.ok());
+  const auto* spe = dynamic_cast<const SpotlightEstimator*>(sp->get());
+  ASSERT_NE(spe, nullptr);
+  EXPECT_EQ(spe->fraction(), 0.07);
+  // Learned codes live in codes-only shards; every other estimator's shards have tables.
+  for (const EstimatorSpec& s : AllEstimators()) {
+    EXPECT_EQ(s.index == KvIndex::kCodes, s.kind == EstimatorKind::kSpotlight) << s.name;
+  }
 }
 
 TEST(EstimatorRegistryTest, ParametersAreCheckedAgainstTheirOneDeclaration) {
@@ -132,6 +144,8 @@ TEST(EstimatorRegistryTest, ParametersAreCheckedAgainstTheirOneDeclaration) {
       {{.vattention = {.delta = 0.7}}, "va_delta must be in [1e-06, 0.5], got 0.7"},
       {{.vattention = {.heavy = -1}}, "va_heavy must be in [0, 2147483647], got -1"},
       {{.vattention = {.base_rate = 1.5}}, "va_base_rate must be in [0, 1], got 1.5"},
+      {{.spotlight_fraction = 0}, "spotlight_fraction must be in [1e-06, 1], got 0"},
+      {{.spotlight_fraction = 1.5}, "spotlight_fraction must be in [1e-06, 1], got 1.5"},
   };
   for (const Case& c : cases) {
     for (const EstimatorSpec& s : AllEstimators()) {

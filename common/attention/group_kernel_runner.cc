@@ -1,6 +1,8 @@
 #include "common/attention/group_kernel_runner.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/attention/inclusion_probability.h"
@@ -143,6 +145,27 @@ void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, f
     default:
       GroupScoresScalar(a, scratch->scores.data());
   }
+}
+
+PartialAttention SoftmaxOver(const KvShard& shard, Estimator::Scratch* scratch) {
+  const int64_t d = shard.dim();
+  const size_t m = scratch->sample.size();
+  PartialAttention out = EmptyPartial(d);
+  out.n_touched = static_cast<int64_t>(m);
+  if (m == 0) return out;
+  double mx = -std::numeric_limits<double>::infinity();
+  for (double x : scratch->logits) mx = std::max(mx, x);
+  scratch->acc.assign(static_cast<size_t>(d), 0.0);
+  double z = 0.0;
+  for (size_t j = 0; j < m; ++j) {
+    const double w = std::exp(scratch->logits[j] - mx);
+    z += w;
+    shard.AccumulateValue(scratch->sample[j], w, scratch->acc.data());
+  }
+  for (int64_t t = 0; t < d; ++t)
+    out.o[static_cast<size_t>(t)] = static_cast<float>(scratch->acc[t] / z);
+  out.lse = static_cast<float>(mx + std::log(z));
+  return out;
 }
 
 }  // namespace magicpig::attention::internal

@@ -49,6 +49,10 @@ void GroupExpSums(GroupKernel kernel, const KvShard& shard, const float* q, int 
 void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, float scale,
                  Estimator::Scratch* scratch);
 
+// The float64 reference's softmax-weighted value sum over scratch->sample with logits
+// scratch->logits (same length); n_touched = the sample's size.
+PartialAttention SoftmaxOver(const KvShard& shard, Estimator::Scratch* scratch);
+
 }  // namespace magicpig::attention::internal
 
 #endif  // MAGICPIG_COMMON_ATTENTION_GROUP_KERNEL_RUNNER_H_

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/attention/estimator_params.h"
 #include "common/half.h"
 #include "common/status_macros.h"
 
@@ -58,7 +59,7 @@ absl::StatusOr<KvShard> KvShard::Create(const SimHash& hash, const float* keys, 
 
 absl::StatusOr<KvShard> KvShard::CreateFromCodes(int64_t d, int k, int l, const float* centred_keys,
                                                  const uint16_t* codes, const float* values,
-                                                 int64_t n, KvStorage storage) {
+                                                 int64_t n, KvStorage storage, KvIndex index) {
   MAGICPIG_RETURN_IF_ERROR(CheckSizes(n, centred_keys, values, storage));
   if (d < 1) return absl::InvalidArgumentError(absl::StrCat("KvShard: d must be >= 1, got ", d));
   if (n > 0 && codes == nullptr) {
@@ -66,19 +67,43 @@ absl::StatusOr<KvShard> KvShard::CreateFromCodes(int64_t d, int k, int l, const 
   }
   std::vector<float> kc(centred_keys, centred_keys + (n > 0 ? n * d : 0));
   return FromCentred(d, k, l, std::vector<float>(static_cast<size_t>(d), 0.0f), std::move(kc),
-                     codes, values, n, storage);
+                     codes, values, n, storage, index);
 }
 
 absl::StatusOr<KvShard> KvShard::FromCentred(int64_t d, int k_bits, int l, std::vector<float> c,
                                              std::vector<float> k, const uint16_t* codes,
-                                             const float* values, int64_t n, KvStorage storage) {
-  MAGICPIG_ASSIGN_OR_RETURN(LshTables tables, LshTables::Build(codes, n, k_bits, l));
+                                             const float* values, int64_t n, KvStorage storage,
+                                             KvIndex index) {
+  std::vector<uint16_t> kept;  // kCodes: every key's codes, checked like an append's
+  if (index == KvIndex::kCodes) {
+    if (k_bits < 1 || k_bits > 16 || l < 1 || l > kSimHashMaxL) {
+      return absl::InvalidArgumentError(absl::StrCat("KvShard: codes of ", l, " words of ", k_bits,
+                                                     " bits (need 1..16 bits, 1..", kSimHashMaxL,
+                                                     " words)"));
+    }
+    const int64_t limit = int64_t{1} << k_bits;
+    for (int64_t i = 0; i < n * l; ++i) {
+      if (codes[i] >= limit) {
+        return absl::InvalidArgumentError(absl::StrCat("KvShard: codes[", i / l, "][", i % l,
+                                                       "] = ", codes[i], " is not < 2^", k_bits));
+      }
+    }
+    if (n > 0) kept.assign(codes, codes + n * l);
+  } else if (index != KvIndex::kLshTables) {
+    return absl::InvalidArgumentError("KvShard: unknown index");
+  }
+  // A kCodes shard has an empty two-table placeholder (a few bytes) instead of tables.
+  MAGICPIG_ASSIGN_OR_RETURN(LshTables tables, index == KvIndex::kCodes
+                                                  ? LshTables::Build(nullptr, 0, 1, 2)
+                                                  : LshTables::Build(codes, n, k_bits, l));
   std::vector<float> norms = RowNorms(k.data(), n, d);
   const size_t count = static_cast<size_t>(n * d);
   if (storage == KvStorage::kF32) {
     std::vector<float> v(values, values + (n > 0 ? count : 0));
-    return KvShard(n, d, storage, std::move(c), std::move(k), std::move(v), {}, {},
-                   std::move(norms), std::move(tables));
+    KvShard shard(n, d, storage, index, k_bits, l, std::move(c), std::move(k), std::move(v), {}, {},
+                  std::move(norms), std::move(tables));
+    shard.pending_codes_ = std::move(kept);
+    return shard;
   }
   std::vector<uint16_t> k16(count);
   std::vector<uint16_t> v16(count);
@@ -86,8 +111,10 @@ absl::StatusOr<KvShard> KvShard::FromCentred(int64_t d, int k_bits, int l, std::
     k16[at] = FloatToBf16(k[at]);
     v16[at] = FloatToBf16(values[at]);
   }
-  return KvShard(n, d, storage, std::move(c), {}, {}, std::move(k16), std::move(v16),
-                 std::move(norms), std::move(tables));
+  KvShard shard(n, d, storage, index, k_bits, l, std::move(c), {}, {}, std::move(k16),
+                std::move(v16), std::move(norms), std::move(tables));
+  shard.pending_codes_ = std::move(kept);
+  return shard;
 }
 
 double KvShard::KeyDot(int64_t i, const float* q) const {
@@ -209,6 +236,7 @@ absl::Status KvShard::AppendWithCodes(const float* centred_keys, const uint16_t*
   }
   pending_codes_.insert(pending_codes_.end(), codes, codes + m * l());
   n_ += m;
+  if (index_ == KvIndex::kCodes) return absl::OkStatus();
   if (pending() >= std::max<int64_t>(kMinMergeRows, indexed() / 8)) return MergePending();
   return absl::OkStatus();
 }
@@ -227,6 +255,7 @@ void KvShard::Reserve(int64_t rows) {
 }
 
 absl::Status KvShard::MergePending() {
+  if (index_ == KvIndex::kCodes) return absl::OkStatus();  // no tables to merge into
   MAGICPIG_RETURN_IF_ERROR(tables_.Append(pending_codes_.data(), pending()));
   pending_codes_.clear();
   return absl::OkStatus();
@@ -245,6 +274,9 @@ bool CollidesTwice(const uint16_t* key_codes, const uint16_t* query_codes, int l
 
 absl::Status KvShard::Retrieve(const uint16_t* q_codes, LshScratch* scratch,
                                std::vector<int32_t>* out) const {
+  if (index_ == KvIndex::kCodes) {
+    return absl::InvalidArgumentError("KvShard::Retrieve: the shard holds codes without tables");
+  }
   MAGICPIG_RETURN_IF_ERROR(tables_.Retrieve(q_codes, scratch, out));
   const int l = this->l();
   for (int64_t i = 0; i < pending(); ++i) {
@@ -258,6 +290,10 @@ absl::Status KvShard::Retrieve(const uint16_t* q_codes, LshScratch* scratch,
 absl::Status KvShard::RetrieveGroup(const uint16_t* q_codes, int g, LshScratch* scratch,
                                     std::vector<int32_t>* rows,
                                     std::vector<uint32_t>* masks) const {
+  if (index_ == KvIndex::kCodes) {
+    return absl::InvalidArgumentError(
+        "KvShard::RetrieveGroup: the shard holds codes without tables");
+  }
   MAGICPIG_RETURN_IF_ERROR(tables_.RetrieveGroup(q_codes, g, scratch, rows, masks));
   const int l = this->l();
   for (int64_t i = 0; i < pending(); ++i) {

@@ -35,6 +35,13 @@ enum class KvStorage {
   kBf16,  // 2 bytes per key / value element (round to nearest even)
 };
 
+// How the shard indexes its keys' codes.
+enum class KvIndex {
+  kLshTables,  // SimHash codes in LSH tables (MagicPIG's retrieval; the append segment above)
+  kCodes,      // the codes only, [n][L] in key order, scanned whole by the estimator (spotlight's
+               // learned codes: Hamming distance to the query's code); no tables, no merge
+};
+
 class KvShard {
  public:
   // keys, values: [n][d] row-major float32, d = hash.dim(). center: [d] (the mean key c of the
@@ -50,9 +57,12 @@ class KvShard {
   // The service path: keys already centred by the compute node (which keeps c; center() is then
   // zeros) and their codes ([n][L], each < 2^K) computed there. Same validation as Create, plus
   // INVALID_ARGUMENT for d < 1, null codes with n > 0, or a code >= 2^K.
+  // With KvIndex::kCodes the codes are kept as they are (k = bits per code word, at most 16;
+  // l = words per key) and no table is built.
   static absl::StatusOr<KvShard> CreateFromCodes(int64_t d, int k, int l, const float* centred_keys,
                                                  const uint16_t* codes, const float* values,
-                                                 int64_t n, KvStorage storage = KvStorage::kBf16);
+                                                 int64_t n, KvStorage storage = KvStorage::kBf16,
+                                                 KvIndex index = KvIndex::kLshTables);
 
   // Appends m raw keys / values ([m][d]): centred with this shard's c, hashed with `hash` (which
   // must have the shard's dim, K and L: INVALID_ARGUMENT otherwise, or for m < 0, null inputs with
@@ -70,6 +80,7 @@ class KvShard {
 
   // Keys in [0, size()) colliding with q_codes ([L], each < 2^K) in >= 2 tables: the tables'
   // result (LshTables::Retrieve) followed by the pending segment's, in increasing index order.
+  // INVALID_ARGUMENT for a kCodes shard (it has no tables); likewise RetrieveGroup.
   absl::Status Retrieve(const uint16_t* q_codes, LshScratch* scratch,
                         std::vector<int32_t>* out) const;
 
@@ -83,8 +94,11 @@ class KvShard {
 
   int64_t size() const { return n_; }
   int64_t dim() const { return d_; }
-  int k() const { return tables_.k(); }
-  int l() const { return tables_.l(); }
+  int k() const { return code_k_; }
+  int l() const { return code_l_; }
+  KvIndex index() const { return index_; }
+  // Codes not in the tables, [pending()][L]: the append segment's, or every key's for kCodes.
+  const uint16_t* unindexed_codes() const { return pending_codes_.data(); }
   const LshTables& tables() const { return tables_; }
   // Keys covered by the tables; keys [indexed(), size()) are the pending segment.
   int64_t indexed() const { return tables_.size(); }
@@ -121,14 +135,19 @@ class KvShard {
  private:
   static absl::StatusOr<KvShard> FromCentred(int64_t d, int k_bits, int l, std::vector<float> c,
                                              std::vector<float> k, const uint16_t* codes,
-                                             const float* values, int64_t n, KvStorage storage);
+                                             const float* values, int64_t n, KvStorage storage,
+                                             KvIndex index = KvIndex::kLshTables);
 
-  KvShard(int64_t n, int64_t d, KvStorage storage, std::vector<float> center,
-          std::vector<float> keys, std::vector<float> values, std::vector<uint16_t> keys16,
-          std::vector<uint16_t> values16, std::vector<float> norms, LshTables tables)
+  KvShard(int64_t n, int64_t d, KvStorage storage, KvIndex index, int code_k, int code_l,
+          std::vector<float> center, std::vector<float> keys, std::vector<float> values,
+          std::vector<uint16_t> keys16, std::vector<uint16_t> values16, std::vector<float> norms,
+          LshTables tables)
       : n_(n),
         d_(d),
         storage_(storage),
+        index_(index),
+        code_k_(code_k),
+        code_l_(code_l),
         center_(std::move(center)),
         keys_(std::move(keys)),
         values_(std::move(values)),
@@ -140,6 +159,9 @@ class KvShard {
   int64_t n_;
   int64_t d_;
   KvStorage storage_;
+  KvIndex index_;
+  int code_k_;                           // K: bits per code word
+  int code_l_;                           // L: code words per key
   std::vector<float> center_;            // [d]
   std::vector<uint16_t> pending_codes_;  // [pending()][L]
   std::vector<float> keys_;              // [n][d] centred (kF32; empty for kBf16)

@@ -1,0 +1,52 @@
+// The spotlight estimator (Spotlight Attention, Li et al.; docs/spotlight.md): exact attention over
+// the keys whose learned codes are nearest the query's in Hamming distance.
+//
+// The codes come from trained per-head MLP hashes (spotlight_hash.h), computed where the keys and
+// queries are (the compute node) and stored with the keys in a KvIndex::kCodes shard: L code words
+// of K <= 16 bits per key (bits = 16 L for trained codes). For one query head with code q_codes
+// ([L] words): the distance of key i is popcount(q_codes XOR codes_i); the m = ceil(fraction * n)
+// nearest keys (ties: the lower index; m >= 1 when n >= 1) are retrieved and attended exactly:
+// o = softmax over them, lse = ln sum exp(scale * q . k̄_i) over them; n_touched = m. The estimate
+// is deterministic and biased towards the retrieved keys, as top-k is: the learned codes aim to
+// retrieve the true top keys (recall of the top 2% in docs/spotlight.md).
+//
+// Attend: the float64 reference (scalar distances). AttendGroup: each head's distances with the
+// SIMD Hamming kernel (kernels/hamming_kernel.h), then the union of the heads' sets through the
+// SIMD group kernel, each row attended by the heads that chose it (as MagicPIG's group path).
+//
+// Thread-safety: immutable after construction; Attend is const (each thread its own scratch).
+#ifndef MAGICPIG_COMMON_ATTENTION_SPOTLIGHT_ESTIMATOR_H_
+#define MAGICPIG_COMMON_ATTENTION_SPOTLIGHT_ESTIMATOR_H_
+
+#include <cstdint>
+
+#include "common/attention/estimators.h"
+
+namespace magicpig::attention {
+
+// Keys retrieved from a shard of n keys: ceil(fraction * n) clamped to [1, n] (0 when n = 0).
+int64_t SpotlightRetrieved(double fraction, int64_t n);
+
+class SpotlightEstimator final : public Estimator {
+ public:
+  // fraction in (0, 1].
+  explicit SpotlightEstimator(double fraction, SimdLevel simd_level = ActiveSimdLevel())
+      : Estimator(simd_level), fraction_(fraction) {}
+
+  // INVALID_ARGUMENT additionally for a shard that is not KvIndex::kCodes, a null q_codes with a
+  // non-empty shard, or codes of more than kHammingMaxWords words.
+  absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
+                                          const uint16_t* q_codes, float scale,
+                                          Scratch* scratch) const override;
+  absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
+                           float scale, Scratch* scratch, PartialAttention* out) const override;
+
+  double fraction() const { return fraction_; }
+
+ private:
+  double fraction_;
+};
+
+}  // namespace magicpig::attention
+
+#endif  // MAGICPIG_COMMON_ATTENTION_SPOTLIGHT_ESTIMATOR_H_

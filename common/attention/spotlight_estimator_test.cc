@@ -1,0 +1,230 @@
+// The spotlight estimator and its codes-only shards against independent references: a float64
+// brute force (distances bit by bit, a stable sort by distance then index, softmax over the first
+// m), the SIMD group path against the float64 path at every SIMD level, appends that keep codes in
+// key order, and the validation errors.
+#include "common/attention/spotlight_estimator.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/attention/kv_shard.h"
+#include "common/attention/simhash.h"
+#include "gtest/gtest.h"
+
+namespace magicpig::attention {
+namespace {
+
+struct Problem {
+  int64_t n = 0, d = 0;
+  int words = 0;
+  std::vector<float> keys, values;
+  std::vector<uint16_t> codes;
+};
+
+// Keys spread so that attention is peaked; codes drawn with few distinct values per word, so that
+// many keys tie in distance (ties must go to the lower index).
+Problem MakeProblem(int64_t n, int64_t d, int words, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Problem p{n, d, words, {}, {}, {}};
+  p.keys.resize(static_cast<size_t>(n * d));
+  p.values.resize(static_cast<size_t>(n * d));
+  for (float& x : p.keys) x = 2.0f * nd(rng);
+  for (float& x : p.values) x = nd(rng) + 0.5f;
+  std::uniform_int_distribution<int> pick(0, 3);
+  const uint16_t choices[4] = {0x0000, 0xFFFF, 0x00FF, 0x0F0F};
+  p.codes.resize(static_cast<size_t>(n * words));
+  for (uint16_t& c : p.codes) c = choices[pick(rng)];
+  return p;
+}
+
+KvShard CodesShard(const Problem& p, KvStorage storage = KvStorage::kF32) {
+  auto shard = KvShard::CreateFromCodes(p.d, 16, p.words, p.keys.data(), p.codes.data(),
+                                        p.values.data(), p.n, storage, KvIndex::kCodes);
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return *std::move(shard);
+}
+
+// Brute force in float64 over the float32 keys and values.
+PartialAttention BruteForce(const Problem& p, const float* q, const uint16_t* q_codes, float scale,
+                            double fraction) {
+  std::vector<int> dist(static_cast<size_t>(p.n));
+  for (int64_t i = 0; i < p.n; ++i) {
+    for (int w = 0; w < p.words; ++w) {
+      dist[static_cast<size_t>(i)] += std::popcount(
+          static_cast<unsigned>(p.codes[static_cast<size_t>(i * p.words + w)] ^ q_codes[w]));
+    }
+  }
+  std::vector<int64_t> order(static_cast<size_t>(p.n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return dist[static_cast<size_t>(a)] < dist[static_cast<size_t>(b)];
+  });
+  const int64_t m = std::clamp<int64_t>(
+      static_cast<int64_t>(std::ceil(fraction * static_cast<double>(p.n))), 1, p.n);
+  std::vector<double> logit(static_cast<size_t>(m));
+  double mx = -1e300;
+  for (int64_t j = 0; j < m; ++j) {
+    double s = 0;
+    for (int64_t t = 0; t < p.d; ++t)
+      s += double{q[t]} * p.keys[static_cast<size_t>(order[j] * p.d + t)];
+    logit[static_cast<size_t>(j)] = double{scale} * s;
+    mx = std::max(mx, logit[static_cast<size_t>(j)]);
+  }
+  std::vector<double> acc(static_cast<size_t>(p.d), 0.0);
+  double z = 0;
+  for (int64_t j = 0; j < m; ++j) {
+    const double w = std::exp(logit[static_cast<size_t>(j)] - mx);
+    z += w;
+    for (int64_t t = 0; t < p.d; ++t)
+      acc[static_cast<size_t>(t)] += w * p.values[static_cast<size_t>(order[j] * p.d + t)];
+  }
+  PartialAttention out;
+  out.o.resize(static_cast<size_t>(p.d));
+  for (int64_t t = 0; t < p.d; ++t)
+    out.o[static_cast<size_t>(t)] = static_cast<float>(acc[static_cast<size_t>(t)] / z);
+  out.lse = static_cast<float>(mx + std::log(z));
+  out.n_touched = m;
+  return out;
+}
+
+std::vector<float> Queries(int64_t count, int64_t d, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  std::vector<float> q(static_cast<size_t>(count * d));
+  for (float& x : q) x = nd(rng);
+  return q;
+}
+
+TEST(SpotlightRetrieved, ClampsAndRoundsUp) {
+  EXPECT_EQ(SpotlightRetrieved(0.02, 0), 0);
+  EXPECT_EQ(SpotlightRetrieved(0.02, 1), 1);
+  EXPECT_EQ(SpotlightRetrieved(0.02, 100), 2);
+  EXPECT_EQ(SpotlightRetrieved(0.02, 101), 3);
+  EXPECT_EQ(SpotlightRetrieved(1e-6, 1000), 1);
+  EXPECT_EQ(SpotlightRetrieved(1.0, 77), 77);
+}
+
+TEST(SpotlightEstimator, ReferenceMatchesBruteForce) {
+  for (int words : {2, 4, 8}) {
+    const Problem p = MakeProblem(500, 32, words, 7 + words);
+    const KvShard shard = CodesShard(p);
+    const std::vector<float> q = Queries(4, p.d, 3);
+    const std::vector<uint16_t> q_codes = {0x0F0F, 0x00FF, 0xFFFF, 0x0000,
+                                           0x1234, 0x0F0F, 0x00FF, 0xFFFF};
+    for (double fraction : {0.001, 0.03, 0.2, 1.0}) {
+      const SpotlightEstimator est(fraction);
+      EstimatorScratch scratch;
+      for (int h = 0; h < 4; ++h) {
+        auto got = est.Attend(shard, q.data() + h * p.d, q_codes.data() + (h % 2), 0.3f, &scratch);
+        ASSERT_TRUE(got.ok()) << got.status();
+        const PartialAttention want =
+            BruteForce(p, q.data() + h * p.d, q_codes.data() + (h % 2), 0.3f, fraction);
+        EXPECT_EQ(got->n_touched, want.n_touched);
+        EXPECT_NEAR(got->lse, want.lse, 1e-5 * (1 + std::abs(want.lse)));
+        for (int64_t t = 0; t < p.d; ++t) {
+          EXPECT_NEAR(got->o[static_cast<size_t>(t)], want.o[static_cast<size_t>(t)], 1e-5)
+              << "words " << words << " fraction " << fraction << " t " << t;
+        }
+      }
+    }
+  }
+}
+
+TEST(SpotlightEstimator, GroupPathMatchesReferenceAtEveryLevel) {
+  const int g = 5;
+  const Problem p = MakeProblem(3000, 64, 4, 11);
+  for (KvStorage storage : {KvStorage::kF32, KvStorage::kBf16}) {
+    const KvShard shard = CodesShard(p, storage);
+    const std::vector<float> q = Queries(g, p.d, 5);
+    std::vector<uint16_t> q_codes(static_cast<size_t>(g * p.words));
+    std::mt19937 rng(9);
+    for (uint16_t& c : q_codes) c = static_cast<uint16_t>(rng());
+    for (SimdLevel level : SupportedSimdLevels()) {
+      const SpotlightEstimator est(0.04, level);
+      EstimatorScratch scratch;
+      std::vector<PartialAttention> out(static_cast<size_t>(g));
+      ASSERT_TRUE(
+          est.AttendGroup(shard, q.data(), q_codes.data(), g, 0.125f, &scratch, out.data()).ok());
+      for (int h = 0; h < g; ++h) {
+        auto want =
+            est.Attend(shard, q.data() + h * p.d, q_codes.data() + h * p.words, 0.125f, &scratch);
+        ASSERT_TRUE(want.ok());
+        EXPECT_EQ(out[static_cast<size_t>(h)].n_touched, want->n_touched);
+        EXPECT_NEAR(out[static_cast<size_t>(h)].lse, want->lse, 1e-4 * (1 + std::abs(want->lse)));
+        for (int64_t t = 0; t < p.d; ++t) {
+          EXPECT_NEAR(out[static_cast<size_t>(h)].o[static_cast<size_t>(t)],
+                      want->o[static_cast<size_t>(t)], 1e-4)
+              << SimdLevelName(level) << " head " << h;
+        }
+      }
+    }
+  }
+}
+
+TEST(SpotlightEstimator, AppendedKeysAreRetrievedLikeBuiltOnes) {
+  const Problem p = MakeProblem(900, 32, 2, 21);
+  const KvShard whole = CodesShard(p);
+  auto part = KvShard::CreateFromCodes(p.d, 16, p.words, p.keys.data(), p.codes.data(),
+                                       p.values.data(), 400, KvStorage::kF32, KvIndex::kCodes);
+  ASSERT_TRUE(part.ok());
+  ASSERT_TRUE(part->AppendWithCodes(p.keys.data() + 400 * p.d, p.codes.data() + 400 * p.words,
+                                    p.values.data() + 400 * p.d, 500)
+                  .ok());
+  ASSERT_EQ(part->size(), 900);
+  ASSERT_TRUE(std::equal(p.codes.begin(), p.codes.end(), part->unindexed_codes()));
+  const std::vector<float> q = Queries(1, p.d, 8);
+  const uint16_t q_codes[2] = {0x00FF, 0x0F0F};
+  const SpotlightEstimator est(0.05);
+  EstimatorScratch scratch;
+  auto a = est.Attend(whole, q.data(), q_codes, 0.2f, &scratch);
+  auto b = est.Attend(*part, q.data(), q_codes, 0.2f, &scratch);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->o, b->o);
+  EXPECT_EQ(a->lse, b->lse);
+}
+
+TEST(SpotlightEstimator, RejectsWhatItCannotRead) {
+  const Problem p = MakeProblem(50, 16, 2, 4);
+  const std::vector<float> q = Queries(1, p.d, 1);
+  const SpotlightEstimator est(0.1);
+  EstimatorScratch scratch;
+  // A shard with LSH tables (built for MagicPIG) has no learned codes.
+  auto hash = SimHash::Create(p.d, 4, 3, 1);
+  ASSERT_TRUE(hash.ok());
+  auto lsh = KvShard::Create(*hash, p.keys.data(), nullptr, p.values.data(), p.n);
+  ASSERT_TRUE(lsh.ok());
+  const uint16_t codes[3] = {1, 2, 3};
+  EXPECT_EQ(est.Attend(*lsh, q.data(), codes, 1.0f, &scratch).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const KvShard shard = CodesShard(p);
+  EXPECT_EQ(est.Attend(shard, q.data(), nullptr, 1.0f, &scratch).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  PartialAttention out;
+  EXPECT_EQ(est.AttendGroup(shard, q.data(), nullptr, 1, 1.0f, &scratch, &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  // A codes-only shard has no tables to retrieve from.
+  std::vector<int32_t> got;
+  LshScratch lsh_scratch;
+  EXPECT_EQ(shard.Retrieve(codes, &lsh_scratch, &got).code(), absl::StatusCode::kInvalidArgument);
+  // Codes wider than K bits are rejected at creation and append, and an append changes nothing.
+  auto narrow = KvShard::CreateFromCodes(p.d, 8, p.words, p.keys.data(), p.codes.data(),
+                                         p.values.data(), p.n, KvStorage::kF32, KvIndex::kCodes);
+  EXPECT_EQ(narrow.status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<uint16_t> low(p.codes);
+  for (uint16_t& c : low) c &= 0xFF;
+  auto eight = KvShard::CreateFromCodes(p.d, 8, p.words, p.keys.data(), low.data(), p.values.data(),
+                                        p.n, KvStorage::kF32, KvIndex::kCodes);
+  ASSERT_TRUE(eight.ok()) << eight.status();
+  const uint16_t wide[2] = {0x0001, 0x0100};
+  EXPECT_EQ(eight->AppendWithCodes(p.keys.data(), wide, p.values.data(), 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(eight->size(), p.n);
+}
+
+}  // namespace
+}  // namespace magicpig::attention
