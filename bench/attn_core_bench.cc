@@ -27,6 +27,10 @@
 //                              kFullEvery-th iteration in the same loop: speedup = full / it,
 //                              keys_frac = keys touched per query head / n, GBps and of_probe from
 //                              the bytes it read (BM_VAttention).
+//   Spotlight/n/bits/fraction/threads
+//                              spotlight over the same keys in codes-only shards (random-hyperplane
+//                              codes of `bits`), `fraction` retrieved per head, `full` in the same
+//                              loop: speedup = full / it (BM_Spotlight).
 //   TableBuild/K/L/threads     LshTables::Build of 64K keys x 8 kv heads vs ten cold reads of the
 //                              same keys (bf16, read with the probe's sum on the shards' buffers),
 //                              after one untimed build (first_build_ms: the process's first large
@@ -96,6 +100,7 @@
 #include "common/attention/lsh_tables.h"
 #include "common/attention/partial_attention.h"
 #include "common/attention/simhash.h"
+#include "common/attention/spotlight_estimator.h"
 #include "common/attention/vattention.h"
 #include "common/cpu_features.h"
 #include "common/half.h"
@@ -108,6 +113,7 @@ using ::magicpig::attention::AttentionRunner;
 using ::magicpig::attention::Estimator;
 using ::magicpig::attention::FullEstimator;
 using ::magicpig::attention::GroupWork;
+using ::magicpig::attention::KvIndex;
 using ::magicpig::attention::KvShard;
 using ::magicpig::attention::KvStorage;
 using ::magicpig::attention::LshScratch;
@@ -116,6 +122,8 @@ using ::magicpig::attention::MagicPigEstimator;
 using ::magicpig::attention::OracleEstimator;
 using ::magicpig::attention::PartialAttention;
 using ::magicpig::attention::SimHash;
+using ::magicpig::attention::SpotlightEstimator;
+using ::magicpig::attention::SpotlightRetrieved;
 using ::magicpig::attention::TopKEstimator;
 using ::magicpig::attention::VAttentionEstimator;
 using ::magicpig::attention::VAttentionLshEstimator;
@@ -787,6 +795,92 @@ void BM_VAttention(benchmark::State& state, int64_t n, int k, int l, bool lsh, i
   state.counters["of_probe"] = bytes / lap.MeanWall() * 1e-9 / probe;
 }
 
+// spotlight over the 8 kv heads' keys of the (n, 10, 150) data set, held in codes-only shards with
+// `bits`-bit codes from random hyperplanes (SimHash with K = 16, L = bits / 16: the retrieval and
+// attention cost the same as with trained codes of that length; training changes which keys are
+// near, not how many), `fraction` of the keys retrieved per head; FullEstimator on the same
+// queries in the same loop: speedup = full / spotlight. GBps counts every key's code (bits / 8
+// bytes) plus the union of the group's retrieved rows (key and value).
+void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction, int threads) {
+  const DataSet* ds = GetDataSet(n, 10, 150);
+  if (ds == nullptr) {
+    state.SkipWithError("data set build failed");
+    return;
+  }
+  const int words = bits / 16;
+  absl::StatusOr<SimHash> hash = SimHash::Create(kDim, 16, words, kHashSeed + 1);
+  if (!hash.ok()) {
+    state.SkipWithError("hash failed");
+    return;
+  }
+  std::vector<KvShard> shards;
+  for (const KvShard& src : ds->shards) {
+    std::vector<float> keys(static_cast<size_t>(n * kDim)), values(keys.size());
+    for (int64_t i = 0; i < n; ++i) {
+      src.CopyKey(i, keys.data() + i * kDim);
+      src.CopyValue(i, values.data() + i * kDim);
+    }
+    std::vector<uint16_t> codes(static_cast<size_t>(n * words));
+    absl::StatusOr<KvShard> shard =
+        hash->Codes(keys.data(), n, kDim, codes.data()).ok()
+            ? KvShard::CreateFromCodes(kDim, 16, words, keys.data(), codes.data(), values.data(), n,
+                                       KvStorage::kBf16, KvIndex::kCodes)
+            : absl::InternalError("codes");
+    if (!shard.ok()) {
+      state.SkipWithError("shard build failed");
+      return;
+    }
+    shards.push_back(*std::move(shard));
+  }
+  std::vector<uint16_t> q_codes(static_cast<size_t>(kSteps * kQHeads * words));
+  if (!hash->Codes(ds->q.data(), kSteps * kQHeads, kDim, q_codes.data()).ok()) {
+    state.SkipWithError("query codes failed");
+    return;
+  }
+  AttentionRunner runner(threads);
+  const SpotlightEstimator est(fraction);
+  const FullEstimator full;
+  std::vector<PartialAttention> out(kQHeads), full_out(kQHeads);
+  int64_t iter = 0;
+  Lap lap, fl;
+  double union_rows = 0;
+  for (auto _ : state) {
+    const int s = static_cast<int>(iter % kSteps);
+    const float* q = ds->q.data() + s * kQHeads * kDim;
+    if (iter % kFullEvery == 0 &&
+        !TimeFullStep(state, runner, full, *ds, q, full_out.data(), &fl)) {
+      return;
+    }
+    std::vector<GroupWork> work(kKvHeads);
+    for (int g = 0; g < kKvHeads; ++g) {
+      work[g] = {&shards[g], q + g * kGroup * kDim,
+                 q_codes.data() + (s * kQHeads + g * kGroup) * words, kGroup,
+                 out.data() + g * kGroup};
+    }
+    FlushCaches();
+    const Stamp t0 = Now();
+    const absl::Status st = runner.Run(est, work, kScale);
+    state.SetIterationTime(lap.Add(t0, Now()));
+    if (!st.ok()) {
+      state.SkipWithError("spotlight step failed");
+      return;
+    }
+    ++iter;
+  }
+  if (iter == 0) return;
+  // At most the group's sets side by side; the row count is what the kernel reads at most.
+  union_rows = static_cast<double>(SpotlightRetrieved(fraction, n)) * kGroup;
+  const double bytes = (static_cast<double>(n) * bits / 8 +
+                        std::min<double>(union_rows, static_cast<double>(n)) * kDim * 2 * 2) *
+                       kKvHeads;
+  const double probe = ProbeGbps(threads);
+  state.counters["keys_frac"] = static_cast<double>(SpotlightRetrieved(fraction, n)) / n;
+  state.counters["full_ms"] = fl.MeanWall() * 1e3;
+  state.counters["speedup"] = fl.MeanWall() / lap.MeanWall();
+  state.counters["GBps_max"] = bytes / lap.MeanWall() * 1e-9;
+  state.counters["probe_GBps"] = probe;
+}
+
 // The baselines' former path, for a same-run comparison: every call goes to the wrapped
 // estimator's scalar float64 Attend, one head at a time (Estimator::AttendGroup's default).
 class PerHeadReference final : public Estimator {
@@ -1033,6 +1127,22 @@ void RegisterAll() {
                    kl + "/" + tag + "/threads:" + std::to_string(t))
                       .c_str(),
                   BM_VAttention, n, c.k, c.l, lsh, t, params)
+                  ->Unit(benchmark::kMicrosecond)
+                  ->UseManualTime();
+            }
+          }
+        }
+      }
+      if (n == kTableBuildN && c.k == kConfigs[0].k) {
+        for (int bits : {64, 128}) {
+          for (double fraction : {0.02, 0.035}) {
+            for (int t : {1, 2}) {
+              RegisterBenchmark(
+                  ("Spotlight/n:" + std::to_string(n) + "/bits:" + std::to_string(bits) +
+                   "/fraction:" + std::to_string(fraction).substr(0, 5) +
+                   "/threads:" + std::to_string(t))
+                      .c_str(),
+                  BM_Spotlight, n, bits, fraction, t)
                   ->Unit(benchmark::kMicrosecond)
                   ->UseManualTime();
             }

@@ -90,6 +90,9 @@ std::unique_ptr<flags::FlagTable> RulerFlagTable(RulerOptions* o) {
                 "parameters (budgets their own, reported as keys touched)",
                 true);
   engine::DeclareVAttentionFlags(*table, &o->va);
+  table->Text("spotlight-file", &o->spotlight_file, "FILE.spot",
+              "also run spotlight@(K,L) with these trained hashes (eval/spotlight/train.py), "
+              "retrieving the fraction of keys magicpig(K,L) touched on the same sample");
   table->Switch("no-early-stop", &o->early_stop,
                 "generate every answer token even when the score can no longer change", false);
   table->Number("lsh-seed", &o->lsh_seed, "SimHash projection seed", uint64_t{0},

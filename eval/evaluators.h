@@ -57,6 +57,9 @@ struct RulerOptions {
   // their own: the keys they touch are reported, not matched).
   bool vattention = false;
   attention::VAttentionParams va;
+  // Non-empty: also spotlight@(K,L) with these trained hashes, retrieving the fraction of keys
+  // that magicpig(K,L) touched on the same sample (equal touched keys).
+  std::string spotlight_file;
   bool early_stop = true;  // stop a generation once the score can no longer change
   uint64_t lsh_seed = 1234;
   bool quiet = false;         // no progress on stderr

@@ -29,7 +29,7 @@ using engine::SparseAttentionOptions;
 
 struct Method {
   std::string name;    // "full", "magicpig(10,150)", "topk@(10,150)", "oracle@(10,150)"
-  std::string family;  // full | magicpig | topk | oracle | vattention | vattention-lsh
+  std::string family;  // full | magicpig | topk | oracle | vattention | vattention-lsh | spotlight
   LshConfig config{0, 0};
 };
 
@@ -43,6 +43,7 @@ std::vector<Method> Methods(const RulerOptions& o) {
       m.push_back({absl::StrCat("oracle@", kl), "oracle", c});
     }
     if (o.vattention) m.push_back({absl::StrCat("vattention-lsh", kl), "vattention-lsh", c});
+    if (!o.spotlight_file.empty()) m.push_back({absl::StrCat("spotlight@", kl), "spotlight", c});
   }
   // vattention reads no tables; its config only names which tables the fork builds.
   if (o.vattention && !o.configs.empty()) m.push_back({"vattention", "vattention", o.configs[0]});
@@ -280,6 +281,7 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
   eo.model_path = o.model_path;
   eo.num_threads = o.threads;
   eo.attention.mode = attention::EstimatorKind::kFull;
+  eo.attention.spotlight_file = o.spotlight_file;
   MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, engine::Engine::Load(eo));
   const PromptRenderer renderer(engine.get());
   ForkDecoder decoder(engine.get(), o.threads);
@@ -347,13 +349,16 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
             MAGICPIG_ASSIGN_OR_RETURN(whole, decoder.Extend(context, tail, n));
             base = &whole;
           }
-          // Two rounds of branches decoded together: full and MagicPIG first, then top-k and
-          // oracle sampling, whose budgets are the keys MagicPIG touched on this sample.
+          // Two rounds of branches decoded together: full and MagicPIG first, then top-k,
+          // oracle sampling and spotlight, whose budgets are the keys MagicPIG touched on this
+          // sample (spotlight's as the fraction of the offloaded keys).
           std::map<LshConfig, int64_t> matched_budget;
+          std::map<LshConfig, double> matched_density;
           for (const bool baselines : {false, true}) {
             std::vector<const Method*> round;
             for (const Method& m : methods) {
-              const bool baseline = m.family == "topk" || m.family == "oracle";
+              const bool baseline =
+                  m.family == "topk" || m.family == "oracle" || m.family == "spotlight";
               if (baseline != baselines || Skip(o, setup, m)) continue;
               // A baseline whose row exists needs no rerun; MagicPIG always runs (its budget).
               if (baseline && done.count(RowKey(task, length, s.index, setup, m.name))) continue;
@@ -373,6 +378,10 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
                 a.lsh_l = m->config.second;
                 if (attention::SpecOf(a.mode).default_budget != nullptr) {
                   a.budget = matched_budget[m->config];
+                }
+                if (a.mode == attention::EstimatorKind::kSpotlight) {
+                  a.spotlight_fraction =
+                      std::clamp(matched_density[m->config], attention::kSpotFraction.min, 1.0);
                 }
               }
               MAGICPIG_ASSIGN_OR_RETURN(
@@ -402,6 +411,7 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
               if (m.family == "magicpig") {
                 matched_budget[m.config] = std::max<int64_t>(
                     1, std::llround(density * static_cast<double>(b->offloaded_at_fork())));
+                matched_density[m.config] = density;
               }
               const double score = ScoreSample(s, g.text);
               if (done.count(RowKey(task, length, s.index, setup, m.name))) continue;

@@ -125,7 +125,9 @@ absl::Status Invalid(std::string_view field, std::string_view what) {
 int64_t ElementBytes(KvStorage storage) { return storage == KvStorage::kF32 ? 4 : 2; }
 
 // Bytes of one table index: 16-bit while a shard holds at most LshTables::kMaxNarrowKeys keys.
+// A learned-codes shard (KvIndex::kCodes) keeps each key's L 16-bit code words instead.
 int64_t IndexBytes(const SequenceSpec& s) {
+  if (attention::SpecOf(s.estimator).index == attention::KvIndex::kCodes) return 2;
   return s.max_tokens <= LshTables::kMaxNarrowKeys ? 2 : 4;
 }
 
@@ -136,6 +138,10 @@ int64_t BytesPerKey(const SequenceSpec& s) {
 }
 
 int64_t FixedBytesPerShard(const SequenceSpec& s) {
+  // A learned-codes shard has no bucket offsets (only a two-table placeholder of 3 offsets each).
+  if (attention::SpecOf(s.estimator).index == attention::KvIndex::kCodes) {
+    return 2 * 3 * 4 + int64_t{s.head_dim} * 4;
+  }
   return int64_t{s.lsh_l} * ((int64_t{1} << s.lsh_k) + 1) * 4 + int64_t{s.head_dim} * 4;
 }
 
@@ -284,6 +290,11 @@ absl::Status ValidateSequenceSpec(const SequenceSpec& s) {
       !(st = attention::ValidateVAttentionParams(s.vattention, "shape.")).ok()) {
     return st;
   }
+  if (s.estimator == attention::EstimatorKind::kSpotlight &&
+      !(st = attention::kSpotFraction.Check(s.spotlight_fraction, "shape.spotlight_fraction"))
+           .ok()) {
+    return st;
+  }
   if (!(st = range("token_begin", s.token_begin, 0, std::numeric_limits<int64_t>::max() / 2))
            .ok()) {
     return st;
@@ -334,15 +345,18 @@ absl::StatusOr<int64_t> ShardStore::CreateSequence(const SequenceSpec& spec) {
   // count is needed here.
   MAGICPIG_ASSIGN_OR_RETURN(
       seq->estimator,
-      attention::MakeEstimator(spec.estimator,
-                               {.lsh_k = spec.lsh_k,
-                                .lsh_l = spec.lsh_l,
-                                .lsh_seed = spec.seed,
-                                .budget = spec.budget,
-                                .vattention = attention::SpecOf(spec.estimator).verified
-                                                  ? spec.vattention
-                                                  : attention::VAttentionParams{}},
-                               /*offloaded_keys=*/0));
+      attention::MakeEstimator(
+          spec.estimator,
+          {.lsh_k = spec.lsh_k,
+           .lsh_l = spec.lsh_l,
+           .lsh_seed = spec.seed,
+           .budget = spec.budget,
+           .vattention = attention::SpecOf(spec.estimator).verified ? spec.vattention
+                                                                    : attention::VAttentionParams{},
+           .spotlight_fraction = spec.estimator == attention::EstimatorKind::kSpotlight
+                                     ? spec.spotlight_fraction
+                                     : attention::kSpotFraction.default_value},
+          /*offloaded_keys=*/0));
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     seq->layer_index.emplace(spec.layers[i], static_cast<int>(i));
   }
@@ -709,7 +723,8 @@ absl::StatusOr<AppendResult> ShardStore::Commit(AppendStaging* staging) {
         gather(g, h, &keys, &values, &codes);
         if (g.fresh) {
           auto shard = KvShard::CreateFromCodes(s.head_dim, s.lsh_k, s.lsh_l, keys.data(),
-                                                codes.data(), values.data(), g.tokens, s.storage);
+                                                codes.data(), values.data(), g.tokens, s.storage,
+                                                attention::SpecOf(s.estimator).index);
           if (shard.ok()) {
             // Room for every token the sequence may hold here, so later appends do not grow
             // (and transiently double) the row storage beyond the admitted reservation.

@@ -16,15 +16,16 @@ using ::magicpig::attention::MergePartials;
 using ::magicpig::attention::PartialAttention;
 
 LocalAttentionShards::LocalAttentionShards(int64_t n_layer, int64_t n_kv, int group,
-                                           int64_t head_dim, int k, int l, KvStorage storage,
-                                           int64_t block, const Estimator* estimator,
-                                           AttentionRunner* runner)
+                                           int64_t head_dim, int k, int l, KvIndex index,
+                                           KvStorage storage, int64_t block,
+                                           const Estimator* estimator, AttentionRunner* runner)
     : n_kv_(n_kv),
       head_dim_(head_dim),
       block_(block > 0 ? block : int64_t{1} << 40),
       group_(group),
       k_(k),
       l_(l),
+      index_(index),
       storage_(storage),
       estimator_(estimator),
       runner_(runner),
@@ -46,7 +47,7 @@ absl::Status LocalAttentionShards::Append(int64_t layer, int64_t /*first_pos*/, 
         const int64_t row = g * n + b0;
         MAGICPIG_ASSIGN_OR_RETURN(
             KvShard shard, KvShard::CreateFromCodes(d, k_, l_, keys + row * d, codes + row * l_,
-                                                    values + row * d, bn, storage_));
+                                                    values + row * d, bn, storage_, index_));
         heads.push_back(std::move(shard));
       }
       built.push_back(std::move(heads));

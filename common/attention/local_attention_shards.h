@@ -19,8 +19,9 @@ namespace magicpig::attention {
 
 class LocalAttentionShards final : public AttentionShards {
  public:
+  // (k, l, index): the codes' geometry and how the shards keep them (KvShard::CreateFromCodes).
   LocalAttentionShards(int64_t n_layer, int64_t n_kv, int group, int64_t head_dim, int k, int l,
-                       KvStorage storage, int64_t block, const Estimator* estimator,
+                       KvIndex index, KvStorage storage, int64_t block, const Estimator* estimator,
                        AttentionRunner* runner);
 
   absl::Status Append(int64_t layer, int64_t first_pos, int64_t n, const float* keys,
@@ -33,6 +34,7 @@ class LocalAttentionShards final : public AttentionShards {
  private:
   int64_t n_kv_, head_dim_, block_;
   int group_, k_, l_;
+  KvIndex index_;
   KvStorage storage_;
   const Estimator* estimator_;
   AttentionRunner* runner_;

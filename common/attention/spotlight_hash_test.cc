@@ -1,8 +1,8 @@
 // Tests for SpotlightHashes: the .spot loader against malformed files (every truncation, every
 // flipped byte, bad magic and version, out-of-range fields, non-finite weights, model mismatches,
 // a missing file, trailing bytes, hostile sizes), the bit packing, and the forward at every SIMD
-// level against a float64 reference computed here. Test files are written by a small writer that
-// mirrors eval/spotlight/spotfile.py's layout.
+// level against a float64 reference computed here. Test files are written by
+// tests/testing/spot_writer.h, which mirrors eval/spotlight/spotfile.py's layout.
 #include "common/attention/spotlight_hash.h"
 
 #include <zlib.h>
@@ -19,105 +19,18 @@
 
 #include "common/cpu_features.h"
 #include "gtest/gtest.h"
+#include "tests/testing/spot_writer.h"
 
 namespace magicpig::attention {
 namespace {
 
-struct TestMlp {
-  float in_scale = 1.0f;
-  std::vector<float> w1, b1, w2, b2;  // [d][d], [d], [bits][d], [bits]
-};
-
-// A .spot file's fields, written verbatim (so tests can make them invalid).
-struct TestFile {
-  uint32_t version = 1;
-  uint32_t head_dim = 0;
-  uint32_t bits = 0;
-  uint32_t n_layer_model = 0;
-  uint32_t n_head = 0;
-  uint32_t n_head_kv = 0;
-  std::string model_name;
-  std::vector<uint32_t> layers;
-  std::vector<TestMlp> mlps;  // [slot][n_head_kv key MLPs, then n_head query MLPs]
-
-  const TestMlp& Key(size_t slot, size_t kv_head) const {
-    return mlps[slot * (n_head_kv + n_head) + kv_head];
-  }
-  const TestMlp& Query(size_t slot, size_t head) const {
-    return mlps[slot * (n_head_kv + n_head) + n_head_kv + head];
-  }
-};
-
-void AppendU32(std::string* out, uint32_t v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-
-void AppendF32(std::string* out, const std::vector<float>& v) {
-  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-}
-
-uint32_t Crc(const std::string& bytes) {
-  return static_cast<uint32_t>(
-      crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
-}
-
-// Replaces the trailing checksum with the right one for the bytes before it.
-void FixCrc(std::string* bytes) {
-  bytes->resize(bytes->size() - 4);
-  AppendU32(bytes, Crc(*bytes));
-}
-
-std::string Serialize(const TestFile& f) {
-  std::string out = "MPSPOT01";
-  for (uint32_t v :
-       {f.version, f.head_dim, f.bits, f.n_layer_model, f.n_head, f.n_head_kv,
-        static_cast<uint32_t>(f.layers.size()), static_cast<uint32_t>(f.model_name.size())}) {
-    AppendU32(&out, v);
-  }
-  out += f.model_name;
-  for (uint32_t l : f.layers) AppendU32(&out, l);
-  for (const TestMlp& m : f.mlps) {
-    AppendF32(&out, {m.in_scale});
-    AppendF32(&out, m.w1);
-    AppendF32(&out, m.b1);
-    AppendF32(&out, m.w2);
-    AppendF32(&out, m.b2);
-  }
-  AppendU32(&out, Crc(out));
-  return out;
-}
-
-// Random weights at scales that give outputs of order 1 and a non-trivial residual layer.
-TestFile RandomFile(uint32_t d, uint32_t bits, uint32_t n_layer_model, uint32_t n_head,
-                    uint32_t n_head_kv, std::vector<uint32_t> layers, uint64_t seed,
-                    std::string name = "Test Model") {
-  TestFile f;
-  f.head_dim = d;
-  f.bits = bits;
-  f.n_layer_model = n_layer_model;
-  f.n_head = n_head;
-  f.n_head_kv = n_head_kv;
-  f.model_name = std::move(name);
-  f.layers = std::move(layers);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  const float s = 1.0f / std::sqrt(static_cast<float>(d));
-  auto fill = [&](size_t count, float scale) {
-    std::vector<float> v(count);
-    for (float& x : v) x = scale * normal(rng);
-    return v;
-  };
-  for (size_t m = 0; m < f.layers.size() * (n_head + n_head_kv); ++m) {
-    TestMlp mlp;
-    mlp.in_scale = 0.5f + 0.1f * static_cast<float>(m % 7);
-    mlp.w1 = fill(size_t{d} * d, 2.0f * s);
-    mlp.b1 = fill(d, 0.5f);
-    mlp.w2 = fill(size_t{bits} * d, s);
-    mlp.b2 = fill(bits, 0.1f);
-    f.mlps.push_back(std::move(mlp));
-  }
-  return f;
-}
+using ::magicpig::testing::AppendU32;
+using ::magicpig::testing::Crc;
+using ::magicpig::testing::FixCrc;
+using ::magicpig::testing::RandomFile;
+using ::magicpig::testing::Serialize;
+using ::magicpig::testing::TestFile;
+using ::magicpig::testing::TestMlp;
 
 TestFile TinyFile() { return RandomFile(4, 16, 4, 2, 1, {1, 3}, 7, "tiny"); }
 
@@ -410,7 +323,7 @@ TEST(SpotlightHashesTest, ForwardMatchesFloat64AtEveryLevel) {
     uint32_t d, bits;
   };
   for (const Shape shape : {Shape{64, 64}, Shape{24, 48}, Shape{5, 16}, Shape{40, 256}}) {
-    SCOPED_TRACE(testing::Message() << "d=" << shape.d << " bits=" << shape.bits);
+    SCOPED_TRACE(::testing::Message() << "d=" << shape.d << " bits=" << shape.bits);
     const TestFile f =
         RandomFile(shape.d, shape.bits, 5, 4, 2, {1, 4}, shape.d * 1000 + shape.bits);
     auto h = SpotlightHashes::Parse(Serialize(f), nullptr);
@@ -431,7 +344,7 @@ TEST(SpotlightHashesTest, ForwardMatchesFloat64AtEveryLevel) {
           double scale = 0.0;
           for (double v : ref) scale = std::max(scale, std::fabs(v));
           for (SimdLevel level : SupportedSimdLevels()) {
-            SCOPED_TRACE(testing::Message()
+            SCOPED_TRACE(::testing::Message()
                          << SimdLevelName(level) << " n=" << n << " layer " << f.layers[slot]
                          << (is_query ? " query " : " key ") << head);
             std::vector<float> z(static_cast<size_t>(n * bits), -7.0f);

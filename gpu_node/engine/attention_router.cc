@@ -54,14 +54,29 @@ std::vector<bool> DenseLayers(int64_t n_layer, const SparseAttentionOptions& opt
   return dense;
 }
 
+absl::StatusOr<ShardCodes> ShardCodesFor(const SparseAttentionOptions& options,
+                                         const attention::SpotlightHashes* spot) {
+  if (attention::SpecOf(options.mode).index == attention::KvIndex::kLshTables) {
+    return ShardCodes{options.lsh_k, options.lsh_l, attention::KvIndex::kLshTables};
+  }
+  if (spot == nullptr) {
+    return absl::FailedPreconditionError(
+        "attention mode spotlight needs trained hashes: start with --spotlight-file FILE "
+        "(eval/spotlight/train.py makes one; docs/spotlight.md)");
+  }
+  return ShardCodes{16, spot->words(), attention::KvIndex::kCodes};
+}
+
 SparseAttentionRouter::SparseAttentionRouter(const model::ModelConfig& config,
                                              const SparseAttentionOptions& options,
-                                             const SimHash* hash, AttentionShards* shards,
-                                             backend::Backend* backend, KvCache* kv,
-                                             bool release_offloaded)
+                                             const SimHash* hash,
+                                             const attention::SpotlightHashes* spot,
+                                             AttentionShards* shards, backend::Backend* backend,
+                                             KvCache* kv, bool release_offloaded)
     : config_(config),
       options_(options),
       hash_(hash),
+      spot_(spot),
       shards_(shards),
       backend_(backend),
       kv_(kv),
@@ -105,8 +120,18 @@ absl::Status SparseAttentionRouter::Offload(int64_t layer, const backend::KvLaye
       for (int64_t t = 0; t < hd; ++t)
         keys_[static_cast<size_t>((g * n + i) * hd + t)] -=
             st.center[static_cast<size_t>(g * hd + t)];
-  key_codes_.resize(static_cast<size_t>(n_kv * n * hash_->l()));
-  MAGICPIG_RETURN_IF_ERROR(hash_->Codes(keys_.data(), n_kv * n, hd, key_codes_.data()));
+  if (spot_ != nullptr) {
+    // Learned codes: each kv head's keys through its own MLP.
+    const int64_t words = spot_->words();
+    key_codes_.resize(static_cast<size_t>(n_kv * n * words));
+    for (int64_t g = 0; g < n_kv; ++g) {
+      MAGICPIG_RETURN_IF_ERROR(spot_->KeyCodes(layer, g, keys_.data() + g * n * hd, n,
+                                               key_codes_.data() + g * n * words));
+    }
+  } else {
+    key_codes_.resize(static_cast<size_t>(n_kv * n * hash_->l()));
+    MAGICPIG_RETURN_IF_ERROR(hash_->Codes(keys_.data(), n_kv * n, hd, key_codes_.data()));
+  }
   MAGICPIG_RETURN_IF_ERROR(
       shards_->Append(layer, begin, n, keys_.data(), values_.data(), key_codes_.data()));
   st.offloaded = true;
@@ -195,7 +220,8 @@ bool SparseAttentionRouter::PlanDeviceWork(int64_t layer, int64_t pos, DeviceWor
   if (IsDense(layer)) return false;
   const Layer& st = layers_[static_cast<size_t>(layer)];
   if (!st.offloaded) return false;
-  work->hash = hash_;
+  // The device computes SimHash codes; learned codes are computed here from the host query.
+  work->hash = spot_ != nullptr ? nullptr : hash_;
   work->window_ranges = WindowRanges(st, pos);
   return true;
 }
@@ -225,9 +251,16 @@ absl::StatusOr<bool> SparseAttentionRouter::Start(int64_t layer, const float* q,
   // FlushStarted (or FinishAttend), after the micro-batch's queries have been sent, so that the
   // nodes' round trip also overlaps that work.
   PhaseClock clock(options_.time_phases);
-  const size_t n_codes = static_cast<size_t>(n_head * hash_->l());
+  const int64_t code_l = spot_ != nullptr ? spot_->words() : hash_->l();
+  const size_t n_codes = static_cast<size_t>(n_head * code_l);
   if (results != nullptr && results->codes != nullptr) {
     codes_.assign(results->codes, results->codes + n_codes);
+  } else if (spot_ != nullptr) {
+    codes_.resize(n_codes);
+    for (int64_t h = 0; h < n_head; ++h) {
+      MAGICPIG_RETURN_IF_ERROR(
+          spot_->QueryCodes(layer, h, q + h * hd, 1, codes_.data() + h * code_l));
+    }
   } else {
     codes_.resize(n_codes);
     MAGICPIG_RETURN_IF_ERROR(hash_->Codes(q, n_head, hd, codes_.data()));

@@ -45,6 +45,7 @@
 #include "common/attention/kv_shard.h"
 #include "common/attention/partial_attention.h"
 #include "common/attention/simhash.h"
+#include "common/attention/spotlight_hash.h"
 #include "gpu_node/backend/backend.h"
 #include "gpu_node/engine/kv_cache.h"
 #include "gpu_node/engine/transformer.h"
@@ -61,6 +62,10 @@ struct SparseAttentionOptions {
   // Keys per head for budgeted estimators; 0: the estimator's budget rule.
   int64_t budget = attention::kBudget.default_value;
   attention::VAttentionParams vattention;
+  // spotlight: the fraction of keys retrieved, and the trained hashes the engine loads at start
+  // (the file is read once per engine; a request cannot name another).
+  double spotlight_fraction = attention::kSpotFraction.default_value;
+  std::string spotlight_file;
   int64_t n_sinks = 4;
   int64_t n_local = 64;
   int64_t window_budget = 64 + 256;
@@ -80,9 +85,21 @@ struct SparseAttentionOptions {
             .lsh_l = lsh_l,
             .lsh_seed = lsh_seed,
             .budget = budget,
-            .vattention = vattention};
+            .vattention = vattention,
+            .spotlight_fraction = spotlight_fraction};
   }
 };
+
+// How a sequence's shards hold the keys' codes: SimHash codes (K, L) of `options` in LSH tables, or
+// for spotlight the learned codes of `spot` (16-bit words, L = bits / 16) kept whole.
+struct ShardCodes {
+  int k = 0;
+  int l = 0;
+  attention::KvIndex index = attention::KvIndex::kLshTables;
+};
+// FAILED_PRECONDITION for spotlight without hashes (spot null: no --spotlight-file).
+absl::StatusOr<ShardCodes> ShardCodesFor(const SparseAttentionOptions& options,
+                                         const attention::SpotlightHashes* spot);
 
 // dense[l]: layer l keeps exact attention (options.dense_layers, default {0, n_layer / 2}).
 std::vector<bool> DenseLayers(int64_t n_layer, const SparseAttentionOptions& options);
@@ -119,14 +136,16 @@ struct SparseAttentionStats {
 class SparseAttentionRouter final : public LayerAttentionHook {
  public:
   // hash: d = head_dim, (K, L) of options; shards and backend outlive the router.
+  // spot: for spotlight, the trained hashes that code the keys and queries instead of hash
+  // (outlives the router); null otherwise.
   // kv: the sequence's cache (every layer), read again to re-offload after a shard failure; may be
   // null (then failures are returned as they are).
   // release_offloaded: give the offloaded rows' memory in kv back (see the file comment); kv must
   // be set, and recoverable failures are returned (needs_rebuild()) rather than repaired here.
   SparseAttentionRouter(const model::ModelConfig& config, const SparseAttentionOptions& options,
-                        const attention::SimHash* hash, attention::AttentionShards* shards,
-                        backend::Backend* backend, KvCache* kv = nullptr,
-                        bool release_offloaded = false);
+                        const attention::SimHash* hash, const attention::SpotlightHashes* spot,
+                        attention::AttentionShards* shards, backend::Backend* backend,
+                        KvCache* kv = nullptr, bool release_offloaded = false);
 
   absl::Status OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
                              int64_t n_tokens) override;
@@ -189,6 +208,7 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   model::ModelConfig config_;
   SparseAttentionOptions options_;
   const attention::SimHash* hash_;
+  const attention::SpotlightHashes* spot_;
   attention::AttentionShards* shards_;
   backend::Backend* backend_;
   KvCache* kv_;

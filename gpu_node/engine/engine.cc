@@ -63,6 +63,64 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
                 options);
 }
 
+namespace {
+
+// The shape of every shard of a sequence with these attention options.
+magicpig::v1::ShardShape ShardShapeOf(const model::ModelConfig& c,
+                                      const SparseAttentionOptions& attention, int64_t budget,
+                                      const ShardCodes& codes) {
+  magicpig::v1::ShardShape shape;
+  const std::vector<bool> dense = DenseLayers(c.n_layer, attention);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (!dense[static_cast<size_t>(l)]) shape.add_layers(static_cast<int32_t>(l));
+  }
+  shape.set_n_kv_heads(static_cast<int32_t>(c.n_head_kv));
+  shape.set_group(static_cast<int32_t>(c.n_head / c.n_head_kv));
+  shape.set_head_dim(static_cast<int32_t>(c.head_dim));
+  shape.set_lsh_k(codes.k);
+  shape.set_lsh_l(codes.l);
+  shape.set_dtype(attention.storage == KvStorage::kF32 ? magicpig::v1::KV_DTYPE_F32
+                                                       : magicpig::v1::KV_DTYPE_BF16);
+  shape.set_estimator(
+      static_cast<magicpig::v1::Estimator>(attention::SpecOf(attention.mode).proto_value));
+  shape.set_budget(budget);
+  shape.set_seed(attention.lsh_seed);
+  shape.set_va_epsilon(attention.vattention.epsilon);
+  shape.set_va_delta(attention.vattention.delta);
+  shape.set_va_heavy(attention.vattention.heavy);
+  shape.set_va_base_rate(attention.vattention.base_rate);
+  shape.set_spotlight_fraction(attention.spotlight_fraction);
+  return shape;
+}
+
+// The trained hashes of --spotlight-file, checked against the model: its shape and name, a code
+// of at least 32 bits (the shards' L >= 2), and a hash for every sparse layer.
+absl::StatusOr<std::unique_ptr<attention::SpotlightHashes>> LoadSpotlight(
+    const model::ModelConfig& c, const SparseAttentionOptions& attention) {
+  const attention::SpotlightShape shape{.n_layer_model = c.n_layer,
+                                        .n_head = c.n_head,
+                                        .n_head_kv = c.n_head_kv,
+                                        .head_dim = c.head_dim,
+                                        .model_name = c.name};
+  MAGICPIG_ASSIGN_OR_RETURN(attention::SpotlightHashes spot,
+                            attention::SpotlightHashes::Load(attention.spotlight_file, &shape));
+  if (spot.bits() < 32) {
+    return absl::InvalidArgumentError(absl::StrCat(attention.spotlight_file, ": codes of ",
+                                                   spot.bits(), " bits; serving needs >= 32"));
+  }
+  const std::vector<bool> dense = DenseLayers(c.n_layer, attention);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (!dense[static_cast<size_t>(l)] && !spot.HasLayer(l)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(attention.spotlight_file, ": no hash for sparse layer ", l,
+                       " (train every sparse layer, or keep it dense)"));
+    }
+  }
+  return std::make_unique<attention::SpotlightHashes>(std::move(spot));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const model::GgufFile> f,
                                                        std::unique_ptr<backend::Backend> backend,
                                                        const EngineOptions& options) {
@@ -115,6 +173,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   e->num_threads_ = options.num_threads;
   e->ping_pong_ = options.ping_pong;
   e->attention_ = options.attention;
+  if (!options.attention.spotlight_file.empty()) {
+    MAGICPIG_ASSIGN_OR_RETURN(e->spotlight_,
+                              LoadSpotlight(e->weights_->config(), options.attention));
+  }
+  if (e->attention_.mode == attention::EstimatorKind::kSpotlight && e->spotlight_ == nullptr) {
+    return ShardCodesFor(e->attention_, nullptr).status();
+  }
   if (attention::SpecOf(e->attention_.mode).sparse) {
     const model::ModelConfig& c = e->weights_->config();
     MAGICPIG_ASSIGN_OR_RETURN(
@@ -156,36 +221,6 @@ const std::vector<std::unique_ptr<remote::AttentionNodeClient>>& Engine::attenti
   static const std::vector<std::unique_ptr<remote::AttentionNodeClient>> kNone;
   return node_pool_ != nullptr ? node_pool_->nodes() : kNone;
 }
-
-namespace {
-
-// The shape of every shard of a sequence with these attention options.
-magicpig::v1::ShardShape ShardShapeOf(const model::ModelConfig& c,
-                                      const SparseAttentionOptions& attention, int64_t budget) {
-  magicpig::v1::ShardShape shape;
-  const std::vector<bool> dense = DenseLayers(c.n_layer, attention);
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    if (!dense[static_cast<size_t>(l)]) shape.add_layers(static_cast<int32_t>(l));
-  }
-  shape.set_n_kv_heads(static_cast<int32_t>(c.n_head_kv));
-  shape.set_group(static_cast<int32_t>(c.n_head / c.n_head_kv));
-  shape.set_head_dim(static_cast<int32_t>(c.head_dim));
-  shape.set_lsh_k(attention.lsh_k);
-  shape.set_lsh_l(attention.lsh_l);
-  shape.set_dtype(attention.storage == KvStorage::kF32 ? magicpig::v1::KV_DTYPE_F32
-                                                       : magicpig::v1::KV_DTYPE_BF16);
-  shape.set_estimator(
-      static_cast<magicpig::v1::Estimator>(attention::SpecOf(attention.mode).proto_value));
-  shape.set_budget(budget);
-  shape.set_seed(attention.lsh_seed);
-  shape.set_va_epsilon(attention.vattention.epsilon);
-  shape.set_va_delta(attention.vattention.delta);
-  shape.set_va_heavy(attention.vattention.heavy);
-  shape.set_va_base_rate(attention.vattention.base_rate);
-  return shape;
-}
-
-}  // namespace
 
 Sequence::~Sequence() = default;
 
@@ -250,21 +285,23 @@ absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attentio
   const int64_t budget = attention::EstimatorBudget(attention.mode, params, offloaded);
   MAGICPIG_ASSIGN_OR_RETURN(seq.estimator_,
                             attention::MakeEstimator(attention.mode, params, offloaded));
+  MAGICPIG_ASSIGN_OR_RETURN(const ShardCodes codes, ShardCodesFor(attention, spotlight_.get()));
   if (node_pool_ == nullptr) {
     seq.shards_ = std::make_unique<LocalAttentionShards>(
-        c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim,
-        attention.lsh_k, attention.lsh_l, attention.storage, attention.shard_block,
-        seq.estimator_.get(), attention_runner_.get());
+        c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim, codes.k,
+        codes.l, codes.index, attention.storage, attention.shard_block, seq.estimator_.get(),
+        attention_runner_.get());
   } else {
     // Tokens that may later leave the static window: everything generated.
-    seq.shards_ = node_pool_->MakeShards(ShardShapeOf(c, attention, budget),
+    seq.shards_ = node_pool_->MakeShards(ShardShapeOf(c, attention, budget, codes),
                                          seq.request_.max_tokens + attention.window_budget,
                                          attention.shard_block, avoid);
   }
   // With attention nodes the offloaded rows leave the compute node's cache (attention_router.h).
   seq.router_ = std::make_unique<SparseAttentionRouter>(
-      c, attention, hash, seq.shards_.get(),
-      window_backend_ != nullptr ? window_backend_.get() : backend_.get(), &seq.kv_->host(),
+      c, attention, hash, codes.index == attention::KvIndex::kCodes ? spotlight_.get() : nullptr,
+      seq.shards_.get(), window_backend_ != nullptr ? window_backend_.get() : backend_.get(),
+      &seq.kv_->host(),
       // On a device backend the host mirror also gives offloaded rows back when the shards are
       // in process: nothing there fails in a way that re-offloading from the mirror repairs.
       /*release_offloaded=*/node_pool_ != nullptr || !backend_->host_memory());

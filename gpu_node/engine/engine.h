@@ -232,6 +232,8 @@ class Engine {
   const model::ChatTemplate& chat_template() const { return *chat_template_; }
   const model::ModelWeights& weights() const { return *weights_; }
   backend::Backend& backend() { return *backend_; }
+  // The trained spotlight hashes (--spotlight-file), or null when none was given.
+  const attention::SpotlightHashes* spotlight() const { return spotlight_.get(); }
   // KV cache bytes of the live sequences by where they live (kv_cache.h).
   const KvAccounting& kv_accounting() const { return kv_accounting_; }
   // Sets the memory gauges (magicpig_gpu_memory_bytes, magicpig_kv_cache_bytes; docs/metrics.md)
@@ -307,7 +309,8 @@ class Engine {
   std::unique_ptr<model::ChatTemplate> chat_template_;
   std::unique_ptr<Transformer> transformer_;
   SparseAttentionOptions attention_;
-  std::unique_ptr<attention::SimHash> hash_;  // when attention_.mode != kFull
+  std::unique_ptr<attention::SimHash> hash_;               // when attention_.mode != kFull
+  std::unique_ptr<attention::SpotlightHashes> spotlight_;  // with --spotlight-file
   std::unique_ptr<attention::AttentionRunner> attention_runner_;
   // The attention nodes; null: attention in this process (embedded).
   std::unique_ptr<remote::AttentionNodePool> node_pool_;

@@ -67,6 +67,11 @@ void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* atte
   DeclareParam(table, attention::kLshSeed, &attention->lsh_seed);
   DeclareParam(table, attention::kBudget, &attention->budget);
   DeclareVAttentionFlags(table, &attention->vattention);
+  DeclareParam(table, attention::kSpotFraction, &attention->spotlight_fraction);
+  table.Text(
+      "spotlight-file", &attention->spotlight_file, "FILE.spot",
+      "trained spotlight hashes for this model (eval/spotlight/train.py; docs/spotlight.md), "
+      "read at start; needed by --attention spotlight and by requests that choose it");
   table.Number("shard-block", &attention->shard_block,
                "tokens per block of the offloaded prompt region; each block has its own KV shard "
                "and LSH tables, attended separately and merged in order (embedded and on attention "

@@ -268,7 +268,8 @@ bool AttentionOverride(const Value& v, const engine::SparseAttentionOptions& bas
   attention::VAttentionParams va = out->vattention;
   for (auto [spec, value] :
        {std::pair{&attention::kVaEpsilon, &va.epsilon}, std::pair{&attention::kVaDelta, &va.delta},
-        std::pair{&attention::kVaBaseRate, &va.base_rate}}) {
+        std::pair{&attention::kVaBaseRate, &va.base_rate},
+        std::pair{&attention::kSpotFraction, &out->spotlight_fraction}}) {
     f.Number(spec->name, spec->min, spec->max, value);
   }
   f.Int(attention::kVaHeavy.name, attention::kVaHeavy.min, attention::kVaHeavy.max, &va.heavy);

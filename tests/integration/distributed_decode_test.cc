@@ -27,6 +27,7 @@
 #include "prometheus/registry.h"
 #include "tests/testing/dev_pki.h"
 #include "tests/testing/fake_device_backend.h"
+#include "tests/testing/spot_writer.h"
 #include "tests/testing/subprocess.h"
 
 namespace magicpig {
@@ -63,6 +64,19 @@ double RpcErrors(prometheus::Registry& registry, const std::string& node, const 
   return total;
 }
 
+// Random (untrained) spotlight hashes of SmolLM2's shape, 64 bits, every layer: which keys are
+// near does not matter here, only that the codes travel and the nodes retrieve as embedded.
+const std::string& SpotFile() {
+  static const std::string path = [] {
+    std::vector<uint32_t> layers(30);
+    for (uint32_t l = 0; l < 30; ++l) layers[l] = l;
+    const std::string p = ::testing::TempDir() + "/smollm2-random.spot";
+    EXPECT_TRUE(testing::WriteSpotFile(testing::RandomFile(64, 64, 30, 9, 3, layers, 5, ""), p));
+    return p;
+  }();
+  return path;
+}
+
 std::unique_ptr<engine::Engine> LoadEngine(
     const std::vector<std::string>& nodes, bool exact_topk = false,
     std::chrono::milliseconds attend_timeout = std::chrono::milliseconds(10000),
@@ -72,6 +86,7 @@ std::unique_ptr<engine::Engine> LoadEngine(
   engine::EngineOptions options;
   options.attention.mode = mode;
   options.attention.vattention = {.epsilon = 0.1, .delta = 0.1, .heavy = 0, .base_rate = 0.02};
+  if (mode == attention::EstimatorKind::kSpotlight) options.attention.spotlight_file = SpotFile();
   options.node_security = security;
   options.metrics_registry = registry;
   options.attend_timeout = attend_timeout;
@@ -213,11 +228,13 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
     }
   }
 
-  // vAttention's estimators through 2 nodes: their parameters travel in ShardShape and the draws
-  // depend on the query and the block only, so the tokens and the keys touched are the embedded
-  // ones, and the sample leaves keys unread.
+  // vAttention's and spotlight's estimators through 2 nodes: their parameters travel in ShardShape
+  // and the draws depend on the query and the block only, so the tokens and the keys touched are
+  // the embedded ones, and the sample leaves keys unread. Spotlight's learned codes travel the same
+  // way (lsh_k = 16, lsh_l = words) into codes-only shards on the nodes.
   for (attention::EstimatorKind mode :
-       {attention::EstimatorKind::kVAttention, attention::EstimatorKind::kVAttentionLsh}) {
+       {attention::EstimatorKind::kVAttention, attention::EstimatorKind::kVAttentionLsh,
+        attention::EstimatorKind::kSpotlight}) {
     const char* name = attention::EstimatorName(mode).data();
     auto local = LoadEngine({}, false, std::chrono::milliseconds(10000), nullptr, false,
                             fabric::TransportSecurity::Plaintext(), mode);
@@ -232,6 +249,16 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
     EXPECT_EQ(a->stats.attention_keys_touched, b->stats.attention_keys_touched) << name;
     EXPECT_GT(a->stats.attention_keys_touched, 0) << name;
     EXPECT_LT(a->stats.attention_keys_touched, a->stats.attention_keys_offloaded) << name;
+    if (mode == attention::EstimatorKind::kSpotlight) {
+      // On a device backend the router codes the host copy of each query (the device computes
+      // SimHash codes only): the same tokens.
+      auto device = LoadEngine(First(2), false, std::chrono::milliseconds(10000), nullptr,
+                               /*fake_device=*/true, fabric::TransportSecurity::Plaintext(), mode);
+      ASSERT_NE(device, nullptr);
+      auto c = device->Generate(Request(ids[0], 12), {});
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ(a->tokens, c->tokens) << name << " on a device backend";
+    }
   }
 }
 

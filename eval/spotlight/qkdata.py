@@ -1,0 +1,84 @@
+"""Reads query/key dumps (magicpig_dump_qk, format in eval/qk_dump.h) for the spotlight tools.
+
+A document's keys are centred as the engine centres them (the mean key of the offloaded region, per
+kv head); every query of the document is scored against the same offloaded region: keys
+[SINKS, n_tokens - n_queries - LOCAL), the keys that a decode step at the first dumped query
+position would find on the attention shards (the engine keeps 4 sinks and 64 local tokens exact).
+"""
+
+import glob
+import os
+import struct
+
+import numpy as np
+
+MAGIC = b"MPQKDMP1"
+SINKS = 4
+LOCAL = 64
+
+
+class Dump:
+    """One dump file, memory-mapped; layer data are read on demand."""
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, "rb") as f:
+            head = f.read(8 + 8 * 8)
+            if len(head) < 72 or head[:8] != MAGIC:
+                raise ValueError(f"{path}: not a query/key dump")
+            (self.n_tokens, self.n_queries, self.n_head, self.n_head_kv, self.head_dim,
+             self.n_layer_model, n_layers, self.has_values) = struct.unpack_from("<8q", head, 8)
+            self.layers = list(struct.unpack("<%dq" % n_layers, f.read(8 * n_layers)))
+        off = 72 + 8 * n_layers + 4 * self.n_tokens
+        self.offsets = {}
+        kv = self.n_tokens * self.n_head_kv * self.head_dim * 4
+        qs = self.n_queries * self.n_head * self.head_dim * 4
+        for layer in self.layers:
+            k_off = off
+            off += kv * (2 if self.has_values else 1)
+            self.offsets[layer] = (k_off, off)
+            off += qs
+        if os.path.getsize(path) != off:
+            raise ValueError(f"{path}: size {os.path.getsize(path)}, header says {off}")
+        self.mm = np.memmap(path, dtype=np.uint8, mode="r")
+
+    def keys(self, layer):
+        """[n_tokens][n_head_kv][head_dim] float32."""
+        k_off, _ = self.offsets[layer]
+        n = self.n_tokens * self.n_head_kv * self.head_dim
+        return np.frombuffer(self.mm, dtype="<f4", count=n, offset=k_off).reshape(
+            self.n_tokens, self.n_head_kv, self.head_dim)
+
+    def queries(self, layer):
+        """[n_queries][n_head][head_dim] float32 (positions n_tokens - n_queries ...)."""
+        _, q_off = self.offsets[layer]
+        n = self.n_queries * self.n_head * self.head_dim
+        return np.frombuffer(self.mm, dtype="<f4", count=n, offset=q_off).reshape(
+            self.n_queries, self.n_head, self.head_dim)
+
+    def region(self):
+        return SINKS, self.n_tokens - self.n_queries - LOCAL
+
+    def centred_region_keys(self, layer):
+        """[n_head_kv][R][head_dim] float32: the offloaded region's keys minus their mean."""
+        lo, hi = self.region()
+        k = np.ascontiguousarray(self.keys(layer)[lo:hi].transpose(1, 0, 2), dtype=np.float32)
+        return k - k.mean(axis=1, keepdims=True)
+
+
+def open_docs(data_dir, spec):
+    """Dumps doc{i:04d}.qk for i in the range spec "a:b" (end exclusive)."""
+    a, b = (int(x) for x in spec.split(":"))
+    paths = [os.path.join(data_dir, f"doc{i:04d}.qk") for i in range(a, b)]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        have = len(glob.glob(os.path.join(data_dir, "doc*.qk")))
+        raise SystemExit(f"{missing[0]} missing ({have} dumps in {data_dir}; run collect.py)")
+    return [Dump(p) for p in paths]
+
+
+def true_top(q, k, frac):
+    """For queries q [H][Q][d] (heads of one kv head group laid out by the caller) and keys k
+    [H][R][d]: the scores [H][Q][R] and the number of top keys ceil(frac * R)."""
+    s = np.matmul(q, k.transpose(0, 2, 1))
+    return s, max(1, int(np.ceil(frac * k.shape[1])))
