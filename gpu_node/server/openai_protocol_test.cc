@@ -164,6 +164,18 @@ TEST_F(ProtocolTest, AttentionOverrideWhenAllowed) {
   ExpectError(Endpoint::kCompletions,
               R"({"prompt": "x", "attention": {"mode": "vattention", "va_epsilon": "small"}})", 400,
               "attention.va_epsilon");
+  // spotlight's fraction is read and bounded like the others; the mode itself needs trained
+  // hashes, which this engine was not given.
+  ExpectError(Endpoint::kCompletions,
+              R"({"prompt": "x", "attention": {"mode": "spotlight", "spotlight_fraction": 0.1}})",
+              400, "attention.mode");
+  ExpectError(Endpoint::kCompletions,
+              R"({"prompt": "x", "attention": {"mode": "magicpig", "spotlight_fraction": 2}})", 400,
+              "attention.spotlight_fraction");
+  r = Parse(Endpoint::kCompletions,
+            R"({"prompt": "x", "attention": {"mode": "magicpig", "spotlight_fraction": 0.25}})");
+  ASSERT_TRUE(r.has_value()) << error_.message;
+  EXPECT_EQ(r->prompts[0].attention->spotlight_fraction, 0.25);
 }
 
 TEST_F(ProtocolTest, ResponsesHaveTheOpenAIShapes) {

@@ -40,7 +40,7 @@ def session(pb, rng, estimator, owner, n_kv=1, group=2, d=16, k=3, l=4, n=24, co
     seq = f"s{estimator}"
     shape = pb.ShardShape(layers=[0], n_kv_heads=n_kv, group=group, head_dim=d, lsh_k=k, lsh_l=l,
                           dtype=pb.KV_DTYPE_F32, estimator=estimator, budget=4, va_epsilon=0.2,
-                          va_delta=0.1, va_base_rate=0.05)
+                          va_delta=0.1, va_base_rate=0.05, spotlight_fraction=0.2)
     out = op(0, owner, pb.CreateSequenceRequest(sequence_id=seq, shape=shape, max_tokens=64))
     keys = rng.standard_normal((n_kv, n, d)).astype(np.float32)
     values = rng.standard_normal((n_kv, n, d)).astype(np.float32)
@@ -86,6 +86,10 @@ def main():
                              op(6, 0, None))
         script, _ = session(pb, rng, pb.ESTIMATOR_MAGICPIG, owner=1, commit=False)
         seeds["staged-then-dropped"] = script + op(7, 1, None)
+        # Spotlight's learned codes: 16-bit words, 4 per key (64 bits), codes-only shards. Its
+        # own generator, so the seeds above stay as they were.
+        script, seq = session(pb, np.random.default_rng(2), pb.ESTIMATOR_SPOTLIGHT, owner=1, k=16)
+        seeds["session-spotlight"] = script + op(4, 1, pb.ReleaseSequenceRequest(sequence_id=seq))
         for name, data in seeds.items():
             with open(os.path.join(dest, name), "wb") as f:
                 f.write(data)
