@@ -290,7 +290,7 @@ absl::Status ValidateSequenceSpec(const SequenceSpec& s) {
       !(st = attention::ValidateVAttentionParams(s.vattention, "shape.")).ok()) {
     return st;
   }
-  if (s.estimator == attention::EstimatorKind::kSpotlight &&
+  if (attention::SpecOf(s.estimator).index == attention::KvIndex::kCodes &&
       !(st = attention::kSpotFraction.Check(s.spotlight_fraction, "shape.spotlight_fraction"))
            .ok()) {
     return st;
@@ -353,9 +353,10 @@ absl::StatusOr<int64_t> ShardStore::CreateSequence(const SequenceSpec& spec) {
            .budget = spec.budget,
            .vattention = attention::SpecOf(spec.estimator).verified ? spec.vattention
                                                                     : attention::VAttentionParams{},
-           .spotlight_fraction = spec.estimator == attention::EstimatorKind::kSpotlight
-                                     ? spec.spotlight_fraction
-                                     : attention::kSpotFraction.default_value},
+           .spotlight_fraction =
+               attention::SpecOf(spec.estimator).index == attention::KvIndex::kCodes
+                   ? spec.spotlight_fraction
+                   : attention::kSpotFraction.default_value},
           /*offloaded_keys=*/0));
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     seq->layer_index.emplace(spec.layers[i], static_cast<int>(i));

@@ -97,7 +97,7 @@ struct SequenceSpec {
   uint64_t seed = 0;   // oracle sampling's and vAttention's draw seed
   // vattention, vattention-lsh: checked (ValidateVAttentionParams) only for those.
   attention::VAttentionParams vattention;
-  // spotlight: checked only for it.
+  // spotlight, vattention-spotlight (learned codes): checked only for them.
   double spotlight_fraction = attention::kSpotFraction.default_value;
   int64_t token_begin = 0;  // >= 0
   int64_t max_tokens = 0;   // 1 .. INT32_MAX, token_begin + max_tokens <= INT64_MAX / 2

@@ -18,7 +18,7 @@ int64_t TwoPercent(int64_t offloaded_keys) {
 }
 
 // The registry. proto_value must match proto/magicpig/v1/attention.proto's Estimator enum.
-const std::array<EstimatorSpec, 7> kEstimators = {{
+const std::array<EstimatorSpec, 8> kEstimators = {{
     {EstimatorKind::kMagicPig, "magicpig",
      "MagicPIG: keys colliding with the query in >= 2 of L SimHash tables, importance-weighted",
      /*proto_value=*/1, /*sparse=*/true, /*retrieves=*/true, /*verified=*/false,
@@ -67,6 +67,16 @@ const std::array<EstimatorSpec, 7> kEstimators = {{
      /*default_budget=*/nullptr,
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<SpotlightEstimator>(p.spotlight_fraction);
+     }},
+    {EstimatorKind::kVAttentionSpotlight, "vattention-spotlight",
+     "vAttention with its heavy hitters found by spotlight's learned codes (the "
+     "--spotlight-fraction nearest keys, exact) and the rest sampled for the (--va-epsilon, "
+     "--va-delta) bound",
+     /*proto_value=*/8, /*sparse=*/true, /*retrieves=*/false, /*verified=*/true, KvIndex::kCodes,
+     /*default_budget=*/nullptr,
+     [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
+       return std::make_unique<VAttentionLshEstimator>(VAttentionLshEstimator::WithLearnedCodes(
+           p.spotlight_fraction, p.vattention, p.lsh_seed));
      }},
 }};
 

@@ -30,6 +30,7 @@ enum class EstimatorKind {
   kVAttention,
   kVAttentionLsh,
   kSpotlight,
+  kVAttentionSpotlight,
 };
 
 struct EstimatorSpec {
@@ -60,7 +61,7 @@ struct EstimatorSpec {
 absl::Span<const EstimatorSpec> AllEstimators();
 const EstimatorSpec& SpecOf(EstimatorKind kind);
 std::string_view EstimatorName(EstimatorKind kind);
-// "magicpig, full, topk, oracle, vattention, vattention-lsh, spotlight".
+// "magicpig, full, topk, oracle, vattention, vattention-lsh, spotlight, vattention-spotlight".
 std::string EstimatorNames();
 // INVALID_ARGUMENT naming the choices for an unknown name.
 absl::StatusOr<EstimatorKind> ParseEstimator(std::string_view name);

@@ -27,9 +27,10 @@ TEST(EstimatorRegistryTest, OneEntryPerKindWithDistinctNamesAndWireValues) {
     EXPECT_FALSE(s.help.empty()) << s.name;
     EXPECT_EQ(&SpecOf(s.kind), &s);
   }
-  for (EstimatorKind k : {EstimatorKind::kFull, EstimatorKind::kMagicPig, EstimatorKind::kTopK,
-                          EstimatorKind::kOracle, EstimatorKind::kVAttention,
-                          EstimatorKind::kVAttentionLsh, EstimatorKind::kSpotlight}) {
+  for (EstimatorKind k :
+       {EstimatorKind::kFull, EstimatorKind::kMagicPig, EstimatorKind::kTopK,
+        EstimatorKind::kOracle, EstimatorKind::kVAttention, EstimatorKind::kVAttentionLsh,
+        EstimatorKind::kSpotlight, EstimatorKind::kVAttentionSpotlight}) {
     EXPECT_EQ(kinds.count(k), 1u) << static_cast<int>(k);
   }
 }
@@ -46,7 +47,8 @@ TEST(EstimatorRegistryTest, NamesAndWireValuesRoundTrip) {
   }
   EXPECT_EQ(*EstimatorFromProtoValue(0), EstimatorKind::kMagicPig);  // unspecified: the default
   EXPECT_EQ(EstimatorNames(),
-            "magicpig, full, topk, oracle, vattention, vattention-lsh, spotlight");
+            "magicpig, full, topk, oracle, vattention, vattention-lsh, spotlight, "
+            "vattention-spotlight");
   auto bad = ParseEstimator("psychic");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -125,8 +127,16 @@ TEST(EstimatorRegistryTest, FactoriesBuildTheDeclaredEstimator) {
   EXPECT_EQ(spe->fraction(), 0.07);
   // Learned codes live in codes-only shards; every other estimator's shards have tables.
   for (const EstimatorSpec& s : AllEstimators()) {
-    EXPECT_EQ(s.index == KvIndex::kCodes, s.kind == EstimatorKind::kSpotlight) << s.name;
+    EXPECT_EQ(s.index == KvIndex::kCodes,
+              s.kind == EstimatorKind::kSpotlight || s.kind == EstimatorKind::kVAttentionSpotlight)
+        << s.name;
   }
+  auto vs = MakeEstimator(EstimatorKind::kVAttentionSpotlight, p, 1000);
+  ASSERT_TRUE(vs.ok());
+  const auto* vse = dynamic_cast<const VAttentionLshEstimator*>(vs->get());
+  ASSERT_NE(vse, nullptr);
+  EXPECT_EQ(vse->spotlight_fraction(), 0.07);
+  EXPECT_EQ(vse->params().epsilon, 0.2);
 }
 
 TEST(EstimatorRegistryTest, ParametersAreCheckedAgainstTheirOneDeclaration) {

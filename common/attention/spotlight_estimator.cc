@@ -9,25 +9,32 @@
 #include "common/status_macros.h"
 
 namespace magicpig::attention {
-namespace {
+namespace {}  // namespace
 
-absl::Status CheckCodes(const KvShard& shard, const uint16_t* q_codes) {
+absl::Status CheckLearnedCodes(const KvShard& shard, const uint16_t* q_codes, const char* who) {
   if (shard.index() != KvIndex::kCodes) {
     return absl::InvalidArgumentError(
-        "SpotlightEstimator: the shard holds LSH tables, not learned codes (it was built for "
-        "another estimator)");
+        absl::StrCat(who,
+                     ": the shard holds LSH tables, not learned codes (it was built for "
+                     "another estimator)"));
   }
   if (shard.l() > kHammingMaxWords) {
-    return absl::InvalidArgumentError(absl::StrCat("SpotlightEstimator: codes of ", shard.l(),
-                                                   " words; at most ", kHammingMaxWords));
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": codes of ", shard.l(), " words; at most ", kHammingMaxWords));
   }
   if (shard.size() > 0 && q_codes == nullptr) {
-    return absl::InvalidArgumentError("SpotlightEstimator: q_codes is null");
+    return absl::InvalidArgumentError(absl::StrCat(who, ": q_codes is null"));
   }
   return absl::OkStatus();
 }
 
-}  // namespace
+void NearestByCode(const KvShard& shard, const uint16_t* q_code, double fraction, SimdLevel level,
+                   EstimatorScratch* scratch, std::vector<int32_t>* out) {
+  const int64_t n = shard.size();
+  scratch->distances.resize(static_cast<size_t>(n));
+  HammingDistances(level, q_code, shard.unindexed_codes(), n, shard.l(), scratch->distances.data());
+  SelectNearest(scratch->distances.data(), n, SpotlightRetrieved(fraction, n), 16 * shard.l(), out);
+}
 
 int64_t SpotlightRetrieved(double fraction, int64_t n) {
   if (n <= 0) return 0;
@@ -39,7 +46,7 @@ absl::StatusOr<PartialAttention> SpotlightEstimator::Attend(const KvShard& shard
                                                             const uint16_t* q_codes, float scale,
                                                             Scratch* scratch) const {
   MAGICPIG_RETURN_IF_ERROR(internal::CheckCommon(shard, q, scratch, "SpotlightEstimator"));
-  MAGICPIG_RETURN_IF_ERROR(CheckCodes(shard, q_codes));
+  MAGICPIG_RETURN_IF_ERROR(CheckLearnedCodes(shard, q_codes, "SpotlightEstimator"));
   const int64_t n = shard.size();
   const int l = shard.l();
   // Distances bit by bit: the reference does not share the kernels' popcount.
@@ -64,20 +71,18 @@ absl::Status SpotlightEstimator::AttendGroup(const KvShard& shard, const float* 
                                              const uint16_t* q_codes, int g, float scale,
                                              Scratch* scratch, PartialAttention* out) const {
   MAGICPIG_RETURN_IF_ERROR(internal::CheckGroup(shard, q, g, scratch, out, "SpotlightEstimator"));
-  MAGICPIG_RETURN_IF_ERROR(CheckCodes(shard, q_codes));
+  MAGICPIG_RETURN_IF_ERROR(CheckLearnedCodes(shard, q_codes, "SpotlightEstimator"));
   const int64_t n = shard.size();
   const int l = shard.l();
   const int64_t m = SpotlightRetrieved(fraction_, n);
   const internal::GroupKernel kernel = internal::SelectGroupKernel(simd_level());
-  scratch->distances.resize(static_cast<size_t>(n));
   for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
     const int gc = std::min(g - h0, internal::kMaxGroup);
     // A bit per head on every chosen key, then the chosen keys in index order.
     scratch->key_masks.assign(static_cast<size_t>(n), 0);
     for (int h = 0; h < gc; ++h) {
-      HammingDistances(simd_level(), q_codes + static_cast<int64_t>(h0 + h) * l,
-                       shard.unindexed_codes(), n, l, scratch->distances.data());
-      SelectNearest(scratch->distances.data(), n, m, 16 * l, &scratch->sample);
+      NearestByCode(shard, q_codes + static_cast<int64_t>(h0 + h) * l, fraction_, simd_level(),
+                    scratch, &scratch->sample);
       for (int32_t i : scratch->sample) scratch->key_masks[static_cast<size_t>(i)] |= 1u << h;
       out[h0 + h].n_touched = m;
     }

@@ -27,6 +27,16 @@ namespace magicpig::attention {
 // Keys retrieved from a shard of n keys: ceil(fraction * n) clamped to [1, n] (0 when n = 0).
 int64_t SpotlightRetrieved(double fraction, int64_t n);
 
+// OK when the shard holds learned codes (KvIndex::kCodes, at most kHammingMaxWords words) and
+// q_codes is non-null for a non-empty shard; INVALID_ARGUMENT prefixed with `who` otherwise.
+absl::Status CheckLearnedCodes(const KvShard& shard, const uint16_t* q_codes, const char* who);
+
+// *out = the SpotlightRetrieved(fraction, n) keys nearest q_code ([shard.l()] words) in Hamming
+// distance, ties to the lower index, in increasing index order; distances from the SIMD kernel at
+// `level` (integer arithmetic: every level gives the same set). scratch->distances is used.
+void NearestByCode(const KvShard& shard, const uint16_t* q_code, double fraction, SimdLevel level,
+                   EstimatorScratch* scratch, std::vector<int32_t>* out);
+
 class SpotlightEstimator final : public Estimator {
  public:
   // fraction in (0, 1].

@@ -1,7 +1,10 @@
-// The spotlight estimator and its codes-only shards against independent references: a float64
+// The spotlight estimator, vattention-spotlight (vAttention with spotlight's candidates) and
+// their codes-only shards against independent references: a float64
 // brute force (distances bit by bit, a stable sort by distance then index, softmax over the first
 // m), the SIMD group path against the float64 path at every SIMD level, appends that keep codes in
-// key order, and the validation errors.
+// key order, the validation errors; for vattention-spotlight: every key a candidate is exact
+// attention, Monte Carlo means of its numerator and denominator over draw seeds equal the exact
+// sums, and its group path matches its reference.
 #include "common/attention/spotlight_estimator.h"
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 
 #include "common/attention/kv_shard.h"
 #include "common/attention/simhash.h"
+#include "common/attention/vattention.h"
 #include "gtest/gtest.h"
 
 namespace magicpig::attention {
@@ -224,6 +228,100 @@ TEST(SpotlightEstimator, RejectsWhatItCannotRead) {
   EXPECT_EQ(eight->AppendWithCodes(p.keys.data(), wide, p.values.data(), 1).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(eight->size(), p.n);
+}
+
+TEST(VAttentionSpotlight, EveryKeyACandidateIsExactAttention) {
+  const Problem p = MakeProblem(400, 32, 4, 31);
+  const KvShard shard = CodesShard(p);
+  const std::vector<float> q = Queries(1, p.d, 2);
+  const uint16_t q_codes[4] = {1, 2, 3, 4};
+  const auto est = VAttentionLshEstimator::WithLearnedCodes(1.0, VAttentionParams{}, 7);
+  EstimatorScratch scratch;
+  auto got = est.Attend(shard, q.data(), q_codes, 0.4f, &scratch);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const PartialAttention want = BruteForce(p, q.data(), q_codes, 0.4f, 1.0);
+  EXPECT_EQ(got->n_touched, p.n);
+  EXPECT_NEAR(got->lse, want.lse, 1e-6 * (1 + std::abs(want.lse)));
+  for (int64_t t = 0; t < p.d; ++t) EXPECT_NEAR(got->o[t], want.o[t], 1e-6);
+}
+
+TEST(VAttentionSpotlight, NumeratorAndDenominatorAreUnbiased) {
+  const Problem p = MakeProblem(1500, 32, 4, 33);
+  const KvShard shard = CodesShard(p);
+  std::vector<float> q = Queries(1, p.d, 4);
+  for (float& x : q) x *= 0.3f;  // a flatter softmax: the residual matters
+  const uint16_t q_codes[4] = {0x0F0F, 0x00FF, 0xFFFF, 0x0000};
+  const PartialAttention exact = BruteForce(p, q.data(), q_codes, 1.0f, 1.0);
+  const VAttentionParams params{.epsilon = 0.3, .delta = 0.3, .heavy = 0, .base_rate = 0.01};
+  EstimatorScratch scratch;
+  const int runs = 1500;
+  std::vector<double> dens, nums(static_cast<size_t>(runs * p.d));
+  double touched = 0;
+  for (int r = 0; r < runs; ++r) {
+    const auto est = VAttentionLshEstimator::WithLearnedCodes(0.01, params, 1000 + r);
+    auto got = est.Attend(shard, q.data(), q_codes, 1.0f, &scratch);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const double ratio = std::exp(static_cast<double>(got->lse) - exact.lse);  // D̂ / D
+    dens.push_back(ratio);
+    for (int64_t t = 0; t < p.d; ++t) nums[r * p.d + t] = got->o[t] * ratio;  // N̂ / D
+    touched += static_cast<double>(got->n_touched);
+  }
+  EXPECT_LT(touched / runs, 0.8 * p.n) << "the bound should leave keys unread";
+  auto check = [&](const std::vector<double>& x, size_t stride, size_t offset, double want,
+                   const char* what) {
+    double s = 0, s2 = 0;
+    for (int r = 0; r < runs; ++r) {
+      s += x[r * stride + offset];
+      s2 += x[r * stride + offset] * x[r * stride + offset];
+    }
+    const double mean = s / runs;
+    const double se = std::sqrt(std::max(0.0, s2 / runs - mean * mean) / runs);
+    EXPECT_GT(se, 0.0) << what << ": the estimate never varied";
+    EXPECT_LE(std::fabs(mean - want), 4.5 * se + 1e-12)
+        << what << ": mean " << mean << " want " << want << " se " << se;
+  };
+  check(dens, 1, 0, 1.0, "D");
+  for (int64_t t = 0; t < p.d; t += 5) check(nums, p.d, t, exact.o[t], "N");
+}
+
+TEST(VAttentionSpotlight, GroupPathMatchesReferenceAndRejectsTables) {
+  const int g = 4;
+  const Problem p = MakeProblem(2000, 32, 4, 35);
+  const KvShard shard = CodesShard(p);
+  const std::vector<float> q = Queries(g, p.d, 6);
+  std::vector<uint16_t> q_codes(static_cast<size_t>(g * p.words));
+  std::mt19937 rng(3);
+  for (uint16_t& c : q_codes) c = static_cast<uint16_t>(rng());
+  const VAttentionParams params{.epsilon = 0.1, .delta = 0.1};
+  for (SimdLevel level : SupportedSimdLevels()) {
+    const auto est = VAttentionLshEstimator::WithLearnedCodes(0.02, params, 5, level);
+    EstimatorScratch scratch;
+    std::vector<PartialAttention> out(g);
+    ASSERT_TRUE(
+        est.AttendGroup(shard, q.data(), q_codes.data(), g, 0.5f, &scratch, out.data()).ok());
+    int differ = 0;
+    for (int h = 0; h < g; ++h) {
+      auto ref =
+          est.Attend(shard, q.data() + h * p.d, q_codes.data() + h * p.words, 0.5f, &scratch);
+      ASSERT_TRUE(ref.ok());
+      if (out[h].n_touched != ref->n_touched) {  // a sample size rounded the other way
+        ++differ;
+        continue;
+      }
+      for (int64_t t = 0; t < p.d; ++t) EXPECT_NEAR(out[h].o[t], ref->o[t], 1e-4) << h;
+      EXPECT_NEAR(out[h].lse, ref->lse, 1e-4) << "head " << h;
+    }
+    EXPECT_LE(differ, 1) << SimdLevelName(level);
+  }
+  // A shard with tables has no learned codes.
+  auto hash = SimHash::Create(p.d, 4, 3, 1);
+  ASSERT_TRUE(hash.ok());
+  auto lsh = KvShard::Create(*hash, p.keys.data(), nullptr, p.values.data(), p.n);
+  ASSERT_TRUE(lsh.ok());
+  const auto est = VAttentionLshEstimator::WithLearnedCodes(0.02, params, 5);
+  EstimatorScratch scratch;
+  EXPECT_EQ(est.Attend(*lsh, q.data(), q_codes.data(), 0.5f, &scratch).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/attention/group_kernel_runner.h"
 #include "common/attention/partial_attention.h"
+#include "common/attention/spotlight_estimator.h"
 #include "common/status_macros.h"
 
 namespace magicpig::attention {
@@ -380,21 +381,70 @@ VAttentionLshEstimator::VAttentionLshEstimator(int k, int l, const VAttentionPar
       seed_(seed),
       z_(NormalQuantile(1.0 - params.delta / 2)) {}
 
+VAttentionLshEstimator VAttentionLshEstimator::WithLearnedCodes(double spotlight_fraction,
+                                                                const VAttentionParams& params,
+                                                                uint64_t seed,
+                                                                SimdLevel simd_level) {
+  VAttentionLshEstimator e(/*k=*/16, /*l=*/2, params, seed, simd_level);
+  e.spotlight_fraction_ = spotlight_fraction;
+  return e;
+}
+
+absl::Status VAttentionLshEstimator::CheckSource(const KvShard& shard,
+                                                 const uint16_t* q_codes) const {
+  if (spotlight_fraction_ > 0) {
+    return CheckLearnedCodes(shard, q_codes, "VAttentionLshEstimator (learned codes)");
+  }
+  return internal::CheckTables(shard, k_, l_, q_codes, "VAttentionLshEstimator");
+}
+
+absl::Status VAttentionLshEstimator::Candidates(const KvShard& shard, const uint16_t* q_codes,
+                                                Scratch* scratch, std::vector<int32_t>* out) const {
+  if (spotlight_fraction_ > 0) {
+    NearestByCode(shard, q_codes, spotlight_fraction_, simd_level(), scratch, out);
+    return absl::OkStatus();
+  }
+  MAGICPIG_RETURN_IF_ERROR(shard.Retrieve(q_codes, &scratch->lsh, out));
+  std::sort(out->begin(), out->end());  // retrieval order is not index order
+  return absl::OkStatus();
+}
+
+absl::Status VAttentionLshEstimator::GroupCandidates(const KvShard& shard, const uint16_t* q_codes,
+                                                     int gc, Scratch* scratch,
+                                                     std::vector<std::vector<int32_t>>* out) const {
+  out->assign(static_cast<size_t>(gc), {});
+  if (spotlight_fraction_ > 0) {
+    for (int h = 0; h < gc; ++h) {
+      NearestByCode(shard, q_codes + static_cast<int64_t>(h) * shard.l(), spotlight_fraction_,
+                    simd_level(), scratch, &(*out)[static_cast<size_t>(h)]);
+    }
+    return absl::OkStatus();
+  }
+  // The group's candidates, retrieved together (a bit per head).
+  MAGICPIG_RETURN_IF_ERROR(
+      shard.RetrieveGroup(q_codes, gc, &scratch->lsh, &scratch->rows, &scratch->row_masks));
+  for (size_t j = 0; j < scratch->rows.size(); ++j) {
+    for (uint32_t m = scratch->row_masks[j]; m != 0; m &= m - 1) {
+      (*out)[static_cast<size_t>(__builtin_ctz(m))].push_back(scratch->rows[j]);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PartialAttention> VAttentionLshEstimator::Attend(const KvShard& shard,
                                                                 const float* q,
                                                                 const uint16_t* q_codes,
                                                                 float scale,
                                                                 Scratch* scratch) const {
   MAGICPIG_RETURN_IF_ERROR(internal::CheckCommon(shard, q, scratch, "VAttentionLshEstimator"));
-  MAGICPIG_RETURN_IF_ERROR(internal::CheckTables(shard, k_, l_, q_codes, "VAttentionLshEstimator"));
+  MAGICPIG_RETURN_IF_ERROR(CheckSource(shard, q_codes));
   const int64_t n = shard.size();
   if (n == 0) return EmptyPartial(shard.dim());
   // Every candidate is deterministic: its key is read to score it anyway, and one left to the
   // uniform sample would only add variance (and make the residual heavy-tailed, where a base
   // sample underestimates the spread: docs/vattention.md).
   std::vector<int32_t> heavy, base, sample;
-  MAGICPIG_RETURN_IF_ERROR(shard.Retrieve(q_codes, &scratch->lsh, &heavy));
-  std::sort(heavy.begin(), heavy.end());  // retrieval order is not index order
+  MAGICPIG_RETURN_IF_ERROR(Candidates(shard, q_codes, scratch, &heavy));
   auto logit = [&](int32_t i) { return static_cast<double>(scale) * shard.KeyDot(i, q); };
   PartialAttention part =
       ReferenceHybrid(shard, q, heavy, logit, params_, z_, seed_, scratch, &base, &sample);
@@ -410,22 +460,15 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
   }
   MAGICPIG_RETURN_IF_ERROR(
       internal::CheckGroup(shard, q, g, scratch, out, "VAttentionLshEstimator"));
-  MAGICPIG_RETURN_IF_ERROR(internal::CheckTables(shard, k_, l_, q_codes, "VAttentionLshEstimator"));
+  MAGICPIG_RETURN_IF_ERROR(CheckSource(shard, q_codes));
+  const int64_t code_l = shard.l();
   const internal::GroupKernel kernel = internal::SelectGroupKernel(simd_level());
   const int64_t n = shard.size(), d = shard.dim();
   for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
     const int gc = std::min(g - h0, internal::kMaxGroup);
     const float* qg = q + h0 * d;
-    // The group's candidates, retrieved together (a bit per head).
-    MAGICPIG_RETURN_IF_ERROR(shard.RetrieveGroup(q_codes + h0 * l_, gc, &scratch->lsh,
-                                                 &scratch->rows, &scratch->row_masks));
-    std::vector<std::vector<int32_t>> heavy(static_cast<size_t>(gc)), base(heavy.size()),
-        sample(heavy.size());
-    for (size_t j = 0; j < scratch->rows.size(); ++j) {
-      for (uint32_t m = scratch->row_masks[j]; m != 0; m &= m - 1) {
-        heavy[static_cast<size_t>(__builtin_ctz(m))].push_back(scratch->rows[j]);
-      }
-    }
+    std::vector<std::vector<int32_t>> heavy, base(static_cast<size_t>(gc)), sample(base.size());
+    MAGICPIG_RETURN_IF_ERROR(GroupCandidates(shard, q_codes + h0 * code_l, gc, scratch, &heavy));
     // Base samples, per head from the head's own seed (as Attend draws them); their sum and sum
     // of squares of exp(logit) from one keys-only kernel pass, the candidates' sum from their
     // exact part (which is also the result's deterministic half).

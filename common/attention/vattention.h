@@ -81,8 +81,15 @@ class VAttentionEstimator final : public Estimator {
 
 class VAttentionLshEstimator final : public Estimator {
  public:
+  // Candidates from the shard's (K, L) LSH tables (vattention-lsh).
   VAttentionLshEstimator(int k, int l, const VAttentionParams& params, uint64_t seed,
                          SimdLevel simd_level = ActiveSimdLevel());
+  // Candidates from learned codes (vattention-spotlight): the spotlight_fraction of the shard's
+  // keys nearest the query's code in Hamming distance (NearestByCode, spotlight_estimator.h), on a
+  // KvIndex::kCodes shard; the rest as above.
+  static VAttentionLshEstimator WithLearnedCodes(double spotlight_fraction,
+                                                 const VAttentionParams& params, uint64_t seed,
+                                                 SimdLevel simd_level = ActiveSimdLevel());
 
   // The SIMD path: the group's candidates retrieved together (KvShard::RetrieveGroup); each
   // head's candidates, base sample and sample attended by the group kernel in fp32 (the base
@@ -94,16 +101,28 @@ class VAttentionLshEstimator final : public Estimator {
   absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
                            float scale, Scratch* scratch, PartialAttention* out) const override;
 
-  // INVALID_ARGUMENT additionally if the shard's tables are not (K, L) or q_codes is null.
+  // INVALID_ARGUMENT additionally if the shard's tables are not (K, L) (learned codes: a shard
+  // without them) or q_codes is null.
   absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
                                           const uint16_t* q_codes, float scale,
                                           Scratch* scratch) const override;
 
   const VAttentionParams& params() const { return params_; }
+  // > 0 for candidates from learned codes (the fraction retrieved), 0 for the tables.
+  double spotlight_fraction() const { return spotlight_fraction_; }
 
  private:
+  // Head h's candidates (q_codes: its code), sorted by index.
+  absl::Status Candidates(const KvShard& shard, const uint16_t* q_codes, Scratch* scratch,
+                          std::vector<int32_t>* out) const;
+  // Every candidate set of the group's gc heads (q_codes [gc][L]).
+  absl::Status GroupCandidates(const KvShard& shard, const uint16_t* q_codes, int gc,
+                               Scratch* scratch, std::vector<std::vector<int32_t>>* out) const;
+  absl::Status CheckSource(const KvShard& shard, const uint16_t* q_codes) const;
+
   int k_;
   int l_;
+  double spotlight_fraction_ = 0;
   VAttentionParams params_;
   uint64_t seed_;
   double z_;

@@ -61,8 +61,9 @@ absl::StatusOr<ShardCodes> ShardCodesFor(const SparseAttentionOptions& options,
   }
   if (spot == nullptr) {
     return absl::FailedPreconditionError(
-        "attention mode spotlight needs trained hashes: start with --spotlight-file FILE "
-        "(eval/spotlight/train.py makes one; docs/spotlight.md)");
+        absl::StrCat("attention mode ", std::string(attention::EstimatorName(options.mode)),
+                     " needs trained hashes: start with --spotlight-file FILE "
+                     "(eval/spotlight/train.py makes one; docs/spotlight.md)"));
   }
   return ShardCodes{16, spot->words(), attention::KvIndex::kCodes};
 }

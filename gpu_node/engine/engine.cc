@@ -177,7 +177,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
     MAGICPIG_ASSIGN_OR_RETURN(e->spotlight_,
                               LoadSpotlight(e->weights_->config(), options.attention));
   }
-  if (e->attention_.mode == attention::EstimatorKind::kSpotlight && e->spotlight_ == nullptr) {
+  if (attention::SpecOf(e->attention_.mode).index == attention::KvIndex::kCodes &&
+      e->spotlight_ == nullptr) {
     return ShardCodesFor(e->attention_, nullptr).status();
   }
   if (attention::SpecOf(e->attention_.mode).sparse) {

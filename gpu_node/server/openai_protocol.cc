@@ -450,10 +450,12 @@ std::optional<ApiRequest> ParseRequest(Endpoint endpoint, std::string_view body,
     }
     engine::SparseAttentionOptions attention;
     if (!AttentionOverride(*a, engine.attention_options(), &attention, error)) return std::nullopt;
-    if (attention.mode == attention::EstimatorKind::kSpotlight && engine.spotlight() == nullptr) {
+    if (attention::SpecOf(attention.mode).index == attention::KvIndex::kCodes &&
+        engine.spotlight() == nullptr) {
       error->message =
-          "'attention.mode' spotlight needs trained hashes: this server was started without "
-          "--spotlight-file";
+          absl::StrCat("'attention.mode' ", std::string(attention::EstimatorName(attention.mode)),
+                       " needs trained hashes: this server was started without "
+                       "--spotlight-file");
       error->param = "attention.mode";
       return std::nullopt;
     }

@@ -86,7 +86,9 @@ std::unique_ptr<engine::Engine> LoadEngine(
   engine::EngineOptions options;
   options.attention.mode = mode;
   options.attention.vattention = {.epsilon = 0.1, .delta = 0.1, .heavy = 0, .base_rate = 0.02};
-  if (mode == attention::EstimatorKind::kSpotlight) options.attention.spotlight_file = SpotFile();
+  if (attention::SpecOf(mode).index == attention::KvIndex::kCodes) {
+    options.attention.spotlight_file = SpotFile();
+  }
   options.node_security = security;
   options.metrics_registry = registry;
   options.attend_timeout = attend_timeout;
@@ -234,7 +236,7 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
   // way (lsh_k = 16, lsh_l = words) into codes-only shards on the nodes.
   for (attention::EstimatorKind mode :
        {attention::EstimatorKind::kVAttention, attention::EstimatorKind::kVAttentionLsh,
-        attention::EstimatorKind::kSpotlight}) {
+        attention::EstimatorKind::kSpotlight, attention::EstimatorKind::kVAttentionSpotlight}) {
     const char* name = attention::EstimatorName(mode).data();
     auto local = LoadEngine({}, false, std::chrono::milliseconds(10000), nullptr, false,
                             fabric::TransportSecurity::Plaintext(), mode);
