@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/attention/estimator_params.h"
 #include "common/flags/flag_table.h"
 #include "eval/evaluators.h"
 #include "gpu_node/engine/engine_flags.h"
@@ -92,7 +93,11 @@ std::unique_ptr<flags::FlagTable> RulerFlagTable(RulerOptions* o) {
   engine::DeclareVAttentionFlags(*table, &o->va);
   table->Text("spotlight-file", &o->spotlight_file, "FILE.spot",
               "also run spotlight@(K,L) with these trained hashes (eval/spotlight/train.py), "
-              "retrieving the fraction of keys magicpig(K,L) touched on the same sample");
+              "retrieving the fraction of keys magicpig(K,L) touched on the same sample (and, with "
+              "--vattention, vattention-spotlight)");
+  table->Number("spotlight-candidates", &o->spotlight_candidates,
+                "vattention-spotlight: the fraction of keys nearest by learned code kept exact",
+                attention::kSpotFraction.min, attention::kSpotFraction.max);
   table->Switch("no-early-stop", &o->early_stop,
                 "generate every answer token even when the score can no longer change", false);
   table->Number("lsh-seed", &o->lsh_seed, "SimHash projection seed", uint64_t{0},

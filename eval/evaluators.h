@@ -60,6 +60,9 @@ struct RulerOptions {
   // Non-empty: also spotlight@(K,L) with these trained hashes, retrieving the fraction of keys
   // that magicpig(K,L) touched on the same sample (equal touched keys).
   std::string spotlight_file;
+  // With both vattention and spotlight_file: also vattention-spotlight, its candidates this
+  // fraction of the keys (as vattention's heavy hitters default to 1%).
+  double spotlight_candidates = 0.01;
   bool early_stop = true;  // stop a generation once the score can no longer change
   uint64_t lsh_seed = 1234;
   bool quiet = false;         // no progress on stderr

@@ -28,8 +28,10 @@ namespace {
 using engine::SparseAttentionOptions;
 
 struct Method {
-  std::string name;    // "full", "magicpig(10,150)", "topk@(10,150)", "oracle@(10,150)"
-  std::string family;  // full | magicpig | topk | oracle | vattention | vattention-lsh | spotlight
+  std::string name;  // "full", "magicpig(10,150)", "topk@(10,150)", "oracle@(10,150)"
+  // full | magicpig | topk | oracle | vattention | vattention-lsh | spotlight |
+  // vattention-spotlight
+  std::string family;
   LshConfig config{0, 0};
 };
 
@@ -47,6 +49,9 @@ std::vector<Method> Methods(const RulerOptions& o) {
   }
   // vattention reads no tables; its config only names which tables the fork builds.
   if (o.vattention && !o.configs.empty()) m.push_back({"vattention", "vattention", o.configs[0]});
+  if (o.vattention && !o.spotlight_file.empty() && !o.configs.empty()) {
+    m.push_back({"vattention-spotlight", "vattention-spotlight", o.configs[0]});
+  }
   return m;
 }
 
@@ -378,6 +383,9 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
                 a.lsh_l = m->config.second;
                 if (attention::SpecOf(a.mode).default_budget != nullptr) {
                   a.budget = matched_budget[m->config];
+                }
+                if (a.mode == attention::EstimatorKind::kVAttentionSpotlight) {
+                  a.spotlight_fraction = o.spotlight_candidates;
                 }
                 if (a.mode == attention::EstimatorKind::kSpotlight) {
                   a.spotlight_fraction =
