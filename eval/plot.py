@@ -27,9 +27,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"full": "black", "magicpig": "tab:red", "topk": "tab:blue", "oracle": "tab:green",
-          "vattention": "tab:purple", "vattention-lsh": "tab:orange"}
+          "vattention": "tab:purple", "vattention-lsh": "tab:orange", "spotlight": "tab:cyan",
+          "vattention-spotlight": "tab:brown"}
 MARKERS = {"full": "s", "magicpig": "o", "topk": "^", "oracle": "D", "vattention": "P",
-           "vattention-lsh": "X"}
+           "vattention-lsh": "X", "spotlight": "*", "vattention-spotlight": "v"}
 
 
 def mean_and_se(xs):
@@ -173,7 +174,7 @@ def tables(path):
         n_rows = collections.Counter(r["method"] for r in rs)
         methods, short_runs = split_complete(n_rows)
         fam_order = {"full": 0, "magicpig": 1, "topk": 2, "oracle": 3, "vattention": 4,
-                     "vattention-lsh": 5}
+                     "vattention-lsh": 5, "spotlight": 6, "vattention-spotlight": 7}
 
         def sort_key(m):
             k = int(m.split("(")[1].split(",")[0]) if "(" in m else 99
