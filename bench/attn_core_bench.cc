@@ -843,7 +843,6 @@ void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction,
   std::vector<PartialAttention> out(kQHeads), full_out(kQHeads);
   int64_t iter = 0;
   Lap lap, fl;
-  double union_rows = 0;
   for (auto _ : state) {
     const int s = static_cast<int>(iter % kSteps);
     const float* q = ds->q.data() + s * kQHeads * kDim;
@@ -869,7 +868,7 @@ void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction,
   }
   if (iter == 0) return;
   // At most the group's sets side by side; the row count is what the kernel reads at most.
-  union_rows = static_cast<double>(SpotlightRetrieved(fraction, n)) * kGroup;
+  const double union_rows = static_cast<double>(SpotlightRetrieved(fraction, n)) * kGroup;
   const double bytes = (static_cast<double>(n) * bits / 8 +
                         std::min<double>(union_rows, static_cast<double>(n)) * kDim * 2 * 2) *
                        kKvHeads;

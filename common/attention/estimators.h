@@ -86,7 +86,6 @@ struct EstimatorScratch {
   std::vector<float> scores;        // [g][n] logits (top-k, oracle, vattention)
   std::vector<uint64_t> bits;       // sampling bitmap (vattention), all zero between calls
   std::vector<uint16_t> distances;  // [n] Hamming distances (spotlight)
-  std::vector<uint32_t> key_masks;  // [n] heads that chose each key (spotlight)
   // Phase timing of MagicPIG's AttendGroup (only when time_phases is set): the LSH retrieval of the
   // group's sample union, and the kernel (gather of the sampled rows and their attention).
   bool time_phases = false;

@@ -168,4 +168,41 @@ PartialAttention SoftmaxOver(const KvShard& shard, Estimator::Scratch* scratch) 
   return out;
 }
 
+void UnionWithMasks(const std::vector<std::vector<int32_t>>& lists, std::vector<int32_t>* rows,
+                    std::vector<uint32_t>* masks) {
+  rows->clear();
+  masks->clear();
+  std::vector<size_t> at(lists.size(), 0);
+  while (true) {
+    int32_t next = std::numeric_limits<int32_t>::max();
+    bool any = false;
+    for (size_t h = 0; h < lists.size(); ++h) {
+      if (at[h] < lists[h].size()) {
+        next = std::min(next, lists[h][at[h]]);
+        any = true;
+      }
+    }
+    if (!any) return;
+    uint32_t mask = 0;
+    for (size_t h = 0; h < lists.size(); ++h) {
+      if (at[h] < lists[h].size() && lists[h][at[h]] == next) {
+        mask |= uint32_t{1} << h;
+        ++at[h];
+      }
+    }
+    rows->push_back(next);
+    masks->push_back(mask);
+  }
+}
+
+void RunOnLists(GroupKernel kernel, const KvShard& shard, const float* q, int g, float scale,
+                const std::vector<std::vector<int32_t>>& lists, Estimator::Scratch* scratch,
+                PartialAttention* out) {
+  std::vector<int32_t> rows;
+  std::vector<uint32_t> masks;
+  UnionWithMasks(lists, &rows, &masks);
+  RunGroupKernel(kernel, shard, q, g, scale, rows.data(), static_cast<int64_t>(rows.size()),
+                 masks.data(), nullptr, scratch, out);
+}
+
 }  // namespace magicpig::attention::internal

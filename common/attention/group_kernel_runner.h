@@ -7,6 +7,7 @@
 #define MAGICPIG_COMMON_ATTENTION_GROUP_KERNEL_RUNNER_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/attention/estimators.h"
@@ -48,6 +49,17 @@ void GroupExpSums(GroupKernel kernel, const KvShard& shard, const float* q, int 
 // the shard, on the SIMD kernel's score pass (fp32).
 void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, float scale,
                  Estimator::Scratch* scratch);
+
+// The sorted union of per-head sorted lists, with bit h of masks[j] set iff rows[j] is in
+// lists[h] (at most kMaxGroup lists): a merge of the lists.
+void UnionWithMasks(const std::vector<std::vector<int32_t>>& lists, std::vector<int32_t>* rows,
+                    std::vector<uint32_t>* masks);
+
+// RunGroupKernel over lists[h] (sorted) for heads [0, g): their union, each row attended by the
+// heads whose list holds it, exact logits; n_touched left to the caller.
+void RunOnLists(GroupKernel kernel, const KvShard& shard, const float* q, int g, float scale,
+                const std::vector<std::vector<int32_t>>& lists, Estimator::Scratch* scratch,
+                PartialAttention* out);
 
 // The float64 reference's softmax-weighted value sum over scratch->sample with logits
 // scratch->logits (same length); n_touched = the sample's size.

@@ -28,6 +28,18 @@ absl::Status CheckSizes(int64_t n, const float* keys, const float* values, KvSto
   return absl::OkStatus();
 }
 
+// INVALID_ARGUMENT (prefixed with `who`) unless each of the n x l codes is < 2^k.
+absl::Status CheckCodeRange(const uint16_t* codes, int64_t n, int k, int l, const char* who) {
+  const int64_t buckets = int64_t{1} << k;
+  for (int64_t i = 0; i < n * l; ++i) {
+    if (codes[i] >= buckets) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": codes[", i / l, "][", i % l, "] = ", codes[i], " is not < 2^K = ", buckets));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Norms of n rows of d floats, accumulated in float64.
 std::vector<float> RowNorms(const float* k, int64_t n, int64_t d) {
   std::vector<float> norms(static_cast<size_t>(n));
@@ -81,13 +93,7 @@ absl::StatusOr<KvShard> KvShard::FromCentred(int64_t d, int k_bits, int l, std::
                                                      " bits (need 1..16 bits, 1..", kSimHashMaxL,
                                                      " words)"));
     }
-    const int64_t limit = int64_t{1} << k_bits;
-    for (int64_t i = 0; i < n * l; ++i) {
-      if (codes[i] >= limit) {
-        return absl::InvalidArgumentError(absl::StrCat("KvShard: codes[", i / l, "][", i % l,
-                                                       "] = ", codes[i], " is not < 2^", k_bits));
-      }
-    }
+    MAGICPIG_RETURN_IF_ERROR(CheckCodeRange(codes, n, k_bits, l, "KvShard"));
     if (n > 0) kept.assign(codes, codes + n * l);
   } else if (index != KvIndex::kLshTables) {
     return absl::InvalidArgumentError("KvShard: unknown index");
@@ -213,14 +219,7 @@ absl::Status KvShard::AppendWithCodes(const float* centred_keys, const uint16_t*
   if (centred_keys == nullptr || values == nullptr || codes == nullptr) {
     return absl::InvalidArgumentError("KvShard::Append: keys, codes and values must be non-null");
   }
-  const int64_t buckets = int64_t{1} << k();
-  for (int64_t i = 0; i < m * l(); ++i) {
-    if (codes[i] >= buckets) {
-      return absl::InvalidArgumentError(absl::StrCat("KvShard::Append: codes[", i / l(), "][",
-                                                     i % l(), "] = ", codes[i],
-                                                     " is not < 2^K = ", buckets));
-    }
-  }
+  MAGICPIG_RETURN_IF_ERROR(CheckCodeRange(codes, m, k(), l(), "KvShard::Append"));
   // Nothing above changed the shard; from here on nothing can fail.
   const std::vector<float> norms = RowNorms(centred_keys, m, d_);
   norms_.insert(norms_.end(), norms.begin(), norms.end());

@@ -76,27 +76,16 @@ absl::Status SpotlightEstimator::AttendGroup(const KvShard& shard, const float* 
   const int l = shard.l();
   const int64_t m = SpotlightRetrieved(fraction_, n);
   const internal::GroupKernel kernel = internal::SelectGroupKernel(simd_level());
+  std::vector<std::vector<int32_t>> lists;
   for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
     const int gc = std::min(g - h0, internal::kMaxGroup);
-    // A bit per head on every chosen key, then the chosen keys in index order.
-    scratch->key_masks.assign(static_cast<size_t>(n), 0);
+    lists.resize(static_cast<size_t>(gc));
     for (int h = 0; h < gc; ++h) {
       NearestByCode(shard, q_codes + static_cast<int64_t>(h0 + h) * l, fraction_, simd_level(),
-                    scratch, &scratch->sample);
-      for (int32_t i : scratch->sample) scratch->key_masks[static_cast<size_t>(i)] |= 1u << h;
-      out[h0 + h].n_touched = m;
+                    scratch, &lists[static_cast<size_t>(h)]);
     }
-    scratch->rows.clear();
-    scratch->row_masks.clear();
-    for (int64_t i = 0; i < n; ++i) {
-      if (const uint32_t mask = scratch->key_masks[static_cast<size_t>(i)]; mask != 0) {
-        scratch->rows.push_back(static_cast<int32_t>(i));
-        scratch->row_masks.push_back(mask);
-      }
-    }
-    internal::RunGroupKernel(kernel, shard, q + static_cast<int64_t>(h0) * shard.dim(), gc, scale,
-                             scratch->rows.data(), static_cast<int64_t>(scratch->rows.size()),
-                             scratch->row_masks.data(), nullptr, scratch, out + h0);
+    internal::RunOnLists(kernel, shard, q + static_cast<int64_t>(h0) * shard.dim(), gc, scale,
+                         lists, scratch, out + h0);
     for (int h = 0; h < gc; ++h) out[h0 + h].n_touched = m;
   }
   return absl::OkStatus();

@@ -227,35 +227,6 @@ int64_t DistinctUnion(const std::vector<int32_t>& a, const std::vector<int32_t>&
   return std::unique(all.begin(), all.end()) - all.begin();
 }
 
-// The sorted union of per-head sorted lists, with bit h of masks[j] set iff rows[j] is in
-// lists[h] (at most 32 lists): a merge of the lists.
-void UnionWithMasks(const std::vector<std::vector<int32_t>>& lists, std::vector<int32_t>* rows,
-                    std::vector<uint32_t>* masks) {
-  rows->clear();
-  masks->clear();
-  std::vector<size_t> at(lists.size(), 0);
-  while (true) {
-    int32_t next = std::numeric_limits<int32_t>::max();
-    bool any = false;
-    for (size_t h = 0; h < lists.size(); ++h) {
-      if (at[h] < lists[h].size()) {
-        next = std::min(next, lists[h][at[h]]);
-        any = true;
-      }
-    }
-    if (!any) return;
-    uint32_t mask = 0;
-    for (size_t h = 0; h < lists.size(); ++h) {
-      if (at[h] < lists[h].size() && lists[h][at[h]] == next) {
-        mask |= uint32_t{1} << h;
-        ++at[h];
-      }
-    }
-    rows->push_back(next);
-    masks->push_back(mask);
-  }
-}
-
 // The exact part merged with the sampled part weighted by `weight` (its lse shifted by ln weight).
 PartialAttention MergeWeighted(PartialAttention exact, PartialAttention sampled, double weight) {
   if (weight > 0 && !sampled.empty()) {
@@ -263,18 +234,6 @@ PartialAttention MergeWeighted(PartialAttention exact, PartialAttention sampled,
   }
   PartialAttention parts[2] = {std::move(exact), std::move(sampled)};
   return MergePartials(parts);
-}
-
-// The group kernel over lists[h] for heads [0, g) (their union, a bit per head), exact logits;
-// n_touched left to the caller.
-void RunOnLists(internal::GroupKernel kernel, const KvShard& shard, const float* q, int g,
-                float scale, const std::vector<std::vector<int32_t>>& lists,
-                Estimator::Scratch* scratch, PartialAttention* out) {
-  std::vector<int32_t> rows;
-  std::vector<uint32_t> masks;
-  UnionWithMasks(lists, &rows, &masks);
-  internal::RunGroupKernel(kernel, shard, q, g, scale, rows.data(),
-                           static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch, out);
 }
 
 }  // namespace
@@ -361,8 +320,8 @@ absl::Status VAttentionEstimator::AttendGroup(const KvShard& shard, const float*
                                &scratch->bits, &base, &sample[hs]);
     }
     std::vector<PartialAttention> exact(heavy.size()), sampled(heavy.size());
-    RunOnLists(kernel, shard, qg, gc, scale, heavy, scratch, exact.data());
-    RunOnLists(kernel, shard, qg, gc, scale, sample, scratch, sampled.data());
+    internal::RunOnLists(kernel, shard, qg, gc, scale, heavy, scratch, exact.data());
+    internal::RunOnLists(kernel, shard, qg, gc, scale, sample, scratch, sampled.data());
     for (int h = 0; h < gc; ++h) {
       const size_t hs = static_cast<size_t>(h);
       out[h0 + h] = MergeWeighted(std::move(exact[hs]), std::move(sampled[hs]), weight[hs]);
@@ -481,10 +440,10 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
                               &scratch->bits, &base[static_cast<size_t>(h)]);
     }
     std::vector<PartialAttention> exact(heavy.size());
-    RunOnLists(kernel, shard, qg, gc, scale, heavy, scratch, exact.data());
+    internal::RunOnLists(kernel, shard, qg, gc, scale, heavy, scratch, exact.data());
     std::vector<int32_t> rows;
     std::vector<uint32_t> masks;
-    UnionWithMasks(base, &rows, &masks);
+    internal::UnionWithMasks(base, &rows, &masks);
     float lse1[internal::kMaxGroup], lse2[internal::kMaxGroup];
     internal::GroupExpSums(kernel, shard, qg, gc, scale, rows.data(),
                            static_cast<int64_t>(rows.size()), masks.data(), scratch, lse1, lse2);
@@ -502,7 +461,7 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
       weight[hs] = static_cast<double>(n_s) / static_cast<double>(b);
     }
     std::vector<PartialAttention> sampled(heavy.size());
-    RunOnLists(kernel, shard, qg, gc, scale, sample, scratch, sampled.data());
+    internal::RunOnLists(kernel, shard, qg, gc, scale, sample, scratch, sampled.data());
     for (int h = 0; h < gc; ++h) {
       const size_t hs = static_cast<size_t>(h);
       out[h0 + h] = MergeWeighted(std::move(exact[hs]), std::move(sampled[hs]), weight[hs]);
