@@ -107,10 +107,9 @@ absl::StatusOr<std::unique_ptr<Branch>> ForkDecoder::Fork(
       c.n_layer, c.n_head_kv, static_cast<int>(c.n_head / c.n_head_kv), c.head_dim, codes.k,
       codes.l, codes.index, attention.storage, attention.shard_block, b->estimator_.get(),
       runner_.get());
-  b->router_ = std::make_unique<engine::SparseAttentionRouter>(
-      c, attention, b->hash_.get(),
-      codes.index == attention::KvIndex::kCodes ? engine_->spotlight() : nullptr, b->shards_.get(),
-      &engine_->backend(), b->kv_.get());
+  b->router_ = std::make_unique<engine::SparseAttentionRouter>(c, attention, b->hash_.get(),
+                                                               codes.spot, b->shards_.get(),
+                                                               &engine_->backend(), b->kv_.get());
   // What the engine's prefill does after each layer (Transformer::Forward -> OnLayerStored).
   MAGICPIG_RETURN_IF_ERROR(engine_->backend().Execute([&]() -> absl::Status {
     for (int64_t l = 0; l < c.n_layer; ++l) {

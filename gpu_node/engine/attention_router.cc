@@ -65,7 +65,7 @@ absl::StatusOr<ShardCodes> ShardCodesFor(const SparseAttentionOptions& options,
                      " needs trained hashes: start with --spotlight-file FILE "
                      "(eval/spotlight/train.py makes one; docs/spotlight.md)"));
   }
-  return ShardCodes{16, spot->words(), attention::KvIndex::kCodes};
+  return ShardCodes{16, spot->words(), attention::KvIndex::kCodes, spot};
 }
 
 SparseAttentionRouter::SparseAttentionRouter(const model::ModelConfig& config,

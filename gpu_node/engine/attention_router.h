@@ -96,6 +96,8 @@ struct ShardCodes {
   int k = 0;
   int l = 0;
   attention::KvIndex index = attention::KvIndex::kLshTables;
+  // The hashes that make learned codes (the router's `spot`); null for SimHash codes.
+  const attention::SpotlightHashes* spot = nullptr;
 };
 // FAILED_PRECONDITION for spotlight without hashes (spot null: no --spotlight-file).
 absl::StatusOr<ShardCodes> ShardCodesFor(const SparseAttentionOptions& options,

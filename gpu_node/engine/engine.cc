@@ -177,10 +177,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
     MAGICPIG_ASSIGN_OR_RETURN(e->spotlight_,
                               LoadSpotlight(e->weights_->config(), options.attention));
   }
-  if (attention::SpecOf(e->attention_.mode).index == attention::KvIndex::kCodes &&
-      e->spotlight_ == nullptr) {
-    return ShardCodesFor(e->attention_, nullptr).status();
-  }
+  // A mode that needs learned codes fails here, not at the first request, without the hashes.
+  MAGICPIG_RETURN_IF_ERROR(ShardCodesFor(e->attention_, e->spotlight_.get()).status());
   if (attention::SpecOf(e->attention_.mode).sparse) {
     const model::ModelConfig& c = e->weights_->config();
     MAGICPIG_ASSIGN_OR_RETURN(
@@ -300,9 +298,8 @@ absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attentio
   }
   // With attention nodes the offloaded rows leave the compute node's cache (attention_router.h).
   seq.router_ = std::make_unique<SparseAttentionRouter>(
-      c, attention, hash, codes.index == attention::KvIndex::kCodes ? spotlight_.get() : nullptr,
-      seq.shards_.get(), window_backend_ != nullptr ? window_backend_.get() : backend_.get(),
-      &seq.kv_->host(),
+      c, attention, hash, codes.spot, seq.shards_.get(),
+      window_backend_ != nullptr ? window_backend_.get() : backend_.get(), &seq.kv_->host(),
       // On a device backend the host mirror also gives offloaded rows back when the shards are
       // in process: nothing there fails in a way that re-offloading from the mirror repairs.
       /*release_offloaded=*/node_pool_ != nullptr || !backend_->host_memory());
