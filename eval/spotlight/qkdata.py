@@ -76,9 +76,3 @@ def open_docs(data_dir, spec):
         raise SystemExit(f"{missing[0]} missing ({have} dumps in {data_dir}; run collect.py)")
     return [Dump(p) for p in paths]
 
-
-def true_top(q, k, frac):
-    """For queries q [H][Q][d] (heads of one kv head group laid out by the caller) and keys k
-    [H][R][d]: the scores [H][Q][R] and the number of top keys ceil(frac * R)."""
-    s = np.matmul(q, k.transpose(0, 2, 1))
-    return s, max(1, int(np.ceil(frac * k.shape[1])))

@@ -57,10 +57,6 @@ def scores(ret, truth):
     return inter / truth.sum(1), inter / (ret | truth).sum(1)
 
 
-def mlp_z(mlp, x):
-    return spotfile.outputs64(mlp, x)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True)
@@ -121,8 +117,8 @@ def main():
                                  pack_bits(k[kv] @ planes[b].T)))
                 for sp in spots:
                     slot = sp.layers.index(layer)
-                    cand.append((f"spotlight-{sp.bits}", pack_bits(mlp_z(sp.queries[slot][h], q)),
-                                 pack_bits(mlp_z(sp.keys[slot][kv], k[kv]))))
+                    cand.append((f"spotlight-{sp.bits}", pack_bits(spotfile.outputs64(sp.queries[slot][h], q)),
+                                 pack_bits(spotfile.outputs64(sp.keys[slot][kv], k[kv]))))
                 for name, qb, kb in cand:
                     dist = hamming(qb, kb)
                     acc.setdefault(f"{name} @top", []).append(scores(nearest(dist, top), truth))

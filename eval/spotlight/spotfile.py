@@ -137,8 +137,3 @@ def pack(z):
     b = (z > 0).astype(np.uint32).reshape(n, bits // 16, 16)
     return (b << np.arange(16, dtype=np.uint32)).sum(axis=2).astype(np.uint16)
 
-
-def hamming(a, b):
-    """Hamming distances between packed codes a [bits/16] and each row of b [n][bits/16]."""
-    x = np.bitwise_xor(b, a[None, :]).astype(np.uint16)
-    return np.unpackbits(x.view(np.uint8), axis=1).sum(axis=1)
