@@ -63,14 +63,20 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols) {
 }
 
 void BM_MatMul(benchmark::State& state, GgmlType type, Shape shape, int64_t n_tokens,
-               SimdLevel level, int threads) {
-  const std::vector<uint8_t> w = RandomWeights(type, shape.rows, shape.cols);
+               SimdLevel level, int threads, WeightLayout layout) {
+  std::vector<uint8_t> w = RandomWeights(type, shape.rows, shape.cols);
+  if (layout == WeightLayout::kQ4KRows16) {
+    if (absl::Status s = InterleaveQ4K(type, w.data(), shape.rows, shape.cols); !s.ok()) {
+      state.SkipWithError(std::string(s.message()).c_str());
+      return;
+    }
+  }
   std::mt19937 rng(2);
   std::normal_distribution<float> normal;
   std::vector<float> x(static_cast<size_t>(n_tokens * shape.cols));
   for (float& v : x) v = normal(rng);
   std::vector<float> y(static_cast<size_t>(n_tokens * shape.rows));
-  const QuantMatrix m{type, w.data(), shape.rows, shape.cols};
+  const QuantMatrix m{type, w.data(), shape.rows, shape.cols, layout};
   tbb::task_arena arena(threads);
   for (auto _ : state) {
     arena.execute([&] {
@@ -124,7 +130,7 @@ void RegisterAll() {
                                      std::string(SimdLevelName(level)) +
                                      "/threads:" + std::to_string(threads);
             benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, type, shape, n_tokens, level,
-                                         threads)
+                                         threads, WeightLayout::kRowMajor)
                 ->UseRealTime()
                 ->Unit(benchmark::kMicrosecond);
           }
@@ -141,9 +147,18 @@ void RegisterAll() {
                                    std::string(SimdLevelName(level)) +
                                    "/threads:" + std::to_string(threads);
           benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, k.type, k.shape, n_tokens, level,
-                                       threads)
+                                       threads, WeightLayout::kRowMajor)
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond);
+          // The same Q4_K matrix in the 16-row interleaved layout the CPU backend loads on
+          // AVX-512 machines (interleave.h).
+          if (k.type == GgmlType::kQ4_K && level == SimdLevel::kAvx512) {
+            const std::string rows16 = "Q4_K-rows16" + name.substr(4);
+            benchmark::RegisterBenchmark(rows16.c_str(), BM_MatMul, k.type, k.shape, n_tokens,
+                                         level, threads, WeightLayout::kQ4KRows16)
+                ->UseRealTime()
+                ->Unit(benchmark::kMicrosecond);
+          }
         }
       }
     }

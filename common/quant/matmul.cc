@@ -36,6 +36,11 @@ absl::Status CheckMatrix(const QuantMatrix& w) {
                                                    " (block size ", info->block_size, ")"));
   }
   if (w.rows > 0 && w.data == nullptr) return absl::InvalidArgumentError("null weight data");
+  if (w.layout == WeightLayout::kQ4KRows16 && !CanInterleaveQ4K(w.type, w.rows, w.cols)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ", std::string(info->name), " matrix of ", w.rows, "x", w.cols,
+        " cannot be in the 16-row interleaved layout (needs Q4_K, rows a multiple of 16)"));
+  }
   return absl::OkStatus();
 }
 
@@ -184,6 +189,12 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
   }
   // A level above the CPU's would fault; treat it as a request for the best available.
   if (static_cast<int>(level) > static_cast<int>(DetectedSimdLevel())) level = DetectedSimdLevel();
+  const bool rows16 = w.layout == WeightLayout::kQ4KRows16;
+  if (rows16 && level != SimdLevel::kAvx512) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the 16-row interleaved Q4_K layout needs the AVX-512 kernels; SIMD level is ",
+                     std::string(SimdLevelName(level))));
+  }
 
   MatMulArgs args;
   args.type = w.type;
@@ -224,7 +235,8 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
   if (quant_internal::IsKQuant(w.type)) {
     const int64_t nsb = w.cols / quant_internal::kSuperBlock;
     const quant_internal::KActOrder order =
-        quant_internal::KActOrderFor(w.type, level == SimdLevel::kAvx512);
+        rows16 ? quant_internal::KActOrder::kNatural
+               : quant_internal::KActOrderFor(w.type, level == SimdLevel::kAvx512);
     kq.resize(static_cast<size_t>(n_tokens * w.cols));
     kd.resize(static_cast<size_t>(n_tokens * nsb));
     kbs.resize(static_cast<size_t>(n_tokens * nsb * quant_internal::kBsumsPerSuperBlock));
@@ -242,7 +254,11 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
   auto run = [&](int64_t r0, int64_t r1) {
     switch (level) {
       case SimdLevel::kAvx512:
-        quant_internal::MatMulRowsAvx512(args, r0, r1, vnni);
+        if (rows16) {
+          quant_internal::Q4KRows16Avx512(args, r0, r1, vnni);
+        } else {
+          quant_internal::MatMulRowsAvx512(args, r0, r1, vnni);
+        }
         break;
       case SimdLevel::kAvx2:
         quant_internal::MatMulRowsAvx2(args, r0, r1);
@@ -252,15 +268,18 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
         break;
     }
   };
-  const int64_t grain = RowGrain(w.rows, args.row_bytes, n_tokens);
-  if (w.rows <= grain) {
+  // Interleaved matrices are split in whole groups of 16 rows.
+  const int64_t unit = rows16 ? kInterleaveRows : 1;
+  const int64_t units = w.rows / unit;
+  const int64_t grain = std::max<int64_t>(1, RowGrain(w.rows, args.row_bytes, n_tokens) / unit);
+  if (units <= grain) {
     run(0, w.rows);
   } else {
-    // simple_partitioner: chunks of grain/2..grain rows exactly as chosen above (the auto
+    // simple_partitioner: chunks of grain/2..grain units exactly as chosen above (the auto
     // partitioner would merge them into one chunk per thread and lose the balancing).
     tbb::parallel_for(
-        tbb::blocked_range<int64_t>(0, w.rows, grain),
-        [&](const tbb::blocked_range<int64_t>& r) { run(r.begin(), r.end()); },
+        tbb::blocked_range<int64_t>(0, units, grain),
+        [&](const tbb::blocked_range<int64_t>& r) { run(r.begin() * unit, r.end() * unit); },
         tbb::simple_partitioner());
   }
   return absl::OkStatus();
@@ -272,7 +291,14 @@ absl::Status GetRow(const QuantMatrix& w, int64_t row, float* dst) {
     return absl::InvalidArgumentError(absl::StrCat("row ", row, " out of range [0, ", w.rows, ")"));
   }
   if (dst == nullptr) return absl::InvalidArgumentError("null destination");
-  const uint8_t* src = static_cast<const uint8_t*>(w.data) + row * GgmlRowBytes(w.type, w.cols);
+  const int64_t row_bytes = GgmlRowBytes(w.type, w.cols);
+  const uint8_t* src = static_cast<const uint8_t*>(w.data) + row * row_bytes;
+  std::vector<uint8_t> file_row;
+  if (w.layout == WeightLayout::kQ4KRows16) {
+    file_row.resize(static_cast<size_t>(row_bytes));
+    DeinterleaveQ4KRow(static_cast<const uint8_t*>(w.data), w.cols, row, file_row.data());
+    src = file_row.data();
+  }
   return DequantizeRow(w.type, src, dst, w.cols);
 }
 

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "common/cpu_features.h"
 #include "common/quant/ggml_type.h"
+#include "common/quant/interleave.h"
 
 namespace magicpig {
 
@@ -33,6 +34,9 @@ struct QuantMatrix {
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;  // multiple of the type's block size
+  // kQ4KRows16 (interleave.h) is read by the AVX-512 kernels only: MatMul at a lower level is
+  // INVALID_ARGUMENT. GetRow and MatMulFloatActivations read both layouts.
+  WeightLayout layout = WeightLayout::kRowMajor;
 };
 
 // INVALID_ARGUMENT for unsupported types or inconsistent shapes.

@@ -22,13 +22,15 @@ absl::Status MatMulFloatActivations(const QuantMatrix& w, const float* x, int64_
     return absl::InvalidArgumentError(
         absl::StrCat("unsupported weight type ", GgmlTypeName(w.type)));
   }
-  const int64_t row_bytes = GgmlRowBytes(w.type, w.cols);
-  const auto* base = static_cast<const uint8_t*>(w.data);
+  if (w.rows > 0 && w.data == nullptr) return absl::InvalidArgumentError("null weight data");
+  if (w.layout == WeightLayout::kQ4KRows16 && !CanInterleaveQ4K(w.type, w.rows, w.cols)) {
+    return absl::InvalidArgumentError("matrix cannot be in the 16-row interleaved layout");
+  }
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, w.rows, 16), [&](const auto& range) {
     std::vector<float> row(w.cols);
     for (int64_t r = range.begin(); r < range.end(); ++r) {
-      // Cannot fail: type and shape were checked above.
-      (void)DequantizeRow(w.type, base + r * row_bytes, row.data(), w.cols);
+      // Cannot fail: type, shape and layout were checked above.
+      (void)GetRow(w, r, row.data());
       for (int64_t t = 0; t < n_tokens; ++t) {
         y[t * ldy + r] = DotF32(row.data(), x + t * ldx, w.cols, level);
       }

@@ -349,7 +349,8 @@ int64_t GgufTensor::num_elements() const {
 namespace {
 
 // Reads the whole of fd into anonymous memory starting on a 2 MiB boundary, advised for
-// transparent huge pages; *mapping/*mapping_bytes receive what to munmap.
+// transparent huge pages; *mapping/*mapping_bytes receive what to munmap. Left writable: Open
+// makes it read-only once the tensors are parsed (and interleaved, if asked).
 absl::StatusOr<const uint8_t*> ReadIntoMemory(int fd, const std::string& path, size_t size,
                                               void** mapping, size_t* mapping_bytes) {
   constexpr size_t kHuge = size_t{2} << 20;
@@ -375,7 +376,6 @@ absl::StatusOr<const uint8_t*> ReadIntoMemory(int fd, const std::string& path, s
     }
     done += static_cast<size_t>(n);
   }
-  (void)::mprotect(m, bytes, PROT_READ);  // immutable from here on, as a mapping would be
   *mapping = m;
   *mapping_bytes = bytes;
   return base;
@@ -396,7 +396,8 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   }
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->size_ = static_cast<uint64_t>(st.st_size);
-  if (f->size_ > 0 && load == GgufLoad::kRead) {
+  const bool read = load == GgufLoad::kRead || load == GgufLoad::kReadInterleaved;
+  if (f->size_ > 0 && read) {
     absl::StatusOr<const uint8_t*> base =
         ReadIntoMemory(fd, path, static_cast<size_t>(f->size_), &f->mapping_, &f->mapping_bytes_);
     ::close(fd);
@@ -420,6 +421,18 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   absl::Status s = f->Parse();
   if (!s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("GGUF file '", path, "': ", s.message()));
+  }
+  if (f->size_ > 0 && load == GgufLoad::kReadInterleaved) {
+    for (GgufTensor& t : f->tensors_) {
+      if (t.dims.size() != 2 || !CanInterleaveQ4K(t.type, t.dims[1], t.dims[0])) continue;
+      // The data lies in our own writable copy (kRead); Parse checked it lies inside the file.
+      MAGICPIG_RETURN_IF_ERROR(
+          InterleaveQ4K(t.type, const_cast<uint8_t*>(t.data), t.dims[1], t.dims[0]));
+      t.layout = WeightLayout::kQ4KRows16;
+    }
+  }
+  if (f->size_ > 0 && read) {
+    (void)::mprotect(f->mapping_, f->mapping_bytes_, PROT_READ);  // immutable, as a mapping
   }
   return f;
 }

@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/quant/ggml_type.h"
+#include "common/quant/interleave.h"
 
 namespace magicpig::model {
 
@@ -64,6 +65,8 @@ struct GgufTensor {
   uint64_t offset = 0;  // relative to the data section
   uint64_t size_bytes = 0;
   const uint8_t* data = nullptr;  // inside the mapping; valid while the GgufFile lives
+  // kQ4KRows16 only where Open was asked for it (GgufLoad::kReadInterleaved).
+  WeightLayout layout = WeightLayout::kRowMajor;
   int64_t num_elements() const;
 };
 
@@ -75,6 +78,11 @@ enum class GgufLoad {
   // and counts toward the process's RSS, but a pass over the weights takes ~500x fewer TLB misses
   // (2 MiB pages instead of 4 KiB), which made CPU decoding of a 1 GB model ~7% faster.
   kRead,
+  // kRead, then every matrix that can be (Q4_K, rows a multiple of 16) converted in place to the
+  // 16-row interleaved layout of the AVX-512 kernels (common/quant/interleave.h; 2.3x the
+  // prefill products of a row-major Q4_K matrix). Only for a reader whose every use of those
+  // tensors goes through QuantMatrix with the tensor's `layout`.
+  kReadInterleaved,
 };
 
 class GgufFile {

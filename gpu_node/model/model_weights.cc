@@ -35,7 +35,7 @@ absl::StatusOr<QuantMatrix> LoadMatrix(const GgufFile& file, const std::string& 
                                                    std::string(GgmlTypeName(t->type)),
                                                    ", which magicpig does not support"));
   }
-  return QuantMatrix{t->type, t->data, out, in};
+  return QuantMatrix{t->type, t->data, out, in, t->layout};
 }
 
 absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file, const std::string& name,

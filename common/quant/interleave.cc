@@ -1,0 +1,117 @@
+#include "common/quant/interleave.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tbb/blocked_range.h"
+#include "tbb/parallel_for.h"
+
+namespace magicpig {
+namespace {
+
+constexpr int64_t kSb = 256;            // values per super-block
+constexpr int64_t kBlockBytes = 144;    // Q4_K super-block in the file
+constexpr int64_t kGroupSbBytes = kInterleaveRows * kBlockBytes;  // 2304
+
+// ggml's 12-byte packing of 8 six-bit scales and mins (bytes 0-3 scales 0-3, 4-7 mins 0-3, 8-11
+// the low nibbles of scales/mins 4-7, whose top two bits sit in bits 6-7 of bytes 0-7).
+void UnpackScales(const uint8_t* p, uint8_t sc[8], uint8_t mn[8]) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = p[j] & 63;
+    mn[j] = p[j + 4] & 63;
+    sc[j + 4] = static_cast<uint8_t>((p[j + 8] & 0x0F) | ((p[j] >> 6) << 4));
+    mn[j + 4] = static_cast<uint8_t>((p[j + 8] >> 4) | ((p[j + 4] >> 6) << 4));
+  }
+}
+
+void PackScales(const uint8_t sc[8], const uint8_t mn[8], uint8_t* p) {
+  for (int j = 0; j < 4; ++j) {
+    p[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    p[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    p[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0F) | ((mn[j + 4] & 0x0F) << 4));
+  }
+}
+
+// One super-block of 16 rows (file blocks src[r] at src + r * row_bytes) into dst (2304 bytes).
+void InterleaveGroupSb(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
+  std::memset(dst, 0, kGroupSbBytes);
+  for (int r = 0; r < kInterleaveRows; ++r) {
+    const uint8_t* b = src + r * row_bytes;
+    std::memcpy(dst + 2 * r, b, 2);       // d
+    std::memcpy(dst + 32 + 2 * r, b + 2, 2);  // dmin
+    uint8_t sc[8], mn[8];
+    UnpackScales(b + 4, sc, mn);
+    for (int s = 0; s < 8; ++s) {
+      dst[64 + 16 * s + r] = static_cast<uint8_t>((sc[s] & 0x0F) | ((mn[s] & 0x0F) << 4));
+      const int shift = 4 * (s % 2);
+      dst[192 + 16 * (s / 2) + r] |=
+          static_cast<uint8_t>((((sc[s] >> 4) & 3) | (((mn[s] >> 4) & 3) << 2)) << shift);
+    }
+    // File byte 32 p + l of qs holds value l of sub-block 2p (low nibble) and of 2p + 1 (high):
+    // chunk (p, g) is bytes 32 p + 4 g .. + 3 of each row, side by side.
+    const uint8_t* qs = b + 16;
+    for (int p = 0; p < 4; ++p) {
+      for (int g = 0; g < 8; ++g) {
+        std::memcpy(dst + 256 + 64 * (8 * p + g) + 4 * r, qs + 32 * p + 4 * g, 4);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool CanInterleaveQ4K(GgmlType type, int64_t rows, int64_t cols) {
+  return type == GgmlType::kQ4_K && rows > 0 && rows % kInterleaveRows == 0 && cols > 0 &&
+         cols % kSb == 0;
+}
+
+absl::Status InterleaveQ4K(GgmlType type, uint8_t* data, int64_t rows, int64_t cols) {
+  if (!CanInterleaveQ4K(type, rows, cols)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot interleave a ", std::string(GgmlTypeName(type)), " matrix of ", rows,
+                     " x ", cols, " (needs Q4_K, rows a multiple of 16, cols of 256)"));
+  }
+  const int64_t row_bytes = cols / kSb * kBlockBytes, nsb = cols / kSb;
+  // Groups are independent (each rewrites its own byte range from a copy of itself).
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows / kInterleaveRows, 16),
+                    [&](const tbb::blocked_range<int64_t>& range) {
+                      std::vector<uint8_t> group(static_cast<size_t>(kInterleaveRows * row_bytes));
+                      for (int64_t g = range.begin(); g < range.end(); ++g) {
+                        uint8_t* base = data + g * kInterleaveRows * row_bytes;
+                        std::memcpy(group.data(), base, group.size());
+                        for (int64_t sb = 0; sb < nsb; ++sb) {
+                          InterleaveGroupSb(group.data() + sb * kBlockBytes, row_bytes,
+                                            base + sb * kGroupSbBytes);
+                        }
+                      }
+                    });
+  return absl::OkStatus();
+}
+
+void DeinterleaveQ4KRow(const uint8_t* data, int64_t cols, int64_t row, uint8_t* out) {
+  const int64_t row_bytes = cols / kSb * kBlockBytes, nsb = cols / kSb;
+  const int64_t g = row / kInterleaveRows;
+  const int r = static_cast<int>(row % kInterleaveRows);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* src = data + g * kInterleaveRows * row_bytes + sb * kGroupSbBytes;
+    uint8_t* b = out + sb * kBlockBytes;
+    std::memcpy(b, src + 2 * r, 2);
+    std::memcpy(b + 2, src + 32 + 2 * r, 2);
+    uint8_t sc[8], mn[8];
+    for (int s = 0; s < 8; ++s) {
+      const uint8_t lo = src[64 + 16 * s + r];
+      const uint8_t hi = static_cast<uint8_t>(src[192 + 16 * (s / 2) + r] >> (4 * (s % 2)));
+      sc[s] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 3) << 4));
+      mn[s] = static_cast<uint8_t>((lo >> 4) | (((hi >> 2) & 3) << 4));
+    }
+    PackScales(sc, mn, b + 4);
+    for (int p = 0; p < 4; ++p) {
+      for (int g8 = 0; g8 < 8; ++g8) {
+        std::memcpy(b + 16 + 32 * p + 4 * g8, src + 256 + 64 * (8 * p + g8) + 4 * r, 4);
+      }
+    }
+  }
+}
+
+}  // namespace magicpig
