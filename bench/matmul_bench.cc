@@ -46,6 +46,8 @@ constexpr KShape kQwenShapes[] = {
     {GgmlType::kQ4_K, {"qwen_ffn_up_1536to8960", 8960, 1536}},
     {GgmlType::kQ6_K, {"qwen_ffn_down_8960to1536", 1536, 8960}},
     {GgmlType::kQ6_K, {"qwen_lm_head_32768x1536", 32768, 1536}},
+    // Eight layers' ffn_up stacked (62 MB): a Q4_K decode product that no cache holds.
+    {GgmlType::kQ4_K, {"qwen_ffn_up_x8_71680x1536", 71680, 1536}},
 };
 
 std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols) {
@@ -65,8 +67,8 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols) {
 void BM_MatMul(benchmark::State& state, GgmlType type, Shape shape, int64_t n_tokens,
                SimdLevel level, int threads, WeightLayout layout) {
   std::vector<uint8_t> w = RandomWeights(type, shape.rows, shape.cols);
-  if (layout == WeightLayout::kQ4KRows16) {
-    if (absl::Status s = InterleaveQ4K(type, w.data(), shape.rows, shape.cols); !s.ok()) {
+  if (layout == WeightLayout::kRows16) {
+    if (absl::Status s = Interleave(type, w.data(), shape.rows, shape.cols); !s.ok()) {
       state.SkipWithError(std::string(s.message()).c_str());
       return;
     }
@@ -150,12 +152,12 @@ void RegisterAll() {
                                        threads, WeightLayout::kRowMajor)
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond);
-          // The same Q4_K matrix in the 16-row interleaved layout the CPU backend loads on
-          // AVX-512 machines (interleave.h).
-          if (k.type == GgmlType::kQ4_K && level == SimdLevel::kAvx512) {
-            const std::string rows16 = "Q4_K-rows16" + name.substr(4);
+          // The same matrix in the 16-row interleaved layout the CPU backend loads on AVX-512
+          // machines (interleave.h).
+          if (level == SimdLevel::kAvx512) {
+            const std::string rows16 = name.substr(0, 4) + "-rows16" + name.substr(4);
             benchmark::RegisterBenchmark(rows16.c_str(), BM_MatMul, k.type, k.shape, n_tokens,
-                                         level, threads, WeightLayout::kQ4KRows16)
+                                         level, threads, WeightLayout::kRows16)
                 ->UseRealTime()
                 ->Unit(benchmark::kMicrosecond);
           }

@@ -10,9 +10,13 @@
 namespace magicpig {
 namespace {
 
-constexpr int64_t kSb = 256;            // values per super-block
-constexpr int64_t kBlockBytes = 144;    // Q4_K super-block in the file
+constexpr int64_t kSb = 256;                                      // values per super-block
+constexpr int64_t kBlockBytes = 144;                              // Q4_K super-block in the file
 constexpr int64_t kGroupSbBytes = kInterleaveRows * kBlockBytes;  // 2304
+constexpr int64_t kQ6BlockBytes = 210;  // Q6_K: ql[128], qh[64], scales[16], d
+constexpr int64_t kQ6GroupSbBytes = kInterleaveRows * kQ6BlockBytes;  // 3360
+
+int64_t BlockBytes(GgmlType type) { return type == GgmlType::kQ6_K ? kQ6BlockBytes : kBlockBytes; }
 
 // ggml's 12-byte packing of 8 six-bit scales and mins (bytes 0-3 scales 0-3, 4-7 mins 0-3, 8-11
 // the low nibbles of scales/mins 4-7, whose top two bits sit in bits 6-7 of bytes 0-7).
@@ -38,7 +42,7 @@ void InterleaveGroupSb(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
   std::memset(dst, 0, kGroupSbBytes);
   for (int r = 0; r < kInterleaveRows; ++r) {
     const uint8_t* b = src + r * row_bytes;
-    std::memcpy(dst + 2 * r, b, 2);       // d
+    std::memcpy(dst + 2 * r, b, 2);           // d
     std::memcpy(dst + 32 + 2 * r, b + 2, 2);  // dmin
     uint8_t sc[8], mn[8];
     UnpackScales(b + 4, sc, mn);
@@ -59,20 +63,81 @@ void InterleaveGroupSb(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
   }
 }
 
-}  // namespace
-
-bool CanInterleaveQ4K(GgmlType type, int64_t rows, int64_t cols) {
-  return type == GgmlType::kQ4_K && rows > 0 && rows % kInterleaveRows == 0 && cols > 0 &&
-         cols % kSb == 0;
+// Q6_K quant v (0..255) of a file block: half h = v / 128 has ql[64 h..), qh[32 h..); within it
+// value 32 k + l takes the low (k < 2) or high nibble of ql[64 h + l + 32 (k % 2)] and bits
+// 2k, 2k + 1 of qh[32 h + l].
+int Q6Quant(const uint8_t* b, int v) {
+  const int h = v / 128, k = (v % 128) / 32, l = v % 32;
+  const uint8_t lo = b[64 * h + l + 32 * (k % 2)];
+  const int low4 = k < 2 ? (lo & 0x0F) : (lo >> 4);
+  return low4 | (((b[128 + 32 * h + l] >> (2 * k)) & 3) << 4);
 }
 
-absl::Status InterleaveQ4K(GgmlType type, uint8_t* data, int64_t rows, int64_t cols) {
-  if (!CanInterleaveQ4K(type, rows, cols)) {
+void SetQ6Quant(uint8_t* b, int v, int q) {
+  const int h = v / 128, k = (v % 128) / 32, l = v % 32;
+  uint8_t& lo = b[64 * h + l + 32 * (k % 2)];
+  lo = static_cast<uint8_t>(k < 2 ? (lo & 0xF0) | (q & 0x0F) : (lo & 0x0F) | ((q & 0x0F) << 4));
+  uint8_t& hi = b[128 + 32 * h + l];
+  hi = static_cast<uint8_t>((hi & ~(3 << (2 * k))) | (((q >> 4) & 3) << (2 * k)));
+}
+
+void InterleaveQ6GroupSb(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
+  std::memset(dst, 0, kQ6GroupSbBytes);
+  for (int r = 0; r < kInterleaveRows; ++r) {
+    const uint8_t* b = src + r * row_bytes;
+    std::memcpy(dst + 2 * r, b + 208, 2);
+    for (int j = 0; j < 16; ++j) {
+      dst[32 + 16 * j + r] = b[192 + j];
+      uint8_t* chunk = dst + 288 + 192 * j;
+      for (int i = 0; i < 4; ++i) {
+        int v[4];
+        for (int k = 0; k < 4; ++k) v[k] = Q6Quant(b, 16 * j + 4 * k + i);
+        chunk[4 * r + i] = static_cast<uint8_t>((v[0] & 0x0F) | ((v[1] & 0x0F) << 4));
+        chunk[64 + 4 * r + i] = static_cast<uint8_t>((v[2] & 0x0F) | ((v[3] & 0x0F) << 4));
+        chunk[128 + 4 * r + i] = static_cast<uint8_t>((v[0] >> 4) | ((v[1] >> 4) << 2) |
+                                                      ((v[2] >> 4) << 4) | ((v[3] >> 4) << 6));
+      }
+    }
+  }
+}
+
+void DeinterleaveQ6Row(const uint8_t* data, int64_t cols, int64_t row, uint8_t* out) {
+  const int64_t row_bytes = cols / kSb * kQ6BlockBytes, nsb = cols / kSb;
+  const int64_t g = row / kInterleaveRows;
+  const int r = static_cast<int>(row % kInterleaveRows);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* src = data + g * kInterleaveRows * row_bytes + sb * kQ6GroupSbBytes;
+    uint8_t* b = out + sb * kQ6BlockBytes;
+    std::memcpy(b + 208, src + 2 * r, 2);
+    for (int j = 0; j < 16; ++j) {
+      b[192 + j] = src[32 + 16 * j + r];
+      const uint8_t* chunk = src + 288 + 192 * j;
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t l0 = chunk[4 * r + i], l1 = chunk[64 + 4 * r + i], h = chunk[128 + 4 * r + i];
+        const int low[4] = {l0 & 0x0F, l0 >> 4, l1 & 0x0F, l1 >> 4};
+        for (int k = 0; k < 4; ++k) {
+          SetQ6Quant(b, 16 * j + 4 * k + i, low[k] | (((h >> (2 * k)) & 3) << 4));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool CanInterleave(GgmlType type, int64_t rows, int64_t cols) {
+  return (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) && rows > 0 &&
+         rows % kInterleaveRows == 0 && cols > 0 && cols % kSb == 0;
+}
+
+absl::Status Interleave(GgmlType type, uint8_t* data, int64_t rows, int64_t cols) {
+  if (!CanInterleave(type, rows, cols)) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot interleave a ", std::string(GgmlTypeName(type)), " matrix of ", rows,
-                     " x ", cols, " (needs Q4_K, rows a multiple of 16, cols of 256)"));
+                     " x ", cols, " (needs Q4_K or Q6_K, rows a multiple of 16, cols of 256)"));
   }
-  const int64_t row_bytes = cols / kSb * kBlockBytes, nsb = cols / kSb;
+  const int64_t block_bytes = BlockBytes(type), row_bytes = cols / kSb * block_bytes,
+                nsb = cols / kSb;
   // Groups are independent (each rewrites its own byte range from a copy of itself).
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows / kInterleaveRows, 16),
                     [&](const tbb::blocked_range<int64_t>& range) {
@@ -81,15 +146,21 @@ absl::Status InterleaveQ4K(GgmlType type, uint8_t* data, int64_t rows, int64_t c
                         uint8_t* base = data + g * kInterleaveRows * row_bytes;
                         std::memcpy(group.data(), base, group.size());
                         for (int64_t sb = 0; sb < nsb; ++sb) {
-                          InterleaveGroupSb(group.data() + sb * kBlockBytes, row_bytes,
-                                            base + sb * kGroupSbBytes);
+                          const uint8_t* src = group.data() + sb * block_bytes;
+                          uint8_t* dst = base + sb * kInterleaveRows * block_bytes;
+                          if (type == GgmlType::kQ6_K) {
+                            InterleaveQ6GroupSb(src, row_bytes, dst);
+                          } else {
+                            InterleaveGroupSb(src, row_bytes, dst);
+                          }
                         }
                       }
                     });
   return absl::OkStatus();
 }
 
-void DeinterleaveQ4KRow(const uint8_t* data, int64_t cols, int64_t row, uint8_t* out) {
+void DeinterleaveRow(GgmlType type, const uint8_t* data, int64_t cols, int64_t row, uint8_t* out) {
+  if (type == GgmlType::kQ6_K) return DeinterleaveQ6Row(data, cols, row, out);
   const int64_t row_bytes = cols / kSb * kBlockBytes, nsb = cols / kSb;
   const int64_t g = row / kInterleaveRows;
   const int r = static_cast<int>(row % kInterleaveRows);

@@ -36,10 +36,10 @@ absl::Status CheckMatrix(const QuantMatrix& w) {
                                                    " (block size ", info->block_size, ")"));
   }
   if (w.rows > 0 && w.data == nullptr) return absl::InvalidArgumentError("null weight data");
-  if (w.layout == WeightLayout::kQ4KRows16 && !CanInterleaveQ4K(w.type, w.rows, w.cols)) {
+  if (w.layout == WeightLayout::kRows16 && !CanInterleave(w.type, w.rows, w.cols)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a ", std::string(info->name), " matrix of ", w.rows, "x", w.cols,
-        " cannot be in the 16-row interleaved layout (needs Q4_K, rows a multiple of 16)"));
+        " cannot be in the 16-row interleaved layout (needs Q4_K or Q6_K, rows a multiple of 16)"));
   }
   return absl::OkStatus();
 }
@@ -189,10 +189,10 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
   }
   // A level above the CPU's would fault; treat it as a request for the best available.
   if (static_cast<int>(level) > static_cast<int>(DetectedSimdLevel())) level = DetectedSimdLevel();
-  const bool rows16 = w.layout == WeightLayout::kQ4KRows16;
+  const bool rows16 = w.layout == WeightLayout::kRows16;
   if (rows16 && level != SimdLevel::kAvx512) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the 16-row interleaved Q4_K layout needs the AVX-512 kernels; SIMD level is ",
+        absl::StrCat("the 16-row interleaved layout needs the AVX-512 kernels; SIMD level is ",
                      std::string(SimdLevelName(level))));
   }
 
@@ -255,7 +255,7 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
     switch (level) {
       case SimdLevel::kAvx512:
         if (rows16) {
-          quant_internal::Q4KRows16Avx512(args, r0, r1, vnni);
+          quant_internal::KQuantRows16Avx512(args, r0, r1, vnni);
         } else {
           quant_internal::MatMulRowsAvx512(args, r0, r1, vnni);
         }
@@ -294,9 +294,9 @@ absl::Status GetRow(const QuantMatrix& w, int64_t row, float* dst) {
   const int64_t row_bytes = GgmlRowBytes(w.type, w.cols);
   const uint8_t* src = static_cast<const uint8_t*>(w.data) + row * row_bytes;
   std::vector<uint8_t> file_row;
-  if (w.layout == WeightLayout::kQ4KRows16) {
+  if (w.layout == WeightLayout::kRows16) {
     file_row.resize(static_cast<size_t>(row_bytes));
-    DeinterleaveQ4KRow(static_cast<const uint8_t*>(w.data), w.cols, row, file_row.data());
+    DeinterleaveRow(w.type, static_cast<const uint8_t*>(w.data), w.cols, row, file_row.data());
     src = file_row.data();
   }
   return DequantizeRow(w.type, src, dst, w.cols);

@@ -23,7 +23,7 @@ absl::Status MatMulFloatActivations(const QuantMatrix& w, const float* x, int64_
         absl::StrCat("unsupported weight type ", GgmlTypeName(w.type)));
   }
   if (w.rows > 0 && w.data == nullptr) return absl::InvalidArgumentError("null weight data");
-  if (w.layout == WeightLayout::kQ4KRows16 && !CanInterleaveQ4K(w.type, w.rows, w.cols)) {
+  if (w.layout == WeightLayout::kRows16 && !CanInterleave(w.type, w.rows, w.cols)) {
     return absl::InvalidArgumentError("matrix cannot be in the 16-row interleaved layout");
   }
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, w.rows, 16), [&](const auto& range) {

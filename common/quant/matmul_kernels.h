@@ -140,9 +140,9 @@ void MatMulRowsAvx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end
 // The K-quant kernels those two call (matmul_kquant_avx2.cc, matmul_kquant_avx512.cc).
 void KQuantRowsAvx2(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
 void KQuantRowsAvx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end, bool use_vnni);
-// Q4_K in the 16-row interleaved layout (interleave.h; row_begin, row_end multiples of 16),
-// activations in KActOrder::kNatural (matmul_q4k_rows16_avx512.cc).
-void Q4KRows16Avx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end, bool use_vnni);
+// Q4_K or Q6_K in the 16-row interleaved layout (interleave.h; row_begin, row_end multiples of
+// 16), activations in KActOrder::kNatural (matmul_kquant_rows16_avx512.cc).
+void KQuantRows16Avx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end, bool use_vnni);
 
 }  // namespace magicpig::quant_internal
 

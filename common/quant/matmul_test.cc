@@ -443,14 +443,15 @@ TEST(MatMulAvx512Test, QuantizationMatchesReference) {
 // The 16-row interleaved Q4_K layout (interleave.h) and its AVX-512 kernel.
 Problem Rows16Copy(const Problem& p) {
   Problem q = p;
-  EXPECT_TRUE(InterleaveQ4K(q.m.type, q.bytes.data(), q.m.rows, q.m.cols).ok());
+  EXPECT_TRUE(Interleave(q.m.type, q.bytes.data(), q.m.rows, q.m.cols).ok());
   q.m.data = q.bytes.data();
-  q.m.layout = WeightLayout::kQ4KRows16;
+  q.m.layout = WeightLayout::kRows16;
   return q;
 }
 
 TEST(MatMulRows16Test, InterleavingIsLosslessAndInPlace) {
-  for (const Case& c : {Case{GgmlType::kQ4_K, 16, 256}, Case{GgmlType::kQ4_K, 48, 1536}}) {
+  for (const Case& c : {Case{GgmlType::kQ4_K, 16, 256}, Case{GgmlType::kQ4_K, 48, 1536},
+                        Case{GgmlType::kQ6_K, 16, 256}, Case{GgmlType::kQ6_K, 48, 1536}}) {
     const Problem p = MakeProblem(c, 1, 5);
     const Problem q = Rows16Copy(p);
     ASSERT_EQ(q.bytes.size(), p.bytes.size());
@@ -458,7 +459,7 @@ TEST(MatMulRows16Test, InterleavingIsLosslessAndInPlace) {
     const int64_t row_bytes = GgmlRowBytes(c.type, c.cols);
     std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
     for (int64_t r = 0; r < c.rows; ++r) {
-      DeinterleaveQ4KRow(q.bytes.data(), c.cols, r, row.data());
+      DeinterleaveRow(c.type, q.bytes.data(), c.cols, r, row.data());
       ASSERT_TRUE(std::equal(row.begin(), row.end(), p.bytes.begin() + r * row_bytes)) << r;
     }
   }
@@ -466,35 +467,40 @@ TEST(MatMulRows16Test, InterleavingIsLosslessAndInPlace) {
 
 TEST(MatMulRows16Test, MatchesFloat64TheRowMajorKernelAndIsBatchInvariant) {
   if (DetectedSimdLevel() != SimdLevel::kAvx512) GTEST_SKIP() << "needs AVX-512";
-  const Case c{GgmlType::kQ4_K, 272, 1536};  // 17 groups: split unevenly over threads
-  for (int64_t n_tokens : {1, 3, 7, 64, 70}) {
-    const Problem p = MakeProblem(c, n_tokens, static_cast<uint32_t>(n_tokens + 900));
-    const Problem q = Rows16Copy(p);
-    const std::vector<float> y = RunMatMul(q, n_tokens, SimdLevel::kAvx512);
-    const std::vector<float> y_rows = RunMatMul(p, n_tokens, SimdLevel::kAvx512);
-    const std::vector<double> xdq = DequantizedActivations(p, n_tokens);
-    const int64_t ldy = c.rows + 1;
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      for (int64_t r = 0; r < c.rows; ++r) {
-        double exact = 0, exact_dq = 0;
-        for (int64_t k = 0; k < c.cols; ++k) {
-          exact += static_cast<double>(p.w[r * c.cols + k]) * p.x[t * p.ldx + k];
-          exact_dq += static_cast<double>(p.w[r * c.cols + k]) * xdq[t * c.cols + k];
+  for (const Case& c : {Case{GgmlType::kQ4_K, 272, 1536}, Case{GgmlType::kQ6_K, 272, 1536}})
+    for (int64_t n_tokens : {1, 3, 7, 64, 70}) {  // 17 groups: split unevenly over threads
+      const Problem p = MakeProblem(c, n_tokens, static_cast<uint32_t>(n_tokens + 900));
+      const Problem q = Rows16Copy(p);
+      const std::vector<float> y = RunMatMul(q, n_tokens, SimdLevel::kAvx512);
+      const std::vector<float> y_rows = RunMatMul(p, n_tokens, SimdLevel::kAvx512);
+      const std::vector<double> xdq = DequantizedActivations(p, n_tokens);
+      const int64_t ldy = c.rows + 1;
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < c.rows; ++r) {
+          double exact = 0, exact_dq = 0;
+          for (int64_t k = 0; k < c.cols; ++k) {
+            exact += static_cast<double>(p.w[r * c.cols + k]) * p.x[t * p.ldx + k];
+            exact_dq += static_cast<double>(p.w[r * c.cols + k]) * xdq[t * c.cols + k];
+          }
+          const Allowance tol = Tolerance(p, c.type, t, r);
+          ASSERT_NEAR(y[t * ldy + r], exact, tol.activation_rounding + tol.float_sum)
+              << GgmlTypeName(c.type) << " " << t << " " << r;
+          ASSERT_NEAR(y[t * ldy + r], exact_dq, tol.float_sum)
+              << GgmlTypeName(c.type) << " " << t << " " << r;
+          ASSERT_NEAR(y[t * ldy + r], y_rows[t * ldy + r], tol.float_sum)
+              << GgmlTypeName(c.type) << " " << t << " " << r;
         }
-        const Allowance tol = Tolerance(p, c.type, t, r);
-        ASSERT_NEAR(y[t * ldy + r], exact, tol.activation_rounding + tol.float_sum) << t << " " << r;
-        ASSERT_NEAR(y[t * ldy + r], exact_dq, tol.float_sum) << t << " " << r;
-        ASSERT_NEAR(y[t * ldy + r], y_rows[t * ldy + r], tol.float_sum) << t << " " << r;
+      }
+      for (int64_t t = 0; t < n_tokens; t += 5) {
+        std::vector<float> alone(static_cast<size_t>(ldy));
+        ASSERT_TRUE(
+            MatMul(q.m, q.x.data() + t * q.ldx, q.ldx, 1, alone.data(), ldy, SimdLevel::kAvx512)
+                .ok());
+        for (int64_t r = 0; r < c.rows; ++r) {
+          ASSERT_EQ(y[t * ldy + r], alone[r]) << GgmlTypeName(c.type) << " " << t << " " << r;
+        }
       }
     }
-    for (int64_t t = 0; t < n_tokens; t += 5) {
-      std::vector<float> alone(static_cast<size_t>(ldy));
-      ASSERT_TRUE(
-          MatMul(q.m, q.x.data() + t * q.ldx, q.ldx, 1, alone.data(), ldy, SimdLevel::kAvx512)
-              .ok());
-      for (int64_t r = 0; r < c.rows; ++r) ASSERT_EQ(y[t * ldy + r], alone[r]) << t << " " << r;
-    }
-  }
 }
 
 TEST(MatMulRows16Test, VnniAndNonVnniAreBitIdentical) {
@@ -502,51 +508,54 @@ TEST(MatMulRows16Test, VnniAndNonVnniAreBitIdentical) {
     GTEST_SKIP() << "needs AVX512-VNNI";
   }
   const int64_t rows = 32, cols = 768, nsb = cols / 256, n_tokens = 6;
-  const Problem q = Rows16Copy(MakeProblem(Case{GgmlType::kQ4_K, rows, cols}, n_tokens, 8));
-  std::vector<int8_t> kq(n_tokens * cols);
-  std::vector<float> kd(n_tokens * nsb);
-  std::vector<int16_t> kbs(n_tokens * cols / 16);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    quant_internal::QuantizeActivationRowK(q.x.data() + t * q.ldx, cols,
-                                           quant_internal::KActOrder::kNatural,
-                                           kq.data() + t * cols, kd.data() + t * nsb,
-                                           kbs.data() + t * cols / 16);
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const Problem q = Rows16Copy(MakeProblem(Case{type, rows, cols}, n_tokens, 8));
+    std::vector<int8_t> kq(n_tokens * cols);
+    std::vector<float> kd(n_tokens * nsb);
+    std::vector<int16_t> kbs(n_tokens * cols / 16);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      quant_internal::QuantizeActivationRowK(
+          q.x.data() + t * q.ldx, cols, quant_internal::KActOrder::kNatural, kq.data() + t * cols,
+          kd.data() + t * nsb, kbs.data() + t * cols / 16);
+    }
+    quant_internal::MatMulArgs a;
+    a.type = type;
+    a.w = q.bytes.data();
+    a.row_bytes = GgmlRowBytes(a.type, cols);
+    a.cols = cols;
+    a.n_tokens = n_tokens;
+    a.kq = kq.data();
+    a.kd = kd.data();
+    a.kbs = kbs.data();
+    a.ldy = rows;
+    std::vector<float> y1(n_tokens * rows), y2(n_tokens * rows);
+    a.y = y1.data();
+    quant_internal::KQuantRows16Avx512(a, 0, rows, /*use_vnni=*/true);
+    a.y = y2.data();
+    quant_internal::KQuantRows16Avx512(a, 0, rows, /*use_vnni=*/false);
+    for (size_t i = 0; i < y1.size(); ++i)
+      ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << " " << i;
   }
-  quant_internal::MatMulArgs a;
-  a.type = GgmlType::kQ4_K;
-  a.w = q.bytes.data();
-  a.row_bytes = GgmlRowBytes(a.type, cols);
-  a.cols = cols;
-  a.n_tokens = n_tokens;
-  a.kq = kq.data();
-  a.kd = kd.data();
-  a.kbs = kbs.data();
-  a.ldy = rows;
-  std::vector<float> y1(n_tokens * rows), y2(n_tokens * rows);
-  a.y = y1.data();
-  quant_internal::Q4KRows16Avx512(a, 0, rows, /*use_vnni=*/true);
-  a.y = y2.data();
-  quant_internal::Q4KRows16Avx512(a, 0, rows, /*use_vnni=*/false);
-  for (size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y2[i]) << i;
 }
 
 TEST(MatMulRows16Test, GetRowAndFloatActivationsReadTheLayout) {
-  const Case c{GgmlType::kQ4_K, 32, 512};
-  const Problem p = MakeProblem(c, 3, 77);
-  const Problem q = Rows16Copy(p);
-  std::vector<float> row(static_cast<size_t>(c.cols));
-  for (int64_t r : {0, 15, 16, 31}) {
-    ASSERT_TRUE(GetRow(q.m, r, row.data()).ok());
-    for (int64_t k = 0; k < c.cols; ++k) ASSERT_EQ(row[k], p.w[r * c.cols + k]) << r << " " << k;
+  for (const Case& c : {Case{GgmlType::kQ4_K, 32, 512}, Case{GgmlType::kQ6_K, 32, 512}}) {
+    const Problem p = MakeProblem(c, 3, 77);
+    const Problem q = Rows16Copy(p);
+    std::vector<float> row(static_cast<size_t>(c.cols));
+    for (int64_t r : {0, 15, 16, 31}) {
+      ASSERT_TRUE(GetRow(q.m, r, row.data()).ok());
+      for (int64_t k = 0; k < c.cols; ++k) ASSERT_EQ(row[k], p.w[r * c.cols + k]) << r << " " << k;
+    }
+    std::vector<float> y_rows(3 * c.rows), y_16(3 * c.rows);
+    ASSERT_TRUE(
+        MatMulFloatActivations(p.m, p.x.data(), p.ldx, 3, y_rows.data(), c.rows, SimdLevel::kScalar)
+            .ok());
+    ASSERT_TRUE(
+        MatMulFloatActivations(q.m, q.x.data(), q.ldx, 3, y_16.data(), c.rows, SimdLevel::kScalar)
+            .ok());
+    EXPECT_EQ(y_rows, y_16);
   }
-  std::vector<float> y_rows(3 * c.rows), y_16(3 * c.rows);
-  ASSERT_TRUE(
-      MatMulFloatActivations(p.m, p.x.data(), p.ldx, 3, y_rows.data(), c.rows, SimdLevel::kScalar)
-          .ok());
-  ASSERT_TRUE(
-      MatMulFloatActivations(q.m, q.x.data(), q.ldx, 3, y_16.data(), c.rows, SimdLevel::kScalar)
-          .ok());
-  EXPECT_EQ(y_rows, y_16);
 }
 
 TEST(MatMulRows16Test, RejectsOtherLevelsTypesAndShapes) {
@@ -562,11 +571,11 @@ TEST(MatMulRows16Test, RejectsOtherLevelsTypesAndShapes) {
   EXPECT_EQ(MatMul(odd, q.x.data(), q.ldx, 1, y.data(), 16).code(),
             absl::StatusCode::kInvalidArgument);
   std::vector<uint8_t> bytes(4096);
-  EXPECT_EQ(InterleaveQ4K(GgmlType::kQ6_K, bytes.data(), 16, 256).code(),
+  EXPECT_EQ(Interleave(GgmlType::kQ5_K, bytes.data(), 16, 256).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(InterleaveQ4K(GgmlType::kQ4_K, bytes.data(), 15, 256).code(),
+  EXPECT_EQ(Interleave(GgmlType::kQ4_K, bytes.data(), 15, 256).code(),
             absl::StatusCode::kInvalidArgument);
-  QuantMatrix wrong_type{GgmlType::kQ6_K, bytes.data(), 16, 256, WeightLayout::kQ4KRows16};
+  QuantMatrix wrong_type{GgmlType::kQ5_K, bytes.data(), 16, 256, WeightLayout::kRows16};
   float row[256];
   EXPECT_EQ(GetRow(wrong_type, 0, row).code(), absl::StatusCode::kInvalidArgument);
 }

@@ -119,8 +119,8 @@ class Backend {
   // --- Memory (see the file comment) ---
   // True when the operations' pointers are host memory (the CPU backend).
   virtual bool host_memory() const { return true; }
-  // True when the backend's products are faster with Q4_K weights in the 16-row interleaved layout
-  // (common/quant/interleave.h); the engine then loads them that way.
+  // True when the backend's products are faster with K-quant weights in the 16-row interleaved
+  // layout (common/quant/interleave.h); the engine then loads them that way.
   virtual bool wants_interleaved_q4k() const { return false; }
   // Device memory allocated through this backend now, and the device's size; zeros for a backend
   // that computes in host memory.

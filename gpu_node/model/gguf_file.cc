@@ -424,11 +424,11 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   }
   if (f->size_ > 0 && load == GgufLoad::kReadInterleaved) {
     for (GgufTensor& t : f->tensors_) {
-      if (t.dims.size() != 2 || !CanInterleaveQ4K(t.type, t.dims[1], t.dims[0])) continue;
+      if (t.dims.size() != 2 || !CanInterleave(t.type, t.dims[1], t.dims[0])) continue;
       // The data lies in our own writable copy (kRead); Parse checked it lies inside the file.
       MAGICPIG_RETURN_IF_ERROR(
-          InterleaveQ4K(t.type, const_cast<uint8_t*>(t.data), t.dims[1], t.dims[0]));
-      t.layout = WeightLayout::kQ4KRows16;
+          Interleave(t.type, const_cast<uint8_t*>(t.data), t.dims[1], t.dims[0]));
+      t.layout = WeightLayout::kRows16;
     }
   }
   if (f->size_ > 0 && read) {

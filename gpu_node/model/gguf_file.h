@@ -65,7 +65,7 @@ struct GgufTensor {
   uint64_t offset = 0;  // relative to the data section
   uint64_t size_bytes = 0;
   const uint8_t* data = nullptr;  // inside the mapping; valid while the GgufFile lives
-  // kQ4KRows16 only where Open was asked for it (GgufLoad::kReadInterleaved).
+  // kRows16 only where Open was asked for it (GgufLoad::kReadInterleaved).
   WeightLayout layout = WeightLayout::kRowMajor;
   int64_t num_elements() const;
 };
@@ -78,8 +78,8 @@ enum class GgufLoad {
   // and counts toward the process's RSS, but a pass over the weights takes ~500x fewer TLB misses
   // (2 MiB pages instead of 4 KiB), which made CPU decoding of a 1 GB model ~7% faster.
   kRead,
-  // kRead, then every matrix that can be (Q4_K, rows a multiple of 16) converted in place to the
-  // 16-row interleaved layout of the AVX-512 kernels (common/quant/interleave.h; 2.3x the
+  // kRead, then every matrix that can be (Q4_K or Q6_K, rows a multiple of 16) converted in place
+  // to the 16-row interleaved layout of the AVX-512 kernels (common/quant/interleave.h; 2.3x the
   // prefill products of a row-major Q4_K matrix). Only for a reader whose every use of those
   // tensors goes through QuantMatrix with the tensor's `layout`.
   kReadInterleaved,

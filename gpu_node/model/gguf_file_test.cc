@@ -252,38 +252,48 @@ TEST(GgufFileTest, OpenMapsAFile) {
   std::filesystem::remove(path);
 }
 
-TEST(GgufFileTest, ReadInterleavedConvertsExactlyTheQ4KMatricesThatCan) {
-  // Arbitrary bytes: the conversion is a lossless permutation of any Q4_K block.
-  const std::string w32 = Bytes(32 * 144, 3), w15 = Bytes(15 * 144, 4), v16 = Bytes(16 * 210, 5),
-                    vec = Bytes(144, 6);
+TEST(GgufFileTest, ReadInterleavedConvertsExactlyTheMatricesThatCan) {
+  // Arbitrary bytes: the conversion is a lossless permutation of any Q4_K / Q6_K block.
+  struct T {
+    std::string name;
+    std::vector<int64_t> dims;
+    GgmlType type;
+    std::string bytes;
+    bool converted;
+  };
+  const std::vector<T> tensors = {
+      {"q4k_32", {256, 32}, GgmlType::kQ4_K, Bytes(32 * 144, 3), true},
+      {"q6k_16", {512, 16}, GgmlType::kQ6_K, Bytes(16 * 420, 5), true},
+      {"q4k_15", {256, 15}, GgmlType::kQ4_K, Bytes(15 * 144, 4), false},  // not whole groups
+      {"q5k_16", {256, 16}, GgmlType::kQ5_K, Bytes(16 * 176, 7), false},  // no such kernel
+      {"vec", {256}, GgmlType::kQ4_K, Bytes(144, 6), false},              // not a matrix
+  };
   GgufWriter w;
-  w.AddTensor("w32", {256, 32}, GgmlType::kQ4_K, w32);
-  w.AddTensor("w15", {256, 15}, GgmlType::kQ4_K, w15);
-  w.AddTensor("v16", {256, 16}, GgmlType::kQ6_K, v16);
-  w.AddTensor("vec", {256}, GgmlType::kQ4_K, vec);
+  for (const T& t : tensors) w.AddTensor(t.name, t.dims, t.type, t.bytes);
   const std::string path = testing::TempPath("interleave.gguf");
   ASSERT_TRUE(w.WriteToFile(path).ok());
   for (GgufLoad load : {GgufLoad::kMap, GgufLoad::kRead, GgufLoad::kReadInterleaved}) {
     absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(path, load);
     ASSERT_TRUE(f.ok()) << f.status();
-    const GgufTensor* t = (*f)->FindTensor("w32");
-    if (load == GgufLoad::kReadInterleaved) {
-      ASSERT_EQ(t->layout, WeightLayout::kQ4KRows16);
-      EXPECT_NE(std::string(reinterpret_cast<const char*>(t->data), w32.size()), w32);
-      std::string row(144, '\0');
-      for (int64_t r = 0; r < 32; ++r) {
-        DeinterleaveQ4KRow(t->data, 256, r, reinterpret_cast<uint8_t*>(row.data()));
-        ASSERT_EQ(row, w32.substr(static_cast<size_t>(r) * 144, 144)) << r;
+    for (const T& want : tensors) {
+      const GgufTensor* t = (*f)->FindTensor(want.name);
+      ASSERT_NE(t, nullptr);
+      const std::string stored(reinterpret_cast<const char*>(t->data), want.bytes.size());
+      if (load == GgufLoad::kReadInterleaved && want.converted) {
+        ASSERT_EQ(t->layout, WeightLayout::kRows16) << want.name;
+        EXPECT_NE(stored, want.bytes) << want.name;
+        const size_t row_bytes = want.bytes.size() / static_cast<size_t>(want.dims[1]);
+        std::string row(row_bytes, '\0');
+        for (int64_t r = 0; r < want.dims[1]; ++r) {
+          DeinterleaveRow(want.type, t->data, want.dims[0], r,
+                          reinterpret_cast<uint8_t*>(row.data()));
+          ASSERT_EQ(row, want.bytes.substr(static_cast<size_t>(r) * row_bytes, row_bytes))
+              << want.name << " row " << r;
+        }
+      } else {
+        EXPECT_EQ(t->layout, WeightLayout::kRowMajor) << want.name;
+        EXPECT_EQ(stored, want.bytes) << want.name;
       }
-    } else {
-      EXPECT_EQ(t->layout, WeightLayout::kRowMajor);
-      EXPECT_EQ(std::string(reinterpret_cast<const char*>(t->data), w32.size()), w32);
-    }
-    for (const auto& [name, bytes] : {std::pair<std::string, std::string>{"w15", w15},
-                                      {"v16", v16}, {"vec", vec}}) {
-      const GgufTensor* u = (*f)->FindTensor(name);
-      EXPECT_EQ(u->layout, WeightLayout::kRowMajor) << name;
-      EXPECT_EQ(std::string(reinterpret_cast<const char*>(u->data), bytes.size()), bytes) << name;
     }
   }
   std::filesystem::remove(path);
