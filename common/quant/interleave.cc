@@ -10,11 +10,9 @@
 namespace magicpig {
 namespace {
 
-constexpr int64_t kSb = 256;                                      // values per super-block
-constexpr int64_t kBlockBytes = 144;                              // Q4_K super-block in the file
-constexpr int64_t kGroupSbBytes = kInterleaveRows * kBlockBytes;  // 2304
+constexpr int64_t kSb = 256;            // values per super-block
+constexpr int64_t kBlockBytes = 144;    // Q4_K super-block in the file
 constexpr int64_t kQ6BlockBytes = 210;  // Q6_K: ql[128], qh[64], scales[16], d
-constexpr int64_t kQ6GroupSbBytes = kInterleaveRows * kQ6BlockBytes;  // 3360
 
 int64_t BlockBytes(GgmlType type) { return type == GgmlType::kQ6_K ? kQ6BlockBytes : kBlockBytes; }
 
@@ -39,7 +37,7 @@ void PackScales(const uint8_t sc[8], const uint8_t mn[8], uint8_t* p) {
 
 // One super-block of 16 rows (file blocks src[r] at src + r * row_bytes) into dst (2304 bytes).
 void InterleaveGroupSb(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
-  std::memset(dst, 0, kGroupSbBytes);
+  std::memset(dst, 0, kInterleaveRows * kBlockBytes);
   for (int r = 0; r < kInterleaveRows; ++r) {
     const uint8_t* b = src + r * row_bytes;
     std::memcpy(dst + 2 * r, b, 2);           // d
@@ -82,7 +80,7 @@ void SetQ6Quant(uint8_t* b, int v, int q) {
 }
 
 void InterleaveQ6GroupSb(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
-  std::memset(dst, 0, kQ6GroupSbBytes);
+  std::memset(dst, 0, kInterleaveRows * kQ6BlockBytes);
   for (int r = 0; r < kInterleaveRows; ++r) {
     const uint8_t* b = src + r * row_bytes;
     std::memcpy(dst + 2 * r, b + 208, 2);
@@ -101,24 +99,37 @@ void InterleaveQ6GroupSb(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
   }
 }
 
-void DeinterleaveQ6Row(const uint8_t* data, int64_t cols, int64_t row, uint8_t* out) {
-  const int64_t row_bytes = cols / kSb * kQ6BlockBytes, nsb = cols / kSb;
-  const int64_t g = row / kInterleaveRows;
-  const int r = static_cast<int>(row % kInterleaveRows);
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t* src = data + g * kInterleaveRows * row_bytes + sb * kQ6GroupSbBytes;
-    uint8_t* b = out + sb * kQ6BlockBytes;
-    std::memcpy(b + 208, src + 2 * r, 2);
-    for (int j = 0; j < 16; ++j) {
-      b[192 + j] = src[32 + 16 * j + r];
-      const uint8_t* chunk = src + 288 + 192 * j;
-      for (int i = 0; i < 4; ++i) {
-        const uint8_t l0 = chunk[4 * r + i], l1 = chunk[64 + 4 * r + i], h = chunk[128 + 4 * r + i];
-        const int low[4] = {l0 & 0x0F, l0 >> 4, l1 & 0x0F, l1 >> 4};
-        for (int k = 0; k < 4; ++k) {
-          SetQ6Quant(b, 16 * j + 4 * k + i, low[k] | (((h >> (2 * k)) & 3) << 4));
-        }
+// Row r's file block of one Q6_K group super-block.
+void DeinterleaveQ6Block(const uint8_t* src, int r, uint8_t* b) {
+  std::memcpy(b + 208, src + 2 * r, 2);
+  for (int j = 0; j < 16; ++j) {
+    b[192 + j] = src[32 + 16 * j + r];
+    const uint8_t* chunk = src + 288 + 192 * j;
+    for (int i = 0; i < 4; ++i) {
+      const uint8_t l0 = chunk[4 * r + i], l1 = chunk[64 + 4 * r + i], h = chunk[128 + 4 * r + i];
+      const int low[4] = {l0 & 0x0F, l0 >> 4, l1 & 0x0F, l1 >> 4};
+      for (int k = 0; k < 4; ++k) {
+        SetQ6Quant(b, 16 * j + 4 * k + i, low[k] | (((h >> (2 * k)) & 3) << 4));
       }
+    }
+  }
+}
+
+// Row r's file block of one Q4_K group super-block.
+void DeinterleaveQ4Block(const uint8_t* src, int r, uint8_t* b) {
+  std::memcpy(b, src + 2 * r, 2);
+  std::memcpy(b + 2, src + 32 + 2 * r, 2);
+  uint8_t sc[8], mn[8];
+  for (int s = 0; s < 8; ++s) {
+    const uint8_t lo = src[64 + 16 * s + r];
+    const uint8_t hi = static_cast<uint8_t>(src[192 + 16 * (s / 2) + r] >> (4 * (s % 2)));
+    sc[s] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 3) << 4));
+    mn[s] = static_cast<uint8_t>((lo >> 4) | (((hi >> 2) & 3) << 4));
+  }
+  PackScales(sc, mn, b + 4);
+  for (int p = 0; p < 4; ++p) {
+    for (int g8 = 0; g8 < 8; ++g8) {
+      std::memcpy(b + 16 + 32 * p + 4 * g8, src + 256 + 64 * (8 * p + g8) + 4 * r, 4);
     }
   }
 }
@@ -160,27 +171,15 @@ absl::Status Interleave(GgmlType type, uint8_t* data, int64_t rows, int64_t cols
 }
 
 void DeinterleaveRow(GgmlType type, const uint8_t* data, int64_t cols, int64_t row, uint8_t* out) {
-  if (type == GgmlType::kQ6_K) return DeinterleaveQ6Row(data, cols, row, out);
-  const int64_t row_bytes = cols / kSb * kBlockBytes, nsb = cols / kSb;
-  const int64_t g = row / kInterleaveRows;
+  const int64_t block_bytes = BlockBytes(type), row_bytes = cols / kSb * block_bytes;
   const int r = static_cast<int>(row % kInterleaveRows);
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t* src = data + g * kInterleaveRows * row_bytes + sb * kGroupSbBytes;
-    uint8_t* b = out + sb * kBlockBytes;
-    std::memcpy(b, src + 2 * r, 2);
-    std::memcpy(b + 2, src + 32 + 2 * r, 2);
-    uint8_t sc[8], mn[8];
-    for (int s = 0; s < 8; ++s) {
-      const uint8_t lo = src[64 + 16 * s + r];
-      const uint8_t hi = static_cast<uint8_t>(src[192 + 16 * (s / 2) + r] >> (4 * (s % 2)));
-      sc[s] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 3) << 4));
-      mn[s] = static_cast<uint8_t>((lo >> 4) | (((hi >> 2) & 3) << 4));
-    }
-    PackScales(sc, mn, b + 4);
-    for (int p = 0; p < 4; ++p) {
-      for (int g8 = 0; g8 < 8; ++g8) {
-        std::memcpy(b + 16 + 32 * p + 4 * g8, src + 256 + 64 * (8 * p + g8) + 4 * r, 4);
-      }
+  const uint8_t* group = data + row / kInterleaveRows * kInterleaveRows * row_bytes;
+  for (int64_t sb = 0; sb < cols / kSb; ++sb) {
+    const uint8_t* src = group + sb * kInterleaveRows * block_bytes;
+    if (type == GgmlType::kQ6_K) {
+      DeinterleaveQ6Block(src, r, out + sb * block_bytes);
+    } else {
+      DeinterleaveQ4Block(src, r, out + sb * block_bytes);
     }
   }
 }
