@@ -121,7 +121,7 @@ class Backend {
   virtual bool host_memory() const { return true; }
   // True when the backend's products are faster with K-quant weights in the 16-row interleaved
   // layout (common/quant/interleave.h); the engine then loads them that way.
-  virtual bool wants_interleaved_q4k() const { return false; }
+  virtual bool wants_interleaved_kquants() const { return false; }
   // Device memory allocated through this backend now, and the device's size; zeros for a backend
   // that computes in host memory.
   struct DeviceMemoryStats {
