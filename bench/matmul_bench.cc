@@ -152,9 +152,9 @@ void RegisterAll() {
                                        threads, WeightLayout::kRowMajor)
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond);
-          // The same matrix in the 16-row interleaved layout the CPU backend loads on AVX2 and
-          // AVX-512 machines (interleave.h).
-          if (level != SimdLevel::kScalar) {
+          // The same matrix in the 16-row interleaved layout the CPU backend loads on AVX-512
+          // machines (interleave.h).
+          if (level == SimdLevel::kAvx512) {
             const std::string rows16 = name.substr(0, 4) + "-rows16" + name.substr(4);
             benchmark::RegisterBenchmark(rows16.c_str(), BM_MatMul, k.type, k.shape, n_tokens,
                                          level, threads, WeightLayout::kRows16)

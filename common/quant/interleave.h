@@ -1,5 +1,5 @@
-// The 16-row interleaved layout of K-quant matrices (Q4_K, Q6_K), read by the AVX-512 and AVX2
-// kernels of matmul_kquant_rows16_avx512.cc and matmul_kquant_rows16_avx2.cc.
+// The 16-row interleaved layout of K-quant matrices (Q4_K, Q6_K), read by the AVX-512 kernels of
+// matmul_kquant_rows16_avx512.cc.
 //
 // Why: a row-major K-quant kernel spends most of its vector instructions per row on work that does
 // not multiply (scales, minima, float conversion, the horizontal sum). With 16 rows interleaved,

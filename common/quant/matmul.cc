@@ -190,10 +190,10 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
   // A level above the CPU's would fault; treat it as a request for the best available.
   if (static_cast<int>(level) > static_cast<int>(DetectedSimdLevel())) level = DetectedSimdLevel();
   const bool rows16 = w.layout == WeightLayout::kRows16;
-  if (rows16 && level == SimdLevel::kScalar) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the 16-row interleaved layout needs the AVX2 or AVX-512 kernels; SIMD level is ",
-        std::string(SimdLevelName(level))));
+  if (rows16 && level != SimdLevel::kAvx512) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the 16-row interleaved layout needs the AVX-512 kernels; SIMD level is ",
+                     std::string(SimdLevelName(level))));
   }
 
   MatMulArgs args;
@@ -261,11 +261,7 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
         }
         break;
       case SimdLevel::kAvx2:
-        if (rows16) {
-          quant_internal::KQuantRows16Avx2(args, r0, r1);
-        } else {
-          quant_internal::MatMulRowsAvx2(args, r0, r1);
-        }
+        quant_internal::MatMulRowsAvx2(args, r0, r1);
         break;
       case SimdLevel::kScalar:
         quant_internal::MatMulRowsScalar(args, r0, r1);

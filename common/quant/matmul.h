@@ -34,7 +34,7 @@ struct QuantMatrix {
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;  // multiple of the type's block size
-  // kRows16 (interleave.h) is read by the AVX2 and AVX-512 kernels only: MatMul at scalar level is
+  // kRows16 (interleave.h) is read by the AVX-512 kernels only: MatMul at a lower level is
   // INVALID_ARGUMENT. GetRow and MatMulFloatActivations read both layouts.
   WeightLayout layout = WeightLayout::kRowMajor;
 };

@@ -143,8 +143,6 @@ void KQuantRowsAvx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end
 // Q4_K or Q6_K in the 16-row interleaved layout (interleave.h; row_begin, row_end multiples of
 // 16), activations in KActOrder::kNatural (matmul_kquant_rows16_avx512.cc).
 void KQuantRows16Avx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end, bool use_vnni);
-// The same at AVX2, bit-identical to it (matmul_kquant_rows16_avx2.cc).
-void KQuantRows16Avx2(const MatMulArgs& args, int64_t row_begin, int64_t row_end);
 
 }  // namespace magicpig::quant_internal
 

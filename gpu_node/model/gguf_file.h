@@ -79,7 +79,7 @@ enum class GgufLoad {
   // (2 MiB pages instead of 4 KiB), which made CPU decoding of a 1 GB model ~7% faster.
   kRead,
   // kRead, then every matrix that can be (Q4_K or Q6_K, rows a multiple of 16) converted in place
-  // to the 16-row interleaved layout of the SIMD kernels (common/quant/interleave.h; 2.3x the
+  // to the 16-row interleaved layout of the AVX-512 kernels (common/quant/interleave.h; 2.3x the
   // prefill products of a row-major Q4_K matrix). Only for a reader whose every use of those
   // tensors goes through QuantMatrix with the tensor's `layout`.
   kReadInterleaved,

@@ -27,8 +27,8 @@ class CpuBackend final : public Backend {
   std::string Describe() const override;
   int num_threads() const { return num_threads_; }
   SimdLevel simd_level() const { return level_; }
-  // The interleaved K-quant kernels exist at AVX2 and AVX-512.
-  bool wants_interleaved_kquants() const override { return level_ != SimdLevel::kScalar; }
+  // The interleaved K-quant kernels exist at AVX-512 only.
+  bool wants_interleaved_kquants() const override { return level_ == SimdLevel::kAvx512; }
 
   absl::Status Execute(absl::FunctionRef<absl::Status()> batch) override;
   absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) override;
