@@ -4,29 +4,19 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/quant/dequantize.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
 
 namespace magicpig {
 namespace {
 
-constexpr int64_t kSb = 256;            // values per super-block
-constexpr int64_t kBlockBytes = 144;    // Q4_K super-block in the file
-constexpr int64_t kQ6BlockBytes = 210;  // Q6_K: ql[128], qh[64], scales[16], d
+constexpr int64_t kSb = 256;  // values per super-block
 
-int64_t BlockBytes(GgmlType type) { return type == GgmlType::kQ6_K ? kQ6BlockBytes : kBlockBytes; }
+// Bytes of one file super-block: 144 (Q4_K), 210 (Q6_K: ql[128], qh[64], scales[16], d).
+int64_t BlockBytes(GgmlType type) { return GgmlRowBytes(type, kSb); }
 
-// ggml's 12-byte packing of 8 six-bit scales and mins (bytes 0-3 scales 0-3, 4-7 mins 0-3, 8-11
-// the low nibbles of scales/mins 4-7, whose top two bits sit in bits 6-7 of bytes 0-7).
-void UnpackScales(const uint8_t* p, uint8_t sc[8], uint8_t mn[8]) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = p[j] & 63;
-    mn[j] = p[j + 4] & 63;
-    sc[j + 4] = static_cast<uint8_t>((p[j + 8] & 0x0F) | ((p[j] >> 6) << 4));
-    mn[j + 4] = static_cast<uint8_t>((p[j + 8] >> 4) | ((p[j + 4] >> 6) << 4));
-  }
-}
-
+// Inverse of KScaleMin (dequantize.h): ggml's 12-byte packing of 8 six-bit scales and mins.
 void PackScales(const uint8_t sc[8], const uint8_t mn[8], uint8_t* p) {
   for (int j = 0; j < 4; ++j) {
     p[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
@@ -35,20 +25,20 @@ void PackScales(const uint8_t sc[8], const uint8_t mn[8], uint8_t* p) {
   }
 }
 
-// One super-block of 16 rows (file blocks src[r] at src + r * row_bytes) into dst (2304 bytes).
-void InterleaveGroupSb(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
-  std::memset(dst, 0, kInterleaveRows * kBlockBytes);
+// One Q4_K super-block of 16 rows (file blocks at src + r * row_bytes) into dst (2304 bytes).
+void InterleaveQ4GroupSb(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
+  std::memset(dst, 0, kInterleaveRows * BlockBytes(GgmlType::kQ4_K));
   for (int r = 0; r < kInterleaveRows; ++r) {
     const uint8_t* b = src + r * row_bytes;
     std::memcpy(dst + 2 * r, b, 2);           // d
     std::memcpy(dst + 32 + 2 * r, b + 2, 2);  // dmin
-    uint8_t sc[8], mn[8];
-    UnpackScales(b + 4, sc, mn);
     for (int s = 0; s < 8; ++s) {
-      dst[64 + 16 * s + r] = static_cast<uint8_t>((sc[s] & 0x0F) | ((mn[s] & 0x0F) << 4));
+      int sc, mn;
+      KScaleMin(b + 4, s, &sc, &mn);
+      dst[64 + 16 * s + r] = static_cast<uint8_t>((sc & 0x0F) | ((mn & 0x0F) << 4));
       const int shift = 4 * (s % 2);
       dst[192 + 16 * (s / 2) + r] |=
-          static_cast<uint8_t>((((sc[s] >> 4) & 3) | (((mn[s] >> 4) & 3) << 2)) << shift);
+          static_cast<uint8_t>((((sc >> 4) & 3) | (((mn >> 4) & 3) << 2)) << shift);
     }
     // File byte 32 p + l of qs holds value l of sub-block 2p (low nibble) and of 2p + 1 (high):
     // chunk (p, g) is bytes 32 p + 4 g .. + 3 of each row, side by side.
@@ -79,8 +69,9 @@ void SetQ6Quant(uint8_t* b, int v, int q) {
   hi = static_cast<uint8_t>((hi & ~(3 << (2 * k))) | (((q >> 4) & 3) << (2 * k)));
 }
 
+// The same for one Q6_K super-block (3360 bytes).
 void InterleaveQ6GroupSb(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
-  std::memset(dst, 0, kInterleaveRows * kQ6BlockBytes);
+  std::memset(dst, 0, kInterleaveRows * BlockBytes(GgmlType::kQ6_K));
   for (int r = 0; r < kInterleaveRows; ++r) {
     const uint8_t* b = src + r * row_bytes;
     std::memcpy(dst + 2 * r, b + 208, 2);
@@ -162,7 +153,7 @@ absl::Status Interleave(GgmlType type, uint8_t* data, int64_t rows, int64_t cols
                           if (type == GgmlType::kQ6_K) {
                             InterleaveQ6GroupSb(src, row_bytes, dst);
                           } else {
-                            InterleaveGroupSb(src, row_bytes, dst);
+                            InterleaveQ4GroupSb(src, row_bytes, dst);
                           }
                         }
                       }

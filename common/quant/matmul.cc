@@ -24,6 +24,8 @@ using quant_internal::kActBlock;
 using quant_internal::kScaleRepeat;
 using quant_internal::MatMulArgs;
 
+}  // namespace
+
 absl::Status CheckMatrix(const QuantMatrix& w) {
   const std::optional<GgmlTypeInfo> info = LookupGgmlType(static_cast<uint32_t>(w.type));
   if (!info.has_value() || !info->supported) {
@@ -43,8 +45,6 @@ absl::Status CheckMatrix(const QuantMatrix& w) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 namespace quant_internal {
 namespace {

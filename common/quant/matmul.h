@@ -39,6 +39,11 @@ struct QuantMatrix {
   WeightLayout layout = WeightLayout::kRowMajor;
 };
 
+// OK when w can be multiplied and read: a supported type, a shape of whole blocks, data for its
+// rows, and a layout its type and shape allow; else INVALID_ARGUMENT naming the problem. MatMul,
+// MatMulFloatActivations and GetRow check with it.
+absl::Status CheckMatrix(const QuantMatrix& w);
+
 // INVALID_ARGUMENT for unsupported types or inconsistent shapes.
 absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
                     int64_t ldy, SimdLevel level = ActiveSimdLevel());

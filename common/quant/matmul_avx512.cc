@@ -366,15 +366,11 @@ void QuadTokens(const MatMulArgs& a, const QuadConsts& k, const uint8_t* const* 
 }
 
 constexpr int64_t kQuadPrefetch = 1;  // quads of rows fetched ahead
-// Tokens per cache block: their quantised activations (~1-3 KiB each) stay in L1/L2 while every
-// row of the task passes over them.
-constexpr int64_t kTokenBlock = 64;
 
 template <GgmlType T, bool kVnni>
 void QuadRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
   const QuadConsts k = MakeQuadConsts<T>();
-  for (int64_t tb = 0; tb < a.n_tokens; tb += kTokenBlock) {
-    const int64_t te = std::min(a.n_tokens, tb + kTokenBlock);
+  ForTokenBlocks(a.n_tokens, [&](int64_t tb, int64_t te) {
     for (int64_t r = r0; r < r1; r += 4) {
       // A partial last quad repeats its last row (the extra results are dropped).
       const uint8_t* row[4];
@@ -392,7 +388,7 @@ void QuadRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
         QuadTokens<T, kVnni, decltype(nt)::value>(a, k, row, r, r1, t);
       });
     }
-  }
+  });
 }
 
 constexpr int kTileRows = 2;
@@ -424,8 +420,7 @@ void TileRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
   if (all_rows) {
     for (int64_t r = r0; r < r1; ++r) prepare(r, r - r0);
   }
-  for (int64_t tb = 0; tb < a.n_tokens; tb += kTokenBlock) {
-    const int64_t te = std::min(a.n_tokens, tb + kTokenBlock);
+  ForTokenBlocks(a.n_tokens, [&](int64_t tb, int64_t te) {
     int64_t r = r0;
     for (; r + kTileRows <= r1; r += kTileRows) {
       RowConsts rc[kTileRows];
@@ -440,7 +435,7 @@ void TileRows(const MatMulArgs& a, int64_t r0, int64_t r1) {
       const RowConsts rc = consts(all_rows ? r - r0 : 0);
       IntegerTileTokens<T, kVnni, 1>(a, r, &rc, tb, te);
     }
-  }
+  });
 }
 
 template <GgmlType T, bool kVnni>

@@ -44,3 +44,15 @@ void ForTokenChunks(int64_t t0, int64_t t1, Fn fn) {
       return;
   }
 }
+
+// Tokens per cache block: their quantised activations (~1-9 KiB each) stay in L1/L2 while every
+// row of a task passes over them.
+constexpr int64_t kTokenBlock = 64;
+
+// Calls fn(tb, te) for the token blocks [tb, te) of [0, n_tokens), kTokenBlock tokens each.
+template <typename Fn>
+void ForTokenBlocks(int64_t n_tokens, Fn fn) {
+  for (int64_t tb = 0; tb < n_tokens; tb += kTokenBlock) {
+    fn(tb, n_tokens < tb + kTokenBlock ? n_tokens : tb + kTokenBlock);
+  }
+}

@@ -140,17 +140,14 @@ void RowTokens(const MatMulArgs& a, int64_t r, int64_t t0) {
   for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.ldy + r] = HorizontalSum(acc[t]);
 }
 
-constexpr int64_t kTokenBlock = 64;
-
 template <GgmlType T>
 void Rows(const MatMulArgs& a, int64_t r0, int64_t r1) {
-  for (int64_t tb = 0; tb < a.n_tokens; tb += kTokenBlock) {
-    const int64_t te = a.n_tokens < tb + kTokenBlock ? a.n_tokens : tb + kTokenBlock;
+  ForTokenBlocks(a.n_tokens, [&](int64_t tb, int64_t te) {
     for (int64_t r = r0; r < r1; ++r) {
       ForTokenChunks(tb, te,
                      [&](int64_t t, auto nt) { RowTokens<T, decltype(nt)::value>(a, r, t); });
     }
-  }
+  });
 }
 
 #undef MAGICPIG_INLINE

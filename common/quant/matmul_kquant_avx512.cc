@@ -198,20 +198,16 @@ void RowTokens(const MatMulArgs& a, const KConsts& k, int64_t r, int64_t t0) {
   }
 }
 
-// Tokens per cache block: their activations stay in L1/L2 while the task's rows pass over them.
-constexpr int64_t kTokenBlock = 64;
-
 template <GgmlType T, bool kVnni>
 void Rows(const MatMulArgs& a, int64_t r0, int64_t r1) {
   const KConsts& k = Consts<T>();
-  for (int64_t tb = 0; tb < a.n_tokens; tb += kTokenBlock) {
-    const int64_t te = a.n_tokens < tb + kTokenBlock ? a.n_tokens : tb + kTokenBlock;
+  ForTokenBlocks(a.n_tokens, [&](int64_t tb, int64_t te) {
     for (int64_t r = r0; r < r1; ++r) {
       ForTokenChunks(tb, te, [&](int64_t t, auto nt) {
         RowTokens<T, kVnni, decltype(nt)::value>(a, k, r, t);
       });
     }
-  }
+  });
 }
 
 template <bool kVnni>

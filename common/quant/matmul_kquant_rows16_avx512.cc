@@ -35,7 +35,7 @@ MAGICPIG_INLINE __m512i Dot4(__m512i acc, __m512i w, __m512i x) {
   if constexpr (kVnni) {
     return _mm512_dpbusd_epi32(acc, w, x);
   } else {
-    // Pair sums are at most 2 * 15 * 127: no saturation.
+    // Pair sums are at most 2 * 63 * 127 (Q6_K): no saturation.
     return _mm512_add_epi32(acc,
                             _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1)));
   }
@@ -156,13 +156,9 @@ void GroupTokensQ6(const MatMulArgs& a, const uint8_t* base, int64_t r0, int64_t
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.ldy + r0, acc[t]);
 }
 
-// Tokens per cache block: their activations stay in L1/L2 while the task's groups pass over them.
-constexpr int64_t kTokenBlock = 64;
-
 template <GgmlType T, bool kVnni>
 void Groups(const MatMulArgs& a, int64_t r0, int64_t r1) {
-  for (int64_t tb = 0; tb < a.n_tokens; tb += kTokenBlock) {
-    const int64_t te = a.n_tokens < tb + kTokenBlock ? a.n_tokens : tb + kTokenBlock;
+  ForTokenBlocks(a.n_tokens, [&](int64_t tb, int64_t te) {
     for (int64_t r = r0; r < r1; r += kInterleaveRows) {
       const uint8_t* base = a.w + r * a.row_bytes;  // the group occupies its rows' byte range
       ForTokenChunks(tb, te, [&](int64_t t, auto nt) {
@@ -173,7 +169,7 @@ void Groups(const MatMulArgs& a, int64_t r0, int64_t r1) {
         }
       });
     }
-  }
+  });
 }
 
 #undef MAGICPIG_INLINE
