@@ -149,6 +149,16 @@ class Backend {
 
   // Runs `batch` (a sequence of the operations below) on the backend's threads.
   virtual absl::Status Execute(absl::FunctionRef<absl::Status()> batch) = 0;
+  // Execute for a batch that a device backend may record and replay as one unit (the CUDA
+  // backend's graphs), for a step repeated many times with the same operations (a decode step).
+  // The batch must (a) not read on the host what a CopyOut brings back before this returns (the
+  // data arrives when it returns), (b) make no host-side decision on device results, and (c)
+  // tolerate being run twice: a backend that cannot record it (an allocation or a buffer that
+  // must grow inside it, say) runs it again with Execute, so its host-side effects must be
+  // idempotent. The default is Execute.
+  virtual absl::Status ExecuteReplayable(absl::FunctionRef<absl::Status()> batch) {
+    return Execute(batch);
+  }
 
   // y[n_tokens][w.rows] = x[n_tokens][w.cols] · Wᵀ
   virtual absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;

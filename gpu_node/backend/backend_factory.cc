@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& optio
   CudaBackendOptions cuda;
   cuda.device = options.gpu;
   cuda.float_weights = options.float_activations;
+  cuda.graphs = options.cuda_graphs;
   absl::StatusOr<std::unique_ptr<CudaBackend>> b = CudaBackend::Create(cuda);
   if (!b.ok()) return b.status();
   return std::unique_ptr<Backend>(*std::move(b));

@@ -371,7 +371,13 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
   float* x = x_batch_.as<float>();
   const Clock::time_point start = Clock::now();
   StepTimings local;
-  absl::Status status = backend_->Execute([&]() -> absl::Status {
+  // Without attention hooks a step is the same device operations every time (no host work
+  // between layers), so a device backend may record and replay it (ExecuteReplayable). Its
+  // host-side effects below are idempotent, as that requires.
+  const bool replayable =
+      std::all_of(slots.begin(), slots.end(), [](const Slot& s) { return s.hook == nullptr; });
+  auto step = [&]() -> absl::Status {
+    local = StepTimings();
     MAGICPIG_RETURN_IF_ERROR(backend_->Embed(weights_->token_embd(), tokens, x));
     for (int64_t i = 0; i < n; ++i) positions_host_[i] = static_cast<int32_t>(slots[i].first_pos);
     MAGICPIG_RETURN_IF_ERROR(UploadPositions(n));
@@ -425,7 +431,8 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
     for (const Slot& s : slots) s.kv->set_size(s.first_pos + 1);
     logits->resize(n * c.n_vocab);
     return Logits(x, n, logits->data());
-  });
+  };
+  absl::Status status = replayable ? backend_->ExecuteReplayable(step) : backend_->Execute(step);
   if (timings != nullptr) {
     timings->attention += local.attention;
     timings->dense += Seconds(start, Clock::now()) - local.attention;

@@ -1,6 +1,7 @@
 #include "gpu_node/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -47,6 +48,11 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaDevice> device, const CudaBackendOp
     : device_(std::move(device)), options_(options) {}
 
 CudaBackend::~CudaBackend() {
+  if (device_->MakeCurrent().ok()) {
+    for (auto& [nodes, exec] : graphs_) cudaGraphExecDestroy(exec);
+  }
+  graphs_.clear();
+  staging_ = BackendBuffer();
   // Buffers free themselves (cudaFree waits for the device); the device goes last.
   matrices_.clear();
   vectors_.clear();
@@ -68,12 +74,33 @@ std::string CudaBackend::Describe() const {
 }
 
 absl::StatusOr<BackendBuffer> CudaBackend::Allocate(int64_t bytes) {
+  if (recording_) {
+    // cudaMalloc inside a capture, and the cudaFree of the buffer it replaces, are not
+    // recordable; ExecuteReplayable runs this batch with Execute instead.
+    return absl::FailedPreconditionError("device allocation inside a recorded batch");
+  }
   return device_->Allocate(bytes);
+}
+
+char* CudaBackend::Stage(int64_t bytes) {
+  const int64_t at = staging_used_;
+  staging_used_ += (bytes + 63) / 64 * 64;
+  return staging_used_ <= staging_.bytes() ? staging_.as<char>() + at : nullptr;
 }
 
 absl::Status CudaBackend::CopyIn(void* dst, const void* host_src, int64_t bytes) {
   if (bytes <= 0) return absl::OkStatus();
   MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
+  if (recording_) {
+    // A copy from pageable memory cannot be recorded, and the source may change before the
+    // replay: stage the data now; the graph copies it from the staging buffer.
+    char* staged = Stage(bytes);
+    if (staged == nullptr) return absl::FailedPreconditionError("staging buffer too small");
+    std::memcpy(staged, host_src, static_cast<size_t>(bytes));
+    return CudaStatus(cudaMemcpyAsync(dst, staged, static_cast<size_t>(bytes),
+                                      cudaMemcpyHostToDevice, device_->stream()),
+                      "cudaMemcpyAsync (to the device, recorded)");
+  }
   return CudaStatus(cudaMemcpyAsync(dst, host_src, static_cast<size_t>(bytes),
                                     cudaMemcpyHostToDevice, device_->stream()),
                     "cudaMemcpyAsync (to the device)");
@@ -82,6 +109,15 @@ absl::Status CudaBackend::CopyIn(void* dst, const void* host_src, int64_t bytes)
 absl::Status CudaBackend::CopyOut(void* host_dst, const void* src, int64_t bytes) {
   if (bytes <= 0) return absl::OkStatus();
   MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
+  if (recording_) {
+    // Into the staging buffer at replay; to host_dst once the replay is done (backend.h).
+    char* staged = Stage(bytes);
+    if (staged == nullptr) return absl::FailedPreconditionError("staging buffer too small");
+    deferred_.push_back({host_dst, staged, bytes});
+    return CudaStatus(cudaMemcpyAsync(staged, src, static_cast<size_t>(bytes),
+                                      cudaMemcpyDeviceToHost, device_->stream()),
+                      "cudaMemcpyAsync (to the host, recorded)");
+  }
   MAGICPIG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, src, static_cast<size_t>(bytes),
                                                 cudaMemcpyDeviceToHost, device_->stream()));
   return device_->Synchronize();
@@ -174,6 +210,89 @@ absl::Status CudaBackend::Execute(absl::FunctionRef<absl::Status()> batch) {
   return status.ok() ? sync : status;
 }
 
+absl::Status CudaBackend::ExecuteReplayable(absl::FunctionRef<absl::Status()> batch) {
+  if (!options_.graphs) return Execute(batch);
+  MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
+  absl::StatusOr<cudaGraph_t> graph = Record(batch);
+  absl::StatusOr<cudaGraphExec_t> exec =
+      graph.ok() ? Instantiated(*graph) : absl::StatusOr<cudaGraphExec_t>(graph.status());
+  if (graph.ok()) cudaGraphDestroy(*graph);
+  if (!exec.ok()) {
+    // Nothing of the batch has run: it runs now, one launch per operation.
+    deferred_.clear();
+    ++graph_stats_.fell_back;
+    return Execute(batch);
+  }
+  MAGICPIG_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(*exec, device_->stream()));
+  MAGICPIG_RETURN_IF_ERROR(device_->Synchronize());
+  ++graph_stats_.replayed;
+  for (const DeferredCopy& c : deferred_) {
+    std::memcpy(c.host_dst, c.staged, static_cast<size_t>(c.bytes));
+  }
+  deferred_.clear();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<cudaGraph_t> CudaBackend::Record(absl::FunctionRef<absl::Status()> batch) {
+  error_ = absl::OkStatus();
+  staging_used_ = 0;
+  deferred_.clear();
+  // Thread-local mode: other threads (attention shards, the HTTP server) may use CUDA meanwhile.
+  MAGICPIG_CUDA_RETURN_IF_ERROR(
+      cudaStreamBeginCapture(device_->stream(), cudaStreamCaptureModeThreadLocal));
+  recording_ = true;
+  absl::Status status = batch();
+  if (status.ok()) status = error_;
+  recording_ = false;
+  error_ = absl::OkStatus();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(device_->stream(), &graph);
+  if (staging_used_ > staging_.bytes()) {
+    // Grown for the next batch; this one runs with Execute. Pinned, so that the recorded
+    // copies run asynchronously.
+    staging_ = BackendBuffer();
+    void* p = nullptr;
+    const int64_t bytes = std::max<int64_t>(int64_t{1} << 20, 2 * staging_used_);
+    if (cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocDefault) == cudaSuccess) {
+      staging_ = BackendBuffer(p, bytes, [](void* q) { cudaFreeHost(q); });
+    } else {
+      cudaGetLastError();
+    }
+  }
+  if (!status.ok() || end != cudaSuccess || graph == nullptr) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();  // a capture invalidated by an unrecordable call leaves its error
+    deferred_.clear();
+    return status.ok() ? CudaStatus(end, "cudaStreamEndCapture") : status;
+  }
+  return graph;
+}
+
+absl::StatusOr<cudaGraphExec_t> CudaBackend::Instantiated(cudaGraph_t graph) {
+  size_t nodes = 0;
+  MAGICPIG_CUDA_RETURN_IF_ERROR(cudaGraphGetNodes(graph, nullptr, &nodes));
+  if (auto it = graphs_.find(nodes); it != graphs_.end()) {
+    cudaGraphExecUpdateResultInfo info;
+    if (cudaGraphExecUpdate(it->second, graph, &info) == cudaSuccess) {
+      ++graph_stats_.updated;
+      return it->second;
+    }
+    cudaGetLastError();  // a different sequence of operations: instantiate anew
+    cudaGraphExecDestroy(it->second);
+    graphs_.erase(it);
+  }
+  constexpr size_t kMaxGraphs = 16;
+  if (graphs_.size() >= kMaxGraphs) {
+    for (auto& [n, e] : graphs_) cudaGraphExecDestroy(e);
+    graphs_.clear();
+  }
+  cudaGraphExec_t exec = nullptr;
+  MAGICPIG_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
+  graphs_.emplace(nodes, exec);
+  ++graph_stats_.instantiated;
+  return exec;
+}
+
 absl::Status CudaBackend::MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) {
   MAGICPIG_RETURN_IF_ERROR(error_);
   MAGICPIG_ASSIGN_OR_RETURN(const ResidentMatrix* m, FindMatrix(w));
@@ -189,6 +308,13 @@ absl::Status CudaBackend::MatMul(const QuantMatrix& w, const float* x, int64_t n
                                                  x, CUDA_R_32F, k, &zero, y, CUDA_R_32F, m_rows,
                                                  CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
     return absl::OkStatus();
+  }
+  if (cuda_internal::HalfMatVecFits(n_tokens, m->cols, m->data.data(), x)) {
+    // Decode-sized batches: one kernel reading the fp16 weights once, instead of an fp16 copy
+    // of x and a cuBLAS call (two launches, and cuBLAS's host-side overhead, per product).
+    return CudaStatus(cuda_internal::LaunchHalfMatVec(m->data.as<uint16_t>(), x, n_tokens, m->rows,
+                                                      m->cols, y, device_->stream()),
+                      "matrix-vector product");
   }
   MAGICPIG_RETURN_IF_ERROR(Reserve(half_x_, n_tokens * m->cols * 2));
   MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchFloatToHalf(

@@ -4,7 +4,9 @@
 // Weights: PrepareMatrix uploads a matrix once and dequantises it on the GPU (one kernel per GGUF
 // type, block_decode.h) into a resident copy, fp16 by default or fp32 with float_weights; MatMul
 // multiplies it with cuBLAS (fp16 inputs with fp32 accumulation, or fp32 throughout without
-// reduced-precision modes, the reference setting that matches the CPU's float-activation path).
+// reduced-precision modes, the reference setting that matches the CPU's float-activation path),
+// or, for decode-sized batches of fp16 weights, with one matrix-vector kernel (fp32 activations).
+// Decode steps can be recorded as CUDA graphs and replayed (ExecuteReplayable).
 // PrepareVector keeps fp32 copies of norm weights and biases. Operations find the copies by the
 // host pointers they are passed. Activations and the KV cache are device memory (Allocate).
 //
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -34,6 +37,16 @@ struct CudaBackendOptions {
   // fp32 resident weights and fp32 products (reference precision, twice the memory); fp16
   // otherwise.
   bool float_weights = false;
+  // ExecuteReplayable records the batch as a CUDA graph and replays it; off: plain Execute.
+  bool graphs = true;
+};
+
+// What ExecuteReplayable did, since the backend was made.
+struct CudaGraphStats {
+  int64_t replayed = 0;      // batches run as a graph
+  int64_t instantiated = 0;  // of which the graph was instantiated anew
+  int64_t updated = 0;       // of which an instantiated graph was updated in place (cheaper)
+  int64_t fell_back = 0;     // batches that could not be recorded and ran with Execute
 };
 
 class CudaBackend final : public Backend {
@@ -60,6 +73,14 @@ class CudaBackend final : public Backend {
   absl::Status PrepareVector(const float* v, int64_t n) override;
 
   absl::Status Execute(absl::FunctionRef<absl::Status()> batch) override;
+  // Records the batch on the stream (stream capture) into a graph, updates the instantiated graph
+  // of the same size in place (cudaGraphExecUpdate: same operations, new arguments) or
+  // instantiates it, and launches it: one launch for the step instead of one per operation.
+  // While recording, CopyIn stages the host data in pinned memory (read at replay) and CopyOut
+  // lands in pinned memory copied to its destination after the replay; Allocate refuses, so a
+  // batch that must grow a buffer falls back to Execute once (the next one is recorded).
+  absl::Status ExecuteReplayable(absl::FunctionRef<absl::Status()> batch) override;
+  const CudaGraphStats& graph_stats() const { return graph_stats_; }
   absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) override;
   absl::Status Embed(const QuantMatrix& table, absl::Span<const int32_t> ids, float* out) override;
   void RmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps,
@@ -92,6 +113,13 @@ class CudaBackend final : public Backend {
   const float* FindVector(const float* host);
   // Keeps the first failure of a void operation.
   void Fail(absl::Status status);
+  // ExecuteReplayable's halves: the batch recorded into a graph (an error when it cannot be), and
+  // the instantiated graph of the same node count updated to it, or a new one instantiated.
+  absl::StatusOr<cudaGraph_t> Record(absl::FunctionRef<absl::Status()> batch);
+  absl::StatusOr<cudaGraphExec_t> Instantiated(cudaGraph_t graph);
+  // `bytes` of pinned staging memory for a copy inside a recorded batch; null when the staging
+  // buffer is too small (it grows after the batch to the size the batch wanted).
+  char* Stage(int64_t bytes);
   // Runs `a` (its part_o / part_lse are set here) and merges the pieces into out (and lse when
   // not null): split-K attention.
   absl::Status RunPieces(cuda_internal::AttentionPieces a, float* out, float* lse);
@@ -107,6 +135,20 @@ class CudaBackend final : public Backend {
   // Scratch, grown as needed: fp16 activations for the products, token ids, attention partials
   // and key ranges.
   BackendBuffer half_x_, ids_, part_o_, part_lse_, ranges_, hash_proj_, hash_codes_;
+  // Recording (ExecuteReplayable): whether a batch is being recorded now, the pinned staging
+  // buffer and how much of it the batch has taken, the copies to hosts made after the replay, and
+  // the instantiated graphs by node count (a few batch sizes alternate in serving).
+  struct DeferredCopy {
+    void* host_dst;
+    const char* staged;
+    int64_t bytes;
+  };
+  bool recording_ = false;
+  BackendBuffer staging_;
+  int64_t staging_used_ = 0;
+  std::vector<DeferredCopy> deferred_;
+  absl::flat_hash_map<size_t, cudaGraphExec_t> graphs_;
+  CudaGraphStats graph_stats_;
 };
 
 }  // namespace magicpig::backend

@@ -15,6 +15,7 @@
 #include "common/attention/simhash.h"
 #include "common/half.h"
 #include "common/quant/dequantize.h"
+#include "common/status_macros.h"
 #include "gpu_node/backend/cpu/cpu_backend.h"
 #include "gpu_node/engine/engine.h"
 #include "gtest/gtest.h"
@@ -157,7 +158,8 @@ TEST(CudaBackendTest, MatMulMatchesFloat64) {
       ASSERT_TRUE(bytes.ok());
       keep.push_back(*std::move(bytes));
       const QuantMatrix m{type, keep.back().data(), rows, cols};
-      for (int64_t n : {1, 5, 64}) {
+      // 1-8 tokens take the fp16 matrix-vector kernel, 9 and 64 cuBLAS.
+      for (int64_t n : {1, 5, 8, 9, 64}) {
         std::vector<float> w(rows * cols);
         ASSERT_TRUE(DequantizeRow(type, m.data, w.data(), rows * cols).ok());
         const std::vector<float> x = Random(n * cols, 10 + n);
@@ -175,6 +177,45 @@ TEST(CudaBackendTest, MatMulMatchesFloat64) {
         EXPECT_LT(err, float_weights ? 1e-6 : 2e-3)
             << GgmlTypeName(type) << " n " << n << " float_weights " << float_weights;
       }
+    }
+  }
+}
+
+// The decode-sized product (1-8 tokens, fp16 weights) reads fp32 activations and accumulates in
+// fp32, so against float64 over the fp16-rounded weights it is exact to float32 rounding: a sharper
+// check than the fp16 tolerance above. Rows not a multiple of the warps per block and columns not
+// a multiple of a warp's unrolled stride exercise the tails; an x that is not 16-byte aligned and
+// a width that is not a multiple of 8 take the cuBLAS path and must agree too.
+TEST(CudaBackendTest, MatVecIsExactOverFp16Weights) {
+  MAGICPIG_REQUIRE_GPU();
+  auto b = MakeBackend(false);
+  ASSERT_NE(b, nullptr);
+  struct Case {
+    int64_t rows, cols, x_offset;
+    double bound;
+  };
+  std::deque<std::vector<float>> keep;  // host addresses outlive the backend
+  for (const Case& k :
+       {Case{1003, 1544, 0, 1e-5}, Case{67, 36, 0, 2e-3}, Case{129, 256, 1, 2e-3}}) {
+    keep.push_back(Random(k.rows * k.cols, 21 + k.cols));
+    const std::vector<float>& w = keep.back();
+    const QuantMatrix m{GgmlType::kF32, w.data(), k.rows, k.cols};
+    ASSERT_TRUE(b->PrepareMatrix(m).ok());
+    for (int64_t n = 1; n <= 8; ++n) {
+      const std::vector<float> x = Random(n * k.cols + k.x_offset, 40 + n);
+      std::vector<double> ref(n * k.rows, 0.0);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < k.rows; ++r)
+          for (int64_t c = 0; c < k.cols; ++c)
+            ref[t * k.rows + r] +=
+                static_cast<double>(Fp16ToFloat(FloatToFp16(w[r * k.cols + c]))) *
+                x[k.x_offset + t * k.cols + c];
+      DeviceData d(b.get());
+      const float* xd = d.Put(x) + k.x_offset;
+      float* y = d.Poisoned<float>(n * k.rows);
+      ASSERT_TRUE(b->Execute([&] { return b->MatMul(m, xd, n, y); }).ok());
+      EXPECT_LT(RelativeError(d.Get(y, n * k.rows), ref), k.bound)
+          << k.rows << "x" << k.cols << " x offset " << k.x_offset << " n " << n;
     }
   }
 }
@@ -442,6 +483,78 @@ TEST(CudaBackendTest, GappedViewMatchesTheWholeCache) {
             d.Get(static_cast<const float*>(o2), n_head * hd));
   EXPECT_EQ(d.Get(static_cast<const float*>(l1), n_head),
             d.Get(static_cast<const float*>(l2), n_head));
+}
+
+// A recorded batch (ExecuteReplayable): host data given to CopyIn is taken when the batch is
+// recorded, CopyOut's data is on the host when the call returns, a second batch of the same
+// operations updates the first one's graph, and a batch that must allocate runs with Execute
+// instead, with the same results.
+TEST(CudaBackendTest, ReplayableBatchesRecordCopiesAndFallBack) {
+  MAGICPIG_REQUIRE_GPU();
+  auto b = MakeBackend(false);
+  ASSERT_NE(b, nullptr);
+  const int64_t n = 1000;
+  auto in = b->Allocate(n * 4), out = b->Allocate(n * 4);
+  ASSERT_TRUE(in.ok() && out.ok());
+  BackendBuffer grown;
+  for (int round = 0; round < 4; ++round) {
+    const std::vector<float> x0 = Random(n, 60 + round);
+    std::vector<float> x = x0, y(n, NAN), got(n, NAN);
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(i);
+    const bool allocate = round == 2;
+    const absl::Status s = b->ExecuteReplayable([&]() -> absl::Status {
+      if (allocate) MAGICPIG_RETURN_IF_ERROR(b->Reserve(grown, (round + 1) * 4096));
+      MAGICPIG_RETURN_IF_ERROR(b->CopyIn(in->data(), x.data(), n * 4));
+      MAGICPIG_RETURN_IF_ERROR(b->CopyIn(out->data(), y.data(), n * 4));
+      b->Add(in->as<float>(), out->as<float>(), n);
+      return b->CopyOut(got.data(), out->data(), n * 4);
+    });
+    ASSERT_TRUE(s.ok()) << s;
+    x.assign(n, 1e9f);  // recorded copies took the data already
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], static_cast<float>(i) + x0[i]) << round << " " << i;
+    }
+  }
+  const CudaGraphStats& st = b->graph_stats();
+  // Round 0 grows the staging buffer (falls back), rounds 1 and 3 replay, round 2 allocates.
+  EXPECT_EQ(st.fell_back, 2) << "replayed " << st.replayed;
+  EXPECT_EQ(st.replayed, 2);
+  EXPECT_EQ(st.instantiated, 1);
+  EXPECT_EQ(st.updated, 1);
+}
+
+// A decode step replayed as a graph computes what the same step launched op by op does: equal
+// greedy continuations and equal logits of the last step, on the fp16 product path; and the
+// steps were replayed, not run eagerly.
+TEST(CudaBackendTest, GraphReplayedDecodeEqualsEagerDecode) {
+  MAGICPIG_REQUIRE_GPU();
+  testing::SyntheticModelOptions m = testing::SmallModel(3);
+  m.architecture = "qwen2";
+  m.weight_type = GgmlType::kQ4_K;
+  m.embd_type = GgmlType::kQ4_K;
+  m.n_embd = 256;
+  m.n_ff = 512;
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<CudaGraphStats> stats;
+  for (bool graphs : {false, true}) {
+    auto backend = CudaBackend::Create(CudaBackendOptions{0, false, graphs});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    CudaBackend* raw = backend->get();
+    auto e = testing::MakeSyntheticEngine(m, testing::FullAttentionOptions(), *std::move(backend));
+    ASSERT_TRUE(e.ok()) << e.status();
+    engine::GenerateRequest req;
+    req.prompt = (*e)->tokenizer().Encode("the cat, the dog, the bird and the fish", false);
+    req.max_tokens = 32;
+    req.ignore_eos = true;
+    auto r = (*e)->Generate(req, {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    tokens.push_back(r->tokens);
+    stats.push_back(raw->graph_stats());
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
+  EXPECT_EQ(stats[0].replayed, 0);
+  EXPECT_GE(stats[1].replayed, 25) << "fell back " << stats[1].fell_back;
+  EXPECT_GE(stats[1].updated, 20);
 }
 
 // End to end: an engine on the GPU against the CPU engine's float-activation path on synthetic

@@ -32,6 +32,11 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(int index) {
   MAGICPIG_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&d->stream_, cudaStreamNonBlocking));
   MAGICPIG_CUBLAS_RETURN_IF_ERROR(cublasCreate(&d->cublas_));
   MAGICPIG_CUBLAS_RETURN_IF_ERROR(cublasSetStream(d->cublas_, d->stream_));
+  // A workspace of our own (after cublasSetStream, which resets it): cuBLAS then allocates
+  // nothing inside a recorded batch (CudaBackend::ExecuteReplayable).
+  MAGICPIG_CUDA_RETURN_IF_ERROR(cudaMalloc(&d->cublas_workspace_, kCublasWorkspaceBytes));
+  MAGICPIG_CUBLAS_RETURN_IF_ERROR(
+      cublasSetWorkspace(d->cublas_, d->cublas_workspace_, kCublasWorkspaceBytes));
   return d;
 }
 
@@ -40,6 +45,7 @@ CudaDevice::~CudaDevice() {
   if (cudaSetDevice(index_) != cudaSuccess) return;
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 

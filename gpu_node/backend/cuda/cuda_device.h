@@ -1,6 +1,6 @@
 // CudaDevice: the one owner of a GPU's resources for the CUDA backend: the device index, one
-// stream every operation is issued on, the cuBLAS handle bound to it, and the accounting of the
-// device memory allocated through it (for /metrics and --gpu-kv-budget).
+// stream every operation is issued on, the cuBLAS handle bound to it and its workspace, and the
+// accounting of the device memory allocated through it (for /metrics and --gpu-kv-budget).
 //
 // Thread-safety: Allocate, the buffers' release and the counters may be called from any thread
 // (the counters are atomic; each call makes the device current on its thread). The stream and
@@ -55,6 +55,9 @@ class CudaDevice {
   int64_t total_memory_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  // cuBLAS's workspace (32 MiB, what NVIDIA suggests for Hopper).
+  static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+  void* cublas_workspace_ = nullptr;
   // Shared with the buffers' release functions: a buffer may outlive the CudaDevice object (it
   // frees through the runtime, not through this object), so the counter lives as long as any.
   std::shared_ptr<std::atomic<int64_t>> in_use_ = std::make_shared<std::atomic<int64_t>>(0);

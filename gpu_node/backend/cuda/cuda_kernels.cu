@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "gpu_node/backend/cuda/block_decode.h"
 #include "gpu_node/backend/cuda/cuda_kernels.h"
@@ -48,6 +49,54 @@ __global__ void EmbedKernel(const void* table, bool table_fp32, int64_t cols, co
 __global__ void FloatToHalfKernel(const float* x, __half* y, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) y[i] = __float2half_rn(x[i]);
+}
+
+// y[t][r] = sum_c w[r][c] * x[t][c] for t < NT (decode-sized batches): one warp per weight row,
+// each lane loading 8 fp16 weights (16 bytes) per chunk, kUnroll chunks in flight before any is
+// used so that a warp keeps several loads outstanding; fp32 activations and accumulation. Each
+// weight is read once for all NT tokens; the activations are re-read by every warp, from L1/L2.
+constexpr int kMatVecUnroll = 4;
+
+template <int NT>
+__global__ void HalfMatVecKernel(const __half* w, const float* x, int64_t rows, int64_t cols,
+                                 float* y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const uint4* wr = reinterpret_cast<const uint4*>(w + row * cols);
+  const int64_t chunks = cols / 8;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+  for (int64_t base = lane; base < chunks; base += 32 * kMatVecUnroll) {
+    uint4 packed[kMatVecUnroll];
+#pragma unroll
+    for (int u = 0; u < kMatVecUnroll; ++u) {
+      const int64_t c = base + u * 32;
+      packed[u] = c < chunks ? __ldg(wr + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kMatVecUnroll; ++u) {
+      const int64_t c = base + u * 32;
+      if (c >= chunks) break;
+      const __half2* h = reinterpret_cast<const __half2*>(&packed[u]);
+      const float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]);
+      const float2 w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float4* xt = reinterpret_cast<const float4*>(x + t * cols) + 2 * c;
+        const float4 a = __ldg(xt), b = __ldg(xt + 1);
+        acc[t] += w0.x * a.x + w0.y * a.y + w1.x * a.z + w1.y * a.w + w2.x * b.x + w2.y * b.y +
+                  w3.x * b.z + w3.y * b.w;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    float v = acc[t];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) y[t * rows + row] = v;
+  }
 }
 
 // Block-wide sum of one value per thread (blockDim.x a multiple of 32, at most 1024).
@@ -257,6 +306,35 @@ cudaError_t LaunchEmbed(const void* table, bool table_fp32, int64_t cols, const 
 cudaError_t LaunchFloatToHalf(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   FloatToHalfKernel<<<Blocks(n), kThreads, 0, stream>>>(x, reinterpret_cast<__half*>(y), n);
+  return cudaGetLastError();
+}
+
+bool HalfMatVecFits(int64_t n_tokens, int64_t cols, const void* w, const float* x) {
+  return n_tokens >= 1 && n_tokens <= kMaxMatVecTokens && cols % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
+cudaError_t LaunchHalfMatVec(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
+                             int64_t cols, float* y, cudaStream_t stream) {
+  if (!HalfMatVecFits(n_tokens, cols, w, x)) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  const __half* h = reinterpret_cast<const __half*>(w);
+  const unsigned blocks = Blocks(rows, kThreads / 32);
+  switch (n_tokens) {
+#define MAGICPIG_MATVEC_CASE(NT)                                                \
+  case NT:                                                                      \
+    HalfMatVecKernel<NT><<<blocks, kThreads, 0, stream>>>(h, x, rows, cols, y); \
+    break;
+    MAGICPIG_MATVEC_CASE(1)
+    MAGICPIG_MATVEC_CASE(2)
+    MAGICPIG_MATVEC_CASE(3)
+    MAGICPIG_MATVEC_CASE(4)
+    MAGICPIG_MATVEC_CASE(5)
+    MAGICPIG_MATVEC_CASE(6)
+    MAGICPIG_MATVEC_CASE(7)
+    MAGICPIG_MATVEC_CASE(8)
+#undef MAGICPIG_MATVEC_CASE
+  }
   return cudaGetLastError();
 }
 

@@ -20,6 +20,14 @@ cudaError_t LaunchDequantize(int type, const uint8_t* src, int64_t rows, int64_t
 cudaError_t LaunchEmbed(const void* table, bool table_fp32, int64_t cols, const int32_t* ids,
                         int64_t n, float* out, cudaStream_t stream);
 cudaError_t LaunchFloatToHalf(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
+// y[t][0..rows) = x[t] · Wᵀ for t < n_tokens with fp16 weights W [rows][cols] and fp32 x and y
+// (fp32 accumulation): the decode-sized product, one launch and no fp16 copy of x. Only where
+// HalfMatVecFits (a batch of at most kMaxMatVecTokens, cols a multiple of 8, 16-byte aligned w
+// and x); cudaErrorInvalidValue otherwise.
+constexpr int64_t kMaxMatVecTokens = 8;
+bool HalfMatVecFits(int64_t n_tokens, int64_t cols, const void* w, const float* x);
+cudaError_t LaunchHalfMatVec(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
+                             int64_t cols, float* y, cudaStream_t stream);
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                           float eps, float* out, cudaStream_t stream);
 cudaError_t LaunchAddBias(float* x, const float* bias, int64_t n_tokens, int64_t dim,
