@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace magicpig::backend {
 
@@ -57,6 +58,33 @@ std::vector<std::pair<int64_t, int64_t>> RangesAsRows(
     if (end > cache.gap_end) rows.emplace_back(cache.Row(cache.gap_end), cache.Row(end - 1) + 1);
   }
   return rows;
+}
+
+absl::Status Backend::MatMuls(absl::Span<const Product> products, const float* x,
+                              int64_t n_tokens) {
+  for (const Product& p : products) {
+    MAGICPIG_RETURN_IF_ERROR(MatMul(*p.w, x, n_tokens, p.y));
+  }
+  for (const Product& p : products) {
+    if (p.bias != nullptr) AddBias(p.y, p.bias, n_tokens, p.w->rows);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Backend::MatMulAdd(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y,
+                                float* scratch) {
+  MAGICPIG_RETURN_IF_ERROR(MatMul(w, x, n_tokens, scratch));
+  Add(scratch, y, n_tokens * w.rows);
+  return absl::OkStatus();
+}
+
+absl::Status Backend::GateUpSwiGlu(const QuantMatrix& w_gate, const QuantMatrix& w_up,
+                                   const float* x, int64_t n_tokens, float* gate, float* up,
+                                   float* out) {
+  MAGICPIG_RETURN_IF_ERROR(MatMul(w_gate, x, n_tokens, gate));
+  MAGICPIG_RETURN_IF_ERROR(MatMul(w_up, x, n_tokens, up));
+  SwiGlu(gate, up, n_tokens * w_gate.rows, out);
+  return absl::OkStatus();
 }
 
 }  // namespace magicpig::backend

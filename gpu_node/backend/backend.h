@@ -162,6 +162,28 @@ class Backend {
 
   // y[n_tokens][w.rows] = x[n_tokens][w.cols] · Wᵀ
   virtual absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;
+  // Fused products: each is defined by the operations above, which the defaults call (the CPU
+  // backend's case, so its results do not change); a device backend runs them as one launch
+  // where it can, since a decode step's small products cost about a launch each.
+  //
+  // products[i].y[n_tokens][w.rows] = x · wᵀ (+ bias, a prepared vector, when not null) for
+  // products sharing the input x (the q, k and v projections).
+  struct Product {
+    const QuantMatrix* w = nullptr;
+    const float* bias = nullptr;
+    float* y = nullptr;
+  };
+  virtual absl::Status MatMuls(absl::Span<const Product> products, const float* x,
+                               int64_t n_tokens);
+  // y[n_tokens][w.rows] += x · wᵀ (a product and its residual add). The default writes the
+  // product to `scratch` (n_tokens * w.rows floats) and adds it.
+  virtual absl::Status MatMulAdd(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y,
+                                 float* scratch);
+  // out[n_tokens][w_gate.rows] = silu(x · w_gateᵀ) * (x · w_upᵀ) (SwiGlu of the two products).
+  // The default writes the products to `gate` and `up` first; out may be gate.
+  virtual absl::Status GateUpSwiGlu(const QuantMatrix& w_gate, const QuantMatrix& w_up,
+                                    const float* x, int64_t n_tokens, float* gate, float* up,
+                                    float* out);
   // out[i][0..table.cols) = row ids[i] of the table, dequantised.
   virtual absl::Status Embed(const QuantMatrix& table, absl::Span<const int32_t> ids,
                              float* out) = 0;

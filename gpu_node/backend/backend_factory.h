@@ -27,7 +27,7 @@ struct BackendOptions {
   int num_threads = 0;             // CPU backend: 0 = all cores
   bool float_activations = false;  // reference precision (CPU: float activations; CUDA: fp32)
   int gpu = 0;                     // CUDA device index
-  bool cuda_graphs = true;         // CUDA: replay decode steps as graphs (ExecuteReplayable)
+  bool cuda_graphs = false;        // CUDA: replay decode steps as graphs (ExecuteReplayable)
 };
 
 // Whether this binary contains the CUDA backend.

@@ -65,9 +65,9 @@ struct EngineOptions {
   // The compute backend (backend_factory.h) and, for CUDA, the device index.
   backend::BackendKind backend = backend::BackendKind::kAuto;
   int gpu = 0;
-  // CUDA: record each decode step without attention hooks as a CUDA graph and replay it (fewer
-  // launches); off runs every operation as its own launch.
-  bool cuda_graphs = true;
+  // CUDA: record each decode step without attention hooks as a CUDA graph and replay it; off
+  // (the default: measured no faster, docs/gpu.md) launches every operation on its own.
+  bool cuda_graphs = false;
   // How the model file reaches memory: mapped (on), read into huge-page memory (off), or auto:
   // read for a backend that computes in host memory (faster decode, GgufLoad::kRead), mapped for
   // a GPU backend (which copies the weights to the device anyway).

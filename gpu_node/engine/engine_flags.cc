@@ -30,11 +30,11 @@ void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options) {
                "this build has it and a device is visible, else cpu)",
                backend::BackendKindChoices());
   table.Number("gpu", &options->gpu, "the CUDA device index, with --backend cuda", 0, 1023);
-  table.Switch("no-cuda-graphs", &options->cuda_graphs,
-               "with --backend cuda, launch every operation of a decode step on its own instead "
-               "of replaying the step as a recorded CUDA graph (steps with sparse attention are "
-               "never recorded: they hand work to the host between layers)",
-               false);
+  table.Switch("cuda-graphs", &options->cuda_graphs,
+               "with --backend cuda, record each decode step as a CUDA graph and replay it instead "
+               "of launching its operations one by one (steps with sparse attention are never "
+               "recorded: they hand work to the host between layers); measured no faster yet "
+               "(docs/gpu.md)");
   table.Bytes("gpu-kv-budget", &options->gpu_kv_budget,
               "cap on the GPU memory the sequences' KV caches may take (0: none; e.g. 24G to "
               "behave like a 24 GB card on a larger one); a request that does not fit waits for "

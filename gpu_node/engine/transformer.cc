@@ -151,14 +151,10 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
   float* v = v_.as<float>() + row * c.kv_dim();
 
   b.RmsNorm(xr, w.attn_norm.data(), n, c.n_embd, eps, norm);
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wq, norm, n, q));
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wk, norm, n, k));
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wv, norm, n, v));
-  if (c.qkv_bias) {
-    b.AddBias(q, w.bq.data(), n, c.q_dim());
-    b.AddBias(k, w.bk.data(), n, c.kv_dim());
-    b.AddBias(v, w.bv.data(), n, c.kv_dim());
-  }
+  const backend::Backend::Product qkv[3] = {{&w.wq, c.qkv_bias ? w.bq.data() : nullptr, q},
+                                            {&w.wk, c.qkv_bias ? w.bk.data() : nullptr, k},
+                                            {&w.wv, c.qkv_bias ? w.bv.data() : nullptr, v}};
+  MAGICPIG_RETURN_IF_ERROR(b.MatMuls(qkv, norm, n));
   b.Rope(q, n, c.n_head, c.head_dim, positions_.as<int32_t>() + row, rope_);
   b.Rope(k, n, c.n_head_kv, c.head_dim, positions_.as<int32_t>() + row, rope_);
 
@@ -252,16 +248,10 @@ absl::Status Transformer::LayerPost(int64_t layer, float* x, int64_t row, int64_
   float* gate = gate_.as<float>() + row * c.n_ff;
   float* up = up_.as<float>() + row * c.n_ff;
 
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.wo, attn_.as<float>() + row * c.q_dim(), n, norm));
-  b.Add(norm, xr, n * c.n_embd);
-
+  MAGICPIG_RETURN_IF_ERROR(b.MatMulAdd(w.wo, attn_.as<float>() + row * c.q_dim(), n, xr, norm));
   b.RmsNorm(xr, w.ffn_norm.data(), n, c.n_embd, eps, norm);
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.w_gate, norm, n, gate));
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.w_up, norm, n, up));
-  b.SwiGlu(gate, up, n * c.n_ff, gate);
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(w.w_down, gate, n, norm));
-  b.Add(norm, xr, n * c.n_embd);
-  return absl::OkStatus();
+  MAGICPIG_RETURN_IF_ERROR(b.GateUpSwiGlu(w.w_gate, w.w_up, norm, n, gate, up, gate));
+  return b.MatMulAdd(w.w_down, gate, n, xr, norm);
 }
 
 absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,

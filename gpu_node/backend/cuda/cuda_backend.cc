@@ -312,8 +312,13 @@ absl::Status CudaBackend::MatMul(const QuantMatrix& w, const float* x, int64_t n
   if (cuda_internal::HalfMatVecFits(n_tokens, m->cols, m->data.data(), x)) {
     // Decode-sized batches: one kernel reading the fp16 weights once, instead of an fp16 copy
     // of x and a cuBLAS call (two launches, and cuBLAS's host-side overhead, per product).
-    return CudaStatus(cuda_internal::LaunchHalfMatVec(m->data.as<uint16_t>(), x, n_tokens, m->rows,
-                                                      m->cols, y, device_->stream()),
+    cuda_internal::MatVecProducts p;
+    p.count = 1;
+    p.cols = m->cols;
+    p.w[0] = m->data.as<uint16_t>();
+    p.y[0] = y;
+    p.rows[0] = m->rows;
+    return CudaStatus(cuda_internal::LaunchHalfMatVec(p, x, n_tokens, device_->stream()),
                       "matrix-vector product");
   }
   MAGICPIG_RETURN_IF_ERROR(Reserve(half_x_, n_tokens * m->cols * 2));
@@ -324,6 +329,66 @@ absl::Status CudaBackend::MatMul(const QuantMatrix& w, const float* x, int64_t n
                                                half_x_.data(), CUDA_R_16F, k, &zero, y, CUDA_R_32F,
                                                m_rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CudaBackend::FusedMatVecs(absl::Span<const Product> products, const float* x,
+                                               int64_t n_tokens, bool accumulate) {
+  if (options_.float_weights || products.empty() ||
+      products.size() > static_cast<size_t>(cuda_internal::kMaxMatVecProducts)) {
+    return false;
+  }
+  cuda_internal::MatVecProducts p;
+  p.accumulate = accumulate;
+  for (const Product& product : products) {
+    MAGICPIG_ASSIGN_OR_RETURN(const ResidentMatrix* m, FindMatrix(*product.w));
+    if (p.count > 0 && m->cols != p.cols) return false;
+    if (!cuda_internal::HalfMatVecFits(n_tokens, m->cols, m->data.data(), x)) return false;
+    p.cols = m->cols;
+    p.w[p.count] = m->data.as<uint16_t>();
+    p.y[p.count] = product.y;
+    p.rows[p.count] = m->rows;
+    if (product.bias != nullptr) {
+      p.bias[p.count] = FindVector(product.bias);
+      MAGICPIG_RETURN_IF_ERROR(error_);
+    }
+    ++p.count;
+  }
+  MAGICPIG_RETURN_IF_ERROR(
+      CudaStatus(cuda_internal::LaunchHalfMatVec(p, x, n_tokens, device_->stream()),
+                 "fused matrix-vector products"));
+  return true;
+}
+
+absl::Status CudaBackend::MatMuls(absl::Span<const Product> products, const float* x,
+                                  int64_t n_tokens) {
+  MAGICPIG_RETURN_IF_ERROR(error_);
+  MAGICPIG_ASSIGN_OR_RETURN(const bool fused, FusedMatVecs(products, x, n_tokens, false));
+  return fused ? absl::OkStatus() : Backend::MatMuls(products, x, n_tokens);
+}
+
+absl::Status CudaBackend::MatMulAdd(const QuantMatrix& w, const float* x, int64_t n_tokens,
+                                    float* y, float* scratch) {
+  MAGICPIG_RETURN_IF_ERROR(error_);
+  const Product product{&w, nullptr, y};
+  MAGICPIG_ASSIGN_OR_RETURN(const bool fused, FusedMatVecs({&product, 1}, x, n_tokens, true));
+  return fused ? absl::OkStatus() : Backend::MatMulAdd(w, x, n_tokens, y, scratch);
+}
+
+absl::Status CudaBackend::GateUpSwiGlu(const QuantMatrix& w_gate, const QuantMatrix& w_up,
+                                       const float* x, int64_t n_tokens, float* gate, float* up,
+                                       float* out) {
+  MAGICPIG_RETURN_IF_ERROR(error_);
+  MAGICPIG_ASSIGN_OR_RETURN(const ResidentMatrix* g, FindMatrix(w_gate));
+  MAGICPIG_ASSIGN_OR_RETURN(const ResidentMatrix* u, FindMatrix(w_up));
+  if (options_.float_weights || g->rows != u->rows || g->cols != u->cols ||
+      !cuda_internal::HalfMatVecFits(n_tokens, g->cols, g->data.data(), x) ||
+      !cuda_internal::HalfMatVecFits(n_tokens, u->cols, u->data.data(), x)) {
+    return Backend::GateUpSwiGlu(w_gate, w_up, x, n_tokens, gate, up, out);
+  }
+  return CudaStatus(
+      cuda_internal::LaunchHalfGateUp(g->data.as<uint16_t>(), u->data.as<uint16_t>(), x, n_tokens,
+                                      g->rows, g->cols, out, device_->stream()),
+      "fused gate and up products");
 }
 
 absl::Status CudaBackend::Embed(const QuantMatrix& table, absl::Span<const int32_t> ids,

@@ -38,7 +38,9 @@ struct CudaBackendOptions {
   // otherwise.
   bool float_weights = false;
   // ExecuteReplayable records the batch as a CUDA graph and replays it; off: plain Execute.
-  bool graphs = true;
+  // Off by default: recording every step costs the host about what launching it does, and the
+  // update and the graph launch come on top (docs/gpu.md has the measurement).
+  bool graphs = false;
 };
 
 // What ExecuteReplayable did, since the backend was made.
@@ -82,6 +84,12 @@ class CudaBackend final : public Backend {
   absl::Status ExecuteReplayable(absl::FunctionRef<absl::Status()> batch) override;
   const CudaGraphStats& graph_stats() const { return graph_stats_; }
   absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) override;
+  absl::Status MatMuls(absl::Span<const Product> products, const float* x,
+                       int64_t n_tokens) override;
+  absl::Status MatMulAdd(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y,
+                         float* scratch) override;
+  absl::Status GateUpSwiGlu(const QuantMatrix& w_gate, const QuantMatrix& w_up, const float* x,
+                            int64_t n_tokens, float* gate, float* up, float* out) override;
   absl::Status Embed(const QuantMatrix& table, absl::Span<const int32_t> ids, float* out) override;
   void RmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps,
                float* out) override;
@@ -113,6 +121,11 @@ class CudaBackend final : public Backend {
   const float* FindVector(const float* host);
   // Keeps the first failure of a void operation.
   void Fail(absl::Status status);
+  // The products as one matrix-vector launch (accumulate: added to y) where they fit it (fp16
+  // weights, a decode-sized batch, at most kMaxMatVecProducts of equal width); false, having
+  // launched nothing, where they do not.
+  absl::StatusOr<bool> FusedMatVecs(absl::Span<const Product> products, const float* x,
+                                    int64_t n_tokens, bool accumulate);
   // ExecuteReplayable's halves: the batch recorded into a graph (an error when it cannot be), and
   // the instantiated graph of the same node count updated to it, or a new one instantiated.
   absl::StatusOr<cudaGraph_t> Record(absl::FunctionRef<absl::Status()> batch);

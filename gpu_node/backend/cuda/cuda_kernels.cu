@@ -51,23 +51,18 @@ __global__ void FloatToHalfKernel(const float* x, __half* y, int64_t n) {
   if (i < n) y[i] = __float2half_rn(x[i]);
 }
 
-// y[t][r] = sum_c w[r][c] * x[t][c] for t < NT (decode-sized batches): one warp per weight row,
-// each lane loading 8 fp16 weights (16 bytes) per chunk, kUnroll chunks in flight before any is
-// used so that a warp keeps several loads outstanding; fp32 activations and accumulation. Each
-// weight is read once for all NT tokens; the activations are re-read by every warp, from L1/L2.
+// Decode-sized products (NT <= 8 tokens) with fp16 weights: one warp per weight row, each lane
+// loading 8 weights (16 bytes) per chunk, kMatVecUnroll chunks in flight before any is used so
+// that a warp keeps several loads outstanding; fp32 activations and accumulation. Each weight is
+// read once for all NT tokens; the activations are re-read by every warp, from L1/L2.
 constexpr int kMatVecUnroll = 4;
 
+// acc[t] += this lane's share of w_row · x[t] (the warp's lanes together cover the row).
 template <int NT>
-__global__ void HalfMatVecKernel(const __half* w, const float* x, int64_t rows, int64_t cols,
-                                 float* y) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const uint4* wr = reinterpret_cast<const uint4*>(w + row * cols);
+__device__ void AccumulateRow(const __half* w_row, const float* x, int64_t cols, int lane,
+                              float (&acc)[NT]) {
+  const uint4* wr = reinterpret_cast<const uint4*>(w_row);
   const int64_t chunks = cols / 8;
-  float acc[NT];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
   for (int64_t base = lane; base < chunks; base += 32 * kMatVecUnroll) {
     uint4 packed[kMatVecUnroll];
 #pragma unroll
@@ -93,9 +88,48 @@ __global__ void HalfMatVecKernel(const __half* w, const float* x, int64_t rows, 
   }
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    float v = acc[t];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) y[t * rows + row] = v;
+    for (int o = 16; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
+  }
+}
+
+// Rows of up to kMaxMatVecProducts matrices sharing x, numbered one after the other: warp r
+// finds its matrix and writes y = w·x (+ bias), or adds it to y.
+template <int NT>
+__global__ void HalfMatVecKernel(MatVecProducts p, const float* x) {
+  const int lane = threadIdx.x % 32;
+  int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  int s = 0;
+  while (s < p.count && row >= p.rows[s]) row -= p.rows[s++];
+  if (s == p.count) return;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+  AccumulateRow<NT>(reinterpret_cast<const __half*>(p.w[s]) + row * p.cols, x, p.cols, lane, acc);
+  if (lane != 0) return;
+  const float bias = p.bias[s] != nullptr ? p.bias[s][row] : 0.0f;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    float* y = p.y[s] + t * p.rows[s] + row;
+    *y = p.accumulate ? *y + acc[t] : acc[t] + bias;
+  }
+}
+
+// out[t][r] = silu(gate_r · x[t]) * (up_r · x[t]), as SwiGluKernel rounds it.
+template <int NT>
+__global__ void HalfGateUpKernel(const __half* gate, const __half* up, const float* x, int64_t rows,
+                                 int64_t cols, float* out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  float g[NT], u[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) g[t] = u[t] = 0.0f;
+  AccumulateRow<NT>(gate + row * cols, x, cols, lane, g);
+  AccumulateRow<NT>(up + row * cols, x, cols, lane, u);
+  if (lane != 0) return;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    out[t * rows + row] = __fmul_rn(__fdiv_rn(g[t], __fadd_rn(1.0f, expf(-g[t]))), u[t]);
   }
 }
 
@@ -314,29 +348,64 @@ bool HalfMatVecFits(int64_t n_tokens, int64_t cols, const void* w, const float* 
          reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
-cudaError_t LaunchHalfMatVec(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
-                             int64_t cols, float* y, cudaStream_t stream) {
-  if (!HalfMatVecFits(n_tokens, cols, w, x)) return cudaErrorInvalidValue;
-  if (rows == 0) return cudaSuccess;
-  const __half* h = reinterpret_cast<const __half*>(w);
-  const unsigned blocks = Blocks(rows, kThreads / 32);
-  switch (n_tokens) {
-#define MAGICPIG_MATVEC_CASE(NT)                                                \
-  case NT:                                                                      \
-    HalfMatVecKernel<NT><<<blocks, kThreads, 0, stream>>>(h, x, rows, cols, y); \
-    break;
-    MAGICPIG_MATVEC_CASE(1)
-    MAGICPIG_MATVEC_CASE(2)
-    MAGICPIG_MATVEC_CASE(3)
-    MAGICPIG_MATVEC_CASE(4)
-    MAGICPIG_MATVEC_CASE(5)
-    MAGICPIG_MATVEC_CASE(6)
-    MAGICPIG_MATVEC_CASE(7)
-    MAGICPIG_MATVEC_CASE(8)
-#undef MAGICPIG_MATVEC_CASE
+// Launches KERNEL<NT> for the n_tokens given (1..kMaxMatVecTokens).
+#define MAGICPIG_MATVEC_DISPATCH(KERNEL, n_tokens, blocks, stream, ...) \
+  switch (n_tokens) {                                                   \
+    case 1:                                                             \
+      KERNEL<1><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
+      break;                                                            \
+    case 2:                                                             \
+      KERNEL<2><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
+      break;                                                            \
+    case 3:                                                             \
+      KERNEL<3><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
+      break;                                                            \
+    case 4:                                                             \
+      KERNEL<4><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
+      break;                                                            \
+    case 5:                                                             \
+      KERNEL<5><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
+      break;                                                            \
+    case 6:                                                             \
+      KERNEL<6><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
+      break;                                                            \
+    case 7:                                                             \
+      KERNEL<7><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
+      break;                                                            \
+    case 8:                                                             \
+      KERNEL<8><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
+      break;                                                            \
   }
+
+cudaError_t LaunchHalfMatVec(const MatVecProducts& p, const float* x, int64_t n_tokens,
+                             cudaStream_t stream) {
+  if (p.count < 1 || p.count > kMaxMatVecProducts) return cudaErrorInvalidValue;
+  int64_t rows = 0;
+  for (int s = 0; s < p.count; ++s) {
+    if (!HalfMatVecFits(n_tokens, p.cols, p.w[s], x)) return cudaErrorInvalidValue;
+    rows += p.rows[s];
+  }
+  if (rows == 0) return cudaSuccess;
+  const unsigned blocks = Blocks(rows, kThreads / 32);
+  MAGICPIG_MATVEC_DISPATCH(HalfMatVecKernel, n_tokens, blocks, stream, p, x)
   return cudaGetLastError();
 }
+
+cudaError_t LaunchHalfGateUp(const uint16_t* gate, const uint16_t* up, const float* x,
+                             int64_t n_tokens, int64_t rows, int64_t cols, float* out,
+                             cudaStream_t stream) {
+  if (!HalfMatVecFits(n_tokens, cols, gate, x) || !HalfMatVecFits(n_tokens, cols, up, x)) {
+    return cudaErrorInvalidValue;
+  }
+  if (rows == 0) return cudaSuccess;
+  const unsigned blocks = Blocks(rows, kThreads / 32);
+  const __half* g = reinterpret_cast<const __half*>(gate);
+  const __half* u = reinterpret_cast<const __half*>(up);
+  MAGICPIG_MATVEC_DISPATCH(HalfGateUpKernel, n_tokens, blocks, stream, g, u, x, rows, cols, out)
+  return cudaGetLastError();
+}
+
+#undef MAGICPIG_MATVEC_DISPATCH
 
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                           float eps, float* out, cudaStream_t stream) {

@@ -20,14 +20,30 @@ cudaError_t LaunchDequantize(int type, const uint8_t* src, int64_t rows, int64_t
 cudaError_t LaunchEmbed(const void* table, bool table_fp32, int64_t cols, const int32_t* ids,
                         int64_t n, float* out, cudaStream_t stream);
 cudaError_t LaunchFloatToHalf(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
-// y[t][0..rows) = x[t] · Wᵀ for t < n_tokens with fp16 weights W [rows][cols] and fp32 x and y
-// (fp32 accumulation): the decode-sized product, one launch and no fp16 copy of x. Only where
-// HalfMatVecFits (a batch of at most kMaxMatVecTokens, cols a multiple of 8, 16-byte aligned w
-// and x); cudaErrorInvalidValue otherwise.
+// Decode-sized products with fp16 weights [rows][cols] and fp32 activations and accumulation:
+// one launch and no fp16 copy of x. Only where HalfMatVecFits (a batch of at most
+// kMaxMatVecTokens, cols a multiple of 8, 16-byte aligned weights and x); cudaErrorInvalidValue
+// otherwise.
 constexpr int64_t kMaxMatVecTokens = 8;
 bool HalfMatVecFits(int64_t n_tokens, int64_t cols, const void* w, const float* x);
-cudaError_t LaunchHalfMatVec(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
-                             int64_t cols, float* y, cudaStream_t stream);
+// Up to kMaxMatVecProducts products of one x: y[s][t][0..rows[s]) = x[t] · w[s]ᵀ + bias[s] (bias
+// null: none), or, with accumulate, y[s][t] += x[t] · w[s]ᵀ (bias ignored).
+constexpr int kMaxMatVecProducts = 3;
+struct MatVecProducts {
+  const uint16_t* w[kMaxMatVecProducts] = {};  // fp16 bits
+  const float* bias[kMaxMatVecProducts] = {};
+  float* y[kMaxMatVecProducts] = {};
+  int64_t rows[kMaxMatVecProducts] = {};
+  int count = 0;
+  int64_t cols = 0;
+  bool accumulate = false;
+};
+cudaError_t LaunchHalfMatVec(const MatVecProducts& p, const float* x, int64_t n_tokens,
+                             cudaStream_t stream);
+// out[t][0..rows) = silu(x[t] · gateᵀ) * (x[t] · upᵀ), rounded as LaunchSwiGlu rounds.
+cudaError_t LaunchHalfGateUp(const uint16_t* gate, const uint16_t* up, const float* x,
+                             int64_t n_tokens, int64_t rows, int64_t cols, float* out,
+                             cudaStream_t stream);
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                           float eps, float* out, cudaStream_t stream);
 cudaError_t LaunchAddBias(float* x, const float* bias, int64_t n_tokens, int64_t dim,
