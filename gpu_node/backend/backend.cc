@@ -60,8 +60,17 @@ std::vector<std::pair<int64_t, int64_t>> RangesAsRows(
   return rows;
 }
 
-absl::Status Backend::MatMuls(absl::Span<const Product> products, const float* x,
-                              int64_t n_tokens) {
+const float* Backend::Normalised(const float* x, int64_t n_tokens, int64_t cols,
+                                 const InputNorm& norm) {
+  if (norm.weight == nullptr) return x;
+  RmsNorm(x, norm.weight, n_tokens, cols, norm.eps, norm.out);
+  return norm.out;
+}
+
+absl::Status Backend::MatMuls(absl::Span<const Product> products, const float* x, int64_t n_tokens,
+                              const InputNorm& norm) {
+  if (products.empty()) return absl::OkStatus();
+  x = Normalised(x, n_tokens, products[0].w->cols, norm);
   for (const Product& p : products) {
     MAGICPIG_RETURN_IF_ERROR(MatMul(*p.w, x, n_tokens, p.y));
   }
@@ -79,8 +88,9 @@ absl::Status Backend::MatMulAdd(const QuantMatrix& w, const float* x, int64_t n_
 }
 
 absl::Status Backend::GateUpSwiGlu(const QuantMatrix& w_gate, const QuantMatrix& w_up,
-                                   const float* x, int64_t n_tokens, float* gate, float* up,
-                                   float* out) {
+                                   const float* x, int64_t n_tokens, const InputNorm& norm,
+                                   float* gate, float* up, float* out) {
+  x = Normalised(x, n_tokens, w_gate.cols, norm);
   MAGICPIG_RETURN_IF_ERROR(MatMul(w_gate, x, n_tokens, gate));
   MAGICPIG_RETURN_IF_ERROR(MatMul(w_up, x, n_tokens, up));
   SwiGlu(gate, up, n_tokens * w_gate.rows, out);

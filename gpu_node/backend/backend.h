@@ -166,24 +166,35 @@ class Backend {
   // backend's case, so its results do not change); a device backend runs them as one launch
   // where it can, since a decode step's small products cost about a launch each.
   //
-  // products[i].y[n_tokens][w.rows] = x · wᵀ (+ bias, a prepared vector, when not null) for
-  // products sharing the input x (the q, k and v projections).
+  // An RMSNorm of the input before the products: the products then read
+  // RmsNorm(x, weight, eps), which the defaults write to `out` ([n_tokens][cols] floats) and a
+  // device backend may compute inside the products instead. No weight: the products read x.
+  struct InputNorm {
+    const float* weight = nullptr;  // a prepared vector
+    float eps = 0;
+    float* out = nullptr;
+  };
+  // products[i].y[n_tokens][w.rows] = in · wᵀ (+ bias, a prepared vector, when not null) for
+  // products sharing the input in = x or its norm (the q, k and v projections; the LM head).
   struct Product {
     const QuantMatrix* w = nullptr;
     const float* bias = nullptr;
     float* y = nullptr;
   };
-  virtual absl::Status MatMuls(absl::Span<const Product> products, const float* x,
-                               int64_t n_tokens);
+  virtual absl::Status MatMuls(absl::Span<const Product> products, const float* x, int64_t n_tokens,
+                               const InputNorm& norm);
   // y[n_tokens][w.rows] += x · wᵀ (a product and its residual add). The default writes the
   // product to `scratch` (n_tokens * w.rows floats) and adds it.
   virtual absl::Status MatMulAdd(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y,
                                  float* scratch);
-  // out[n_tokens][w_gate.rows] = silu(x · w_gateᵀ) * (x · w_upᵀ) (SwiGlu of the two products).
-  // The default writes the products to `gate` and `up` first; out may be gate.
+  // out[n_tokens][w_gate.rows] = silu(in · w_gateᵀ) * (in · w_upᵀ) (SwiGlu of the two products),
+  // in as for MatMuls. The default writes the products to `gate` and `up` first; out may be gate.
   virtual absl::Status GateUpSwiGlu(const QuantMatrix& w_gate, const QuantMatrix& w_up,
-                                    const float* x, int64_t n_tokens, float* gate, float* up,
-                                    float* out);
+                                    const float* x, int64_t n_tokens, const InputNorm& norm,
+                                    float* gate, float* up, float* out);
+  // For the fused defaults: x, or its RMSNorm written to norm.out.
+  const float* Normalised(const float* x, int64_t n_tokens, int64_t cols, const InputNorm& norm);
+
   // out[i][0..table.cols) = row ids[i] of the table, dequantised.
   virtual absl::Status Embed(const QuantMatrix& table, absl::Span<const int32_t> ids,
                              float* out) = 0;

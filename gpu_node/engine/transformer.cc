@@ -128,12 +128,16 @@ absl::Status Transformer::Logits(const float* x, int64_t n, float* logits) {
   // Kept between calls: a device allocation per decode step would cost more than the step's norm.
   MAGICPIG_RETURN_IF_ERROR(
       b.Reserve(logits_norm_, n * c.n_embd * static_cast<int64_t>(sizeof(float))));
-  float* normed = logits_norm_.as<float>();
-  b.RmsNorm(x, weights_->output_norm().data(), n, c.n_embd, static_cast<float>(c.rms_eps), normed);
-  if (b.host_memory()) return b.MatMul(weights_->output(), normed, n, logits);
+  const backend::Backend::InputNorm norm{weights_->output_norm().data(),
+                                         static_cast<float>(c.rms_eps), logits_norm_.as<float>()};
+  if (b.host_memory()) {
+    const backend::Backend::Product head{&weights_->output(), nullptr, logits};
+    return b.MatMuls({&head, 1}, x, n, norm);
+  }
   const int64_t bytes = n * c.n_vocab * static_cast<int64_t>(sizeof(float));
   MAGICPIG_RETURN_IF_ERROR(b.Reserve(logits_out_, bytes));
-  MAGICPIG_RETURN_IF_ERROR(b.MatMul(weights_->output(), normed, n, logits_out_.as<float>()));
+  const backend::Backend::Product head{&weights_->output(), nullptr, logits_out_.as<float>()};
+  MAGICPIG_RETURN_IF_ERROR(b.MatMuls({&head, 1}, x, n, norm));
   return b.CopyOut(logits, logits_out_.data(), bytes);
 }
 
@@ -150,11 +154,10 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
   float* k = k_.as<float>() + row * c.kv_dim();
   float* v = v_.as<float>() + row * c.kv_dim();
 
-  b.RmsNorm(xr, w.attn_norm.data(), n, c.n_embd, eps, norm);
   const backend::Backend::Product qkv[3] = {{&w.wq, c.qkv_bias ? w.bq.data() : nullptr, q},
                                             {&w.wk, c.qkv_bias ? w.bk.data() : nullptr, k},
                                             {&w.wv, c.qkv_bias ? w.bv.data() : nullptr, v}};
-  MAGICPIG_RETURN_IF_ERROR(b.MatMuls(qkv, norm, n));
+  MAGICPIG_RETURN_IF_ERROR(b.MatMuls(qkv, xr, n, {w.attn_norm.data(), eps, norm}));
   b.Rope(q, n, c.n_head, c.head_dim, positions_.as<int32_t>() + row, rope_);
   b.Rope(k, n, c.n_head_kv, c.head_dim, positions_.as<int32_t>() + row, rope_);
 
@@ -249,8 +252,8 @@ absl::Status Transformer::LayerPost(int64_t layer, float* x, int64_t row, int64_
   float* up = up_.as<float>() + row * c.n_ff;
 
   MAGICPIG_RETURN_IF_ERROR(b.MatMulAdd(w.wo, attn_.as<float>() + row * c.q_dim(), n, xr, norm));
-  b.RmsNorm(xr, w.ffn_norm.data(), n, c.n_embd, eps, norm);
-  MAGICPIG_RETURN_IF_ERROR(b.GateUpSwiGlu(w.w_gate, w.w_up, norm, n, gate, up, gate));
+  MAGICPIG_RETURN_IF_ERROR(
+      b.GateUpSwiGlu(w.w_gate, w.w_up, xr, n, {w.ffn_norm.data(), eps, norm}, gate, up, gate));
   return b.MatMulAdd(w.w_down, gate, n, xr, norm);
 }
 

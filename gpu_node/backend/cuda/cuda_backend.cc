@@ -331,14 +331,34 @@ absl::Status CudaBackend::MatMul(const QuantMatrix& w, const float* x, int64_t n
   return absl::OkStatus();
 }
 
+absl::StatusOr<const float*> CudaBackend::NormWeights(const InputNorm& norm, int64_t cols) {
+  if (norm.weight == nullptr) return nullptr;
+  const float* w = FindVector(norm.weight);
+  MAGICPIG_RETURN_IF_ERROR(error_);
+  if (cols % 8 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0) {
+    return absl::FailedPreconditionError("norm weights unfit for the fused products");
+  }
+  return w;
+}
+
 absl::StatusOr<bool> CudaBackend::FusedMatVecs(absl::Span<const Product> products, const float* x,
-                                               int64_t n_tokens, bool accumulate) {
+                                               int64_t n_tokens, const InputNorm& norm,
+                                               bool accumulate) {
   if (options_.float_weights || products.empty() ||
       products.size() > static_cast<size_t>(cuda_internal::kMaxMatVecProducts)) {
     return false;
   }
   cuda_internal::MatVecProducts p;
   p.accumulate = accumulate;
+  if (norm.weight != nullptr) {
+    const absl::StatusOr<const float*> w = NormWeights(norm, products[0].w->cols);
+    if (!w.ok()) {
+      MAGICPIG_RETURN_IF_ERROR(error_);
+      return false;
+    }
+    p.norm_weight = *w;
+    p.norm_eps = norm.eps;
+  }
   for (const Product& product : products) {
     MAGICPIG_ASSIGN_OR_RETURN(const ResidentMatrix* m, FindMatrix(*product.w));
     if (p.count > 0 && m->cols != p.cols) return false;
@@ -360,35 +380,38 @@ absl::StatusOr<bool> CudaBackend::FusedMatVecs(absl::Span<const Product> product
 }
 
 absl::Status CudaBackend::MatMuls(absl::Span<const Product> products, const float* x,
-                                  int64_t n_tokens) {
+                                  int64_t n_tokens, const InputNorm& norm) {
   MAGICPIG_RETURN_IF_ERROR(error_);
-  MAGICPIG_ASSIGN_OR_RETURN(const bool fused, FusedMatVecs(products, x, n_tokens, false));
-  return fused ? absl::OkStatus() : Backend::MatMuls(products, x, n_tokens);
+  MAGICPIG_ASSIGN_OR_RETURN(const bool fused, FusedMatVecs(products, x, n_tokens, norm, false));
+  return fused ? absl::OkStatus() : Backend::MatMuls(products, x, n_tokens, norm);
 }
 
 absl::Status CudaBackend::MatMulAdd(const QuantMatrix& w, const float* x, int64_t n_tokens,
                                     float* y, float* scratch) {
   MAGICPIG_RETURN_IF_ERROR(error_);
   const Product product{&w, nullptr, y};
-  MAGICPIG_ASSIGN_OR_RETURN(const bool fused, FusedMatVecs({&product, 1}, x, n_tokens, true));
+  MAGICPIG_ASSIGN_OR_RETURN(const bool fused,
+                            FusedMatVecs({&product, 1}, x, n_tokens, InputNorm(), true));
   return fused ? absl::OkStatus() : Backend::MatMulAdd(w, x, n_tokens, y, scratch);
 }
 
 absl::Status CudaBackend::GateUpSwiGlu(const QuantMatrix& w_gate, const QuantMatrix& w_up,
-                                       const float* x, int64_t n_tokens, float* gate, float* up,
-                                       float* out) {
+                                       const float* x, int64_t n_tokens, const InputNorm& norm,
+                                       float* gate, float* up, float* out) {
   MAGICPIG_RETURN_IF_ERROR(error_);
   MAGICPIG_ASSIGN_OR_RETURN(const ResidentMatrix* g, FindMatrix(w_gate));
   MAGICPIG_ASSIGN_OR_RETURN(const ResidentMatrix* u, FindMatrix(w_up));
-  if (options_.float_weights || g->rows != u->rows || g->cols != u->cols ||
+  const absl::StatusOr<const float*> norm_weight = NormWeights(norm, g->cols);
+  MAGICPIG_RETURN_IF_ERROR(error_);
+  if (options_.float_weights || g->rows != u->rows || g->cols != u->cols || !norm_weight.ok() ||
       !cuda_internal::HalfMatVecFits(n_tokens, g->cols, g->data.data(), x) ||
       !cuda_internal::HalfMatVecFits(n_tokens, u->cols, u->data.data(), x)) {
-    return Backend::GateUpSwiGlu(w_gate, w_up, x, n_tokens, gate, up, out);
+    return Backend::GateUpSwiGlu(w_gate, w_up, x, n_tokens, norm, gate, up, out);
   }
-  return CudaStatus(
-      cuda_internal::LaunchHalfGateUp(g->data.as<uint16_t>(), u->data.as<uint16_t>(), x, n_tokens,
-                                      g->rows, g->cols, out, device_->stream()),
-      "fused gate and up products");
+  return CudaStatus(cuda_internal::LaunchHalfGateUp(g->data.as<uint16_t>(), u->data.as<uint16_t>(),
+                                                    x, n_tokens, g->rows, g->cols, *norm_weight,
+                                                    norm.eps, out, device_->stream()),
+                    "fused gate and up products");
 }
 
 absl::Status CudaBackend::Embed(const QuantMatrix& table, absl::Span<const int32_t> ids,

@@ -84,12 +84,13 @@ class CudaBackend final : public Backend {
   absl::Status ExecuteReplayable(absl::FunctionRef<absl::Status()> batch) override;
   const CudaGraphStats& graph_stats() const { return graph_stats_; }
   absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) override;
-  absl::Status MatMuls(absl::Span<const Product> products, const float* x,
-                       int64_t n_tokens) override;
+  absl::Status MatMuls(absl::Span<const Product> products, const float* x, int64_t n_tokens,
+                       const InputNorm& norm) override;
   absl::Status MatMulAdd(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y,
                          float* scratch) override;
   absl::Status GateUpSwiGlu(const QuantMatrix& w_gate, const QuantMatrix& w_up, const float* x,
-                            int64_t n_tokens, float* gate, float* up, float* out) override;
+                            int64_t n_tokens, const InputNorm& norm, float* gate, float* up,
+                            float* out) override;
   absl::Status Embed(const QuantMatrix& table, absl::Span<const int32_t> ids, float* out) override;
   void RmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps,
                float* out) override;
@@ -125,7 +126,10 @@ class CudaBackend final : public Backend {
   // weights, a decode-sized batch, at most kMaxMatVecProducts of equal width); false, having
   // launched nothing, where they do not.
   absl::StatusOr<bool> FusedMatVecs(absl::Span<const Product> products, const float* x,
-                                    int64_t n_tokens, bool accumulate);
+                                    int64_t n_tokens, const InputNorm& norm, bool accumulate);
+  // The device copy of a norm's weights when the fused kernels can read them (null for no norm);
+  // FAILED_PRECONDITION when they cannot (the unfused default then runs).
+  absl::StatusOr<const float*> NormWeights(const InputNorm& norm, int64_t cols);
   // ExecuteReplayable's halves: the batch recorded into a graph (an error when it cannot be), and
   // the instantiated graph of the same node count updated to it, or a new one instantiated.
   absl::StatusOr<cudaGraph_t> Record(absl::FunctionRef<absl::Status()> batch);

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/attention/simhash.h"
 #include "common/half.h"
 #include "common/quant/dequantize.h"
@@ -221,13 +222,15 @@ TEST(CudaBackendTest, MatVecIsExactOverFp16Weights) {
 }
 
 // The fused decode operations (q/k/v products with biases in one launch, a product added to the
-// residual, gate and up with SwiGLU) against float64 over the fp16-rounded weights, for 1-8
-// tokens (fused kernels) and 9 (the unfused defaults, at fp16 tolerance).
+// residual, gate and up with SwiGLU, each with and without the RMSNorm of its input) against
+// float64 over the fp16-rounded weights, for 1-8 tokens (fused kernels) and 9 (the unfused
+// defaults, at fp16 tolerance).
 TEST(CudaBackendTest, FusedProductsMatchFloat64) {
   MAGICPIG_REQUIRE_GPU();
   auto b = MakeBackend(false);
   ASSERT_NE(b, nullptr);
   const int64_t cols = 264, rows_q = 264, rows_kv = 72, rows_ff = 520;
+  const float eps = 1e-5f;
   auto matrix = [&](std::vector<float>& keep, int64_t rows, uint32_t seed) {
     keep = Random(rows * cols, seed, 0.2f);
     const QuantMatrix m{GgmlType::kF32, keep.data(), rows, cols};
@@ -241,55 +244,74 @@ TEST(CudaBackendTest, FusedProductsMatchFloat64) {
   const QuantMatrix mq = matrix(wq, rows_q, 1), mk = matrix(wk, rows_kv, 2),
                     mv = matrix(wv, rows_kv, 3), mg = matrix(wg, rows_ff, 4),
                     mu = matrix(wu, rows_ff, 5);
-  const std::vector<float> bq = Random(rows_q, 6), bv = Random(rows_kv, 7);
+  const std::vector<float> bq = Random(rows_q, 6), bv = Random(rows_kv, 7), nw = Random(cols, 8);
   ASSERT_TRUE(b->PrepareVector(bq.data(), rows_q).ok());
   ASSERT_TRUE(b->PrepareVector(bv.data(), rows_kv).ok());
-  auto dot = [&](const std::vector<float>& w, int64_t r, const std::vector<float>& x, int64_t t) {
-    double acc = 0;
-    for (int64_t c = 0; c < cols; ++c)
-      acc += static_cast<double>(w[r * cols + c]) * x[t * cols + c];
-    return acc;
-  };
-  for (int64_t n : {1, 3, 8, 9}) {
-    const double bound = n <= 8 ? 1e-5 : 3e-3;
-    const std::vector<float> x = Random(n * cols, 50 + n), y0 = Random(n * rows_q, 70 + n);
-    DeviceData d(b.get());
-    const float* xd = d.Put(x);
-    float* q = d.Poisoned<float>(n * rows_q);
-    float* k = d.Poisoned<float>(n * rows_kv);
-    float* v = d.Poisoned<float>(n * rows_kv);
-    float* acc = d.Put(y0);
-    float* scratch = d.Poisoned<float>(n * rows_ff);
-    float* gate = d.Poisoned<float>(n * rows_ff);
-    float* up = d.Poisoned<float>(n * rows_ff);
-    float* out = d.Poisoned<float>(n * rows_ff);
-    const Backend::Product qkv[3] = {{&mq, bq.data(), q}, {&mk, nullptr, k}, {&mv, bv.data(), v}};
-    ASSERT_TRUE(b->Execute([&]() -> absl::Status {
-                   MAGICPIG_RETURN_IF_ERROR(b->MatMuls(qkv, xd, n));
-                   MAGICPIG_RETURN_IF_ERROR(b->MatMulAdd(mq, xd, n, acc, scratch));
-                   return b->GateUpSwiGlu(mg, mu, xd, n, gate, up, out);
-                 }).ok());
-    std::vector<double> rq(n * rows_q), rk(n * rows_kv), rv(n * rows_kv), racc(n * rows_q),
-        rout(n * rows_ff);
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t r = 0; r < rows_q; ++r) {
-        rq[t * rows_q + r] = dot(wq, r, x, t) + bq[r];
-        racc[t * rows_q + r] = y0[t * rows_q + r] + dot(wq, r, x, t);
+  ASSERT_TRUE(b->PrepareVector(nw.data(), cols).ok());
+  for (bool normed : {false, true}) {
+    for (int64_t n : {1, 3, 8, 9}) {
+      const double bound = n <= 8 ? 1e-5 : 3e-3;
+      const std::vector<float> x = Random(n * cols, 50 + n, 2.0f), y0 = Random(n * rows_q, 70 + n);
+      // The products' input: x, or its RMSNorm rounded as RmsNorm rounds it.
+      std::vector<float> in = x;
+      if (normed) {
+        for (int64_t t = 0; t < n; ++t) {
+          double sum = 0;
+          for (int64_t c = 0; c < cols; ++c)
+            sum += static_cast<double>(x[t * cols + c]) * x[t * cols + c];
+          const float inv = static_cast<float>(1.0 / std::sqrt(sum / cols + eps));
+          for (int64_t c = 0; c < cols; ++c) in[t * cols + c] = x[t * cols + c] * inv * nw[c];
+        }
       }
-      for (int64_t r = 0; r < rows_kv; ++r) {
-        rk[t * rows_kv + r] = dot(wk, r, x, t);
-        rv[t * rows_kv + r] = dot(wv, r, x, t) + bv[r];
+      auto dot = [&](const std::vector<float>& w, int64_t r, const std::vector<float>& v,
+                     int64_t t) {
+        double acc = 0;
+        for (int64_t c = 0; c < cols; ++c)
+          acc += static_cast<double>(w[r * cols + c]) * v[t * cols + c];
+        return acc;
+      };
+      DeviceData d(b.get());
+      const float* xd = d.Put(x);
+      float* q = d.Poisoned<float>(n * rows_q);
+      float* k = d.Poisoned<float>(n * rows_kv);
+      float* v = d.Poisoned<float>(n * rows_kv);
+      float* acc = d.Put(y0);
+      float* scratch = d.Poisoned<float>(n * rows_ff);
+      float* norm_out = d.Poisoned<float>(n * cols);
+      float* gate = d.Poisoned<float>(n * rows_ff);
+      float* up = d.Poisoned<float>(n * rows_ff);
+      float* out = d.Poisoned<float>(n * rows_ff);
+      const Backend::Product qkv[3] = {{&mq, bq.data(), q}, {&mk, nullptr, k}, {&mv, bv.data(), v}};
+      const Backend::InputNorm norm =
+          normed ? Backend::InputNorm{nw.data(), eps, norm_out} : Backend::InputNorm{};
+      ASSERT_TRUE(b->Execute([&]() -> absl::Status {
+                     MAGICPIG_RETURN_IF_ERROR(b->MatMuls(qkv, xd, n, norm));
+                     MAGICPIG_RETURN_IF_ERROR(b->MatMulAdd(mq, xd, n, acc, scratch));
+                     return b->GateUpSwiGlu(mg, mu, xd, n, norm, gate, up, out);
+                   }).ok());
+      std::vector<double> rq(n * rows_q), rk(n * rows_kv), rv(n * rows_kv), racc(n * rows_q),
+          rout(n * rows_ff);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t r = 0; r < rows_q; ++r) {
+          rq[t * rows_q + r] = dot(wq, r, in, t) + bq[r];
+          racc[t * rows_q + r] = y0[t * rows_q + r] + dot(wq, r, x, t);
+        }
+        for (int64_t r = 0; r < rows_kv; ++r) {
+          rk[t * rows_kv + r] = dot(wk, r, in, t);
+          rv[t * rows_kv + r] = dot(wv, r, in, t) + bv[r];
+        }
+        for (int64_t r = 0; r < rows_ff; ++r) {
+          const double g = dot(wg, r, in, t);
+          rout[t * rows_ff + r] = g / (1 + std::exp(-g)) * dot(wu, r, in, t);
+        }
       }
-      for (int64_t r = 0; r < rows_ff; ++r) {
-        const double g = dot(wg, r, x, t);
-        rout[t * rows_ff + r] = g / (1 + std::exp(-g)) * dot(wu, r, x, t);
-      }
+      const std::string what = absl::StrCat(normed ? "normed" : "plain", ", n ", n);
+      EXPECT_LT(RelativeError(d.Get(q, n * rows_q), rq), bound) << "q, " << what;
+      EXPECT_LT(RelativeError(d.Get(k, n * rows_kv), rk), bound) << "k, " << what;
+      EXPECT_LT(RelativeError(d.Get(v, n * rows_kv), rv), bound) << "v, " << what;
+      EXPECT_LT(RelativeError(d.Get(acc, n * rows_q), racc), bound) << "add, " << what;
+      EXPECT_LT(RelativeError(d.Get(out, n * rows_ff), rout), bound) << "gate/up, " << what;
     }
-    EXPECT_LT(RelativeError(d.Get(q, n * rows_q), rq), bound) << "q, n " << n;
-    EXPECT_LT(RelativeError(d.Get(k, n * rows_kv), rk), bound) << "k, n " << n;
-    EXPECT_LT(RelativeError(d.Get(v, n * rows_kv), rv), bound) << "v, n " << n;
-    EXPECT_LT(RelativeError(d.Get(acc, n * rows_q), racc), bound) << "add, n " << n;
-    EXPECT_LT(RelativeError(d.Get(out, n * rows_ff), rout), bound) << "gate/up, n " << n;
   }
 }
 
@@ -564,8 +586,9 @@ TEST(CudaBackendTest, GappedViewMatchesTheWholeCache) {
 // instead, with the same results.
 TEST(CudaBackendTest, ReplayableBatchesRecordCopiesAndFallBack) {
   MAGICPIG_REQUIRE_GPU();
-  auto b = MakeBackend(false);
-  ASSERT_NE(b, nullptr);
+  auto made = CudaBackend::Create(CudaBackendOptions{0, false, /*graphs=*/true});
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::unique_ptr<CudaBackend> b = *std::move(made);
   const int64_t n = 1000;
   auto in = b->Allocate(n * 4), out = b->Allocate(n * 4);
   ASSERT_TRUE(in.ok() && out.ok());

@@ -57,9 +57,27 @@ __global__ void FloatToHalfKernel(const float* x, __half* y, int64_t n) {
 // read once for all NT tokens; the activations are re-read by every warp, from L1/L2.
 constexpr int kMatVecUnroll = 4;
 
-// acc[t] += this lane's share of w_row · x[t] (the warp's lanes together cover the row).
+// The RMSNorm factors of x's NT rows, computed by every warp that needs them (each lane sums
+// its strided share in double, as RmsNormKernel does; the warp adds them up): no launch of its own.
 template <int NT>
-__device__ void AccumulateRow(const __half* w_row, const float* x, int64_t cols, int lane,
+__device__ void NormFactors(const float* x, int64_t cols, float eps, int lane, float (&inv)[NT]) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    double sum = 0;
+    for (int64_t i = lane; i < cols; i += 32) {
+      const float v = __ldg(x + t * cols + i);
+      sum += static_cast<double>(v) * v;
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    inv[t] = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(cols) + eps));
+  }
+}
+
+// acc[t] += this lane's share of w_row · x[t] (the warp's lanes together cover the row); with
+// norm_weight, x[t] is first normalised as RmsNormKernel rounds it: (x * inv[t]) * norm_weight.
+template <int NT>
+__device__ void AccumulateRow(const __half* w_row, const float* x, int64_t cols,
+                              const float* norm_weight, const float (&inv)[NT], int lane,
                               float (&acc)[NT]) {
   const uint4* wr = reinterpret_cast<const uint4*>(w_row);
   const int64_t chunks = cols / 8;
@@ -77,10 +95,22 @@ __device__ void AccumulateRow(const __half* w_row, const float* x, int64_t cols,
       const __half2* h = reinterpret_cast<const __half2*>(&packed[u]);
       const float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]);
       const float2 w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
+      float4 na = make_float4(1, 1, 1, 1), nb = na;
+      if (norm_weight != nullptr) {
+        na = __ldg(reinterpret_cast<const float4*>(norm_weight) + 2 * c);
+        nb = __ldg(reinterpret_cast<const float4*>(norm_weight) + 2 * c + 1);
+      }
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const float4* xt = reinterpret_cast<const float4*>(x + t * cols) + 2 * c;
-        const float4 a = __ldg(xt), b = __ldg(xt + 1);
+        float4 a = __ldg(xt), b = __ldg(xt + 1);
+        if (norm_weight != nullptr) {
+          const float f = inv[t];
+          a = make_float4(__fmul_rn(__fmul_rn(a.x, f), na.x), __fmul_rn(__fmul_rn(a.y, f), na.y),
+                          __fmul_rn(__fmul_rn(a.z, f), na.z), __fmul_rn(__fmul_rn(a.w, f), na.w));
+          b = make_float4(__fmul_rn(__fmul_rn(b.x, f), nb.x), __fmul_rn(__fmul_rn(b.y, f), nb.y),
+                          __fmul_rn(__fmul_rn(b.z, f), nb.z), __fmul_rn(__fmul_rn(b.w, f), nb.w));
+        }
         acc[t] += w0.x * a.x + w0.y * a.y + w1.x * a.z + w1.y * a.w + w2.x * b.x + w2.y * b.y +
                   w3.x * b.z + w3.y * b.w;
       }
@@ -101,10 +131,12 @@ __global__ void HalfMatVecKernel(MatVecProducts p, const float* x) {
   int s = 0;
   while (s < p.count && row >= p.rows[s]) row -= p.rows[s++];
   if (s == p.count) return;
-  float acc[NT];
+  float inv[NT], acc[NT];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-  AccumulateRow<NT>(reinterpret_cast<const __half*>(p.w[s]) + row * p.cols, x, p.cols, lane, acc);
+  for (int t = 0; t < NT; ++t) inv[t] = 1.0f, acc[t] = 0.0f;
+  if (p.norm_weight != nullptr) NormFactors<NT>(x, p.cols, p.norm_eps, lane, inv);
+  AccumulateRow<NT>(reinterpret_cast<const __half*>(p.w[s]) + row * p.cols, x, p.cols,
+                    p.norm_weight, inv, lane, acc);
   if (lane != 0) return;
   const float bias = p.bias[s] != nullptr ? p.bias[s][row] : 0.0f;
 #pragma unroll
@@ -114,18 +146,21 @@ __global__ void HalfMatVecKernel(MatVecProducts p, const float* x) {
   }
 }
 
-// out[t][r] = silu(gate_r · x[t]) * (up_r · x[t]), as SwiGluKernel rounds it.
+// out[t][r] = silu(gate_r · x[t]) * (up_r · x[t]), as SwiGluKernel rounds it (x normalised first
+// with norm_weight, as in HalfMatVecKernel).
 template <int NT>
 __global__ void HalfGateUpKernel(const __half* gate, const __half* up, const float* x, int64_t rows,
-                                 int64_t cols, float* out) {
+                                 int64_t cols, const float* norm_weight, float norm_eps,
+                                 float* out) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;
-  float g[NT], u[NT];
+  float inv[NT], g[NT], u[NT];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) g[t] = u[t] = 0.0f;
-  AccumulateRow<NT>(gate + row * cols, x, cols, lane, g);
-  AccumulateRow<NT>(up + row * cols, x, cols, lane, u);
+  for (int t = 0; t < NT; ++t) inv[t] = 1.0f, g[t] = u[t] = 0.0f;
+  if (norm_weight != nullptr) NormFactors<NT>(x, cols, norm_eps, lane, inv);
+  AccumulateRow<NT>(gate + row * cols, x, cols, norm_weight, inv, lane, g);
+  AccumulateRow<NT>(up + row * cols, x, cols, norm_weight, inv, lane, u);
   if (lane != 0) return;
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
@@ -379,7 +414,10 @@ bool HalfMatVecFits(int64_t n_tokens, int64_t cols, const void* w, const float* 
 
 cudaError_t LaunchHalfMatVec(const MatVecProducts& p, const float* x, int64_t n_tokens,
                              cudaStream_t stream) {
-  if (p.count < 1 || p.count > kMaxMatVecProducts) return cudaErrorInvalidValue;
+  if (p.count < 1 || p.count > kMaxMatVecProducts ||
+      reinterpret_cast<uintptr_t>(p.norm_weight) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
   int64_t rows = 0;
   for (int s = 0; s < p.count; ++s) {
     if (!HalfMatVecFits(n_tokens, p.cols, p.w[s], x)) return cudaErrorInvalidValue;
@@ -392,16 +430,18 @@ cudaError_t LaunchHalfMatVec(const MatVecProducts& p, const float* x, int64_t n_
 }
 
 cudaError_t LaunchHalfGateUp(const uint16_t* gate, const uint16_t* up, const float* x,
-                             int64_t n_tokens, int64_t rows, int64_t cols, float* out,
-                             cudaStream_t stream) {
-  if (!HalfMatVecFits(n_tokens, cols, gate, x) || !HalfMatVecFits(n_tokens, cols, up, x)) {
+                             int64_t n_tokens, int64_t rows, int64_t cols, const float* norm_weight,
+                             float norm_eps, float* out, cudaStream_t stream) {
+  if (!HalfMatVecFits(n_tokens, cols, gate, x) || !HalfMatVecFits(n_tokens, cols, up, x) ||
+      reinterpret_cast<uintptr_t>(norm_weight) % 16 != 0) {
     return cudaErrorInvalidValue;
   }
   if (rows == 0) return cudaSuccess;
   const unsigned blocks = Blocks(rows, kThreads / 32);
   const __half* g = reinterpret_cast<const __half*>(gate);
   const __half* u = reinterpret_cast<const __half*>(up);
-  MAGICPIG_MATVEC_DISPATCH(HalfGateUpKernel, n_tokens, blocks, stream, g, u, x, rows, cols, out)
+  MAGICPIG_MATVEC_DISPATCH(HalfGateUpKernel, n_tokens, blocks, stream, g, u, x, rows, cols,
+                           norm_weight, norm_eps, out)
   return cudaGetLastError();
 }
 

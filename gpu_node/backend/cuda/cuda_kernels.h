@@ -27,7 +27,8 @@ cudaError_t LaunchFloatToHalf(const float* x, uint16_t* y, int64_t n, cudaStream
 constexpr int64_t kMaxMatVecTokens = 8;
 bool HalfMatVecFits(int64_t n_tokens, int64_t cols, const void* w, const float* x);
 // Up to kMaxMatVecProducts products of one x: y[s][t][0..rows[s]) = x[t] · w[s]ᵀ + bias[s] (bias
-// null: none), or, with accumulate, y[s][t] += x[t] · w[s]ᵀ (bias ignored).
+// null: none), or, with accumulate, y[s][t] += x[t] · w[s]ᵀ (bias ignored). With norm_weight
+// (16-byte aligned), x[t] is RMS-normalised first, as LaunchRmsNorm would (no launch of its own).
 constexpr int kMaxMatVecProducts = 3;
 struct MatVecProducts {
   const uint16_t* w[kMaxMatVecProducts] = {};  // fp16 bits
@@ -37,13 +38,16 @@ struct MatVecProducts {
   int count = 0;
   int64_t cols = 0;
   bool accumulate = false;
+  const float* norm_weight = nullptr;
+  float norm_eps = 0;
 };
 cudaError_t LaunchHalfMatVec(const MatVecProducts& p, const float* x, int64_t n_tokens,
                              cudaStream_t stream);
-// out[t][0..rows) = silu(x[t] · gateᵀ) * (x[t] · upᵀ), rounded as LaunchSwiGlu rounds.
+// out[t][0..rows) = silu(x[t] · gateᵀ) * (x[t] · upᵀ), rounded as LaunchSwiGlu rounds (x
+// normalised first with norm_weight, when not null, as above).
 cudaError_t LaunchHalfGateUp(const uint16_t* gate, const uint16_t* up, const float* x,
-                             int64_t n_tokens, int64_t rows, int64_t cols, float* out,
-                             cudaStream_t stream);
+                             int64_t n_tokens, int64_t rows, int64_t cols, const float* norm_weight,
+                             float norm_eps, float* out, cudaStream_t stream);
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                           float eps, float* out, cudaStream_t stream);
 cudaError_t LaunchAddBias(float* x, const float* bias, int64_t n_tokens, int64_t dim,
