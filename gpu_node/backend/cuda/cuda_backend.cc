@@ -17,8 +17,9 @@ namespace {
 using cuda_internal::AttentionPieces;
 
 // Split-K: enough (query, head, piece) blocks to fill a large GPU, with pieces of at least this
-// many keys so that each block has work worth its launch.
-constexpr int64_t kMinPieceKeys = 256;
+// many keys so that each block has work worth its launch. 64 rather than 256: a decode step over a
+// few thousand keys then spreads over hundreds of blocks instead of a few dozen (docs/gpu.md).
+constexpr int64_t kMinPieceKeys = 64;
 constexpr int64_t kTargetBlocks = 4096;
 
 // The queries and the cache of a split-K launch; the caller sets how keys split into pieces.
