@@ -140,6 +140,14 @@ class Backend {
   // data is on the host, after every operation issued before it.
   virtual absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes);
   virtual absl::Status CopyOut(void* host_dst, const void* src, int64_t bytes);
+  // CopyOut without the wait, for a step's several small copies to the host (one
+  // synchronisation instead of one each): host_dst holds the data once FlushCopies, a CopyOut or
+  // the end of Execute has returned, and must not be read (or freed) before. Default: CopyOut.
+  virtual absl::Status CopyOutLater(void* host_dst, const void* src, int64_t bytes) {
+    return CopyOut(host_dst, src, bytes);
+  }
+  // Waits for the copies CopyOutLater queued (and everything issued before them).
+  virtual absl::Status FlushCopies() { return absl::OkStatus(); }
   // dst <- src, both backend memory (ordered with the operations issued before and after).
   virtual absl::Status CopyWithin(void* dst, const void* src, int64_t bytes);
   // Takes the backend's own copy of a weight matrix or vector (no-ops on the CPU backend). The
@@ -221,7 +229,8 @@ class Backend {
 
   // SimHash codes of n vectors x ([n][hash.dim()], backend memory) into host codes [n][hash.l()],
   // as attention::SimHash defines them; a device's bits may differ from SimHash::Codes' only where
-  // a projection is within rounding of zero. The CPU backend calls hash.Codes.
+  // a projection is within rounding of zero. The codes arrive as CopyOutLater's data does (read
+  // them after FlushCopies). The CPU backend calls hash.Codes.
   virtual absl::Status SimHashCodes(const attention::SimHash& hash, const float* x, int64_t n,
                                     uint16_t* codes) {
     return hash.Codes(x, n, hash.dim(), codes);

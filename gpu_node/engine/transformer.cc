@@ -88,9 +88,11 @@ absl::Status Transformer::MirrorRows(int64_t layer, KvCache& kv, int64_t first, 
   const backend::KvLayerView to = kv.host().layer(layer);
   const int64_t row = from.n_head_kv * from.head_dim;
   const int64_t bytes = n * row * static_cast<int64_t>(sizeof(uint16_t));
+  // Read on the host after the next FlushCopies (before the hook's StartAttend and
+  // OnLayerStored).
   MAGICPIG_RETURN_IF_ERROR(
-      backend_->CopyOut(to.k + first * row, from.k + from.Row(first) * row, bytes));
-  return backend_->CopyOut(to.v + first * row, from.v + from.Row(first) * row, bytes);
+      backend_->CopyOutLater(to.k + first * row, from.k + from.Row(first) * row, bytes));
+  return backend_->CopyOutLater(to.v + first * row, from.v + from.Row(first) * row, bytes);
 }
 
 absl::StatusOr<LayerAttentionHook::DeviceResults> Transformer::DeviceWorkFor(
@@ -114,8 +116,8 @@ absl::StatusOr<LayerAttentionHook::DeviceResults> Transformer::DeviceWorkFor(
     b.RangeAttention(q, c.n_head, scale, cache, work.window_ranges, o, lse);
     float* o_host = hook_window_o_.data() + row * c.q_dim();
     float* lse_host = hook_window_lse_.data() + row * c.n_head;
-    MAGICPIG_RETURN_IF_ERROR(b.CopyOut(o_host, o, c.q_dim() * 4));
-    MAGICPIG_RETURN_IF_ERROR(b.CopyOut(lse_host, lse, c.n_head * 4));
+    MAGICPIG_RETURN_IF_ERROR(b.CopyOutLater(o_host, o, c.q_dim() * 4));
+    MAGICPIG_RETURN_IF_ERROR(b.CopyOutLater(lse_host, lse, c.n_head * 4));
     results.window_o = o_host;
     results.window_lse = lse_host;
   }
@@ -191,17 +193,20 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
         // The hook reads q and writes out on the host; LayerPost copies out back (CopyOut
         // waits for q, and for the rows mirrored above).
         float* q_host = hook_q_.data() + s.row * c.q_dim();
-        MAGICPIG_RETURN_IF_ERROR(b.CopyOut(q_host, sq, c.q_dim() * 4));
+        MAGICPIG_RETURN_IF_ERROR(b.CopyOutLater(q_host, sq, c.q_dim() * 4));
         float* out_host = hook_out_.data() + s.row * c.q_dim();
         LayerAttentionHook::DeviceWork work;
         if (s.hook->PlanDeviceWork(layer, s.first_pos, &work)) {
-          // Hashing and the static window where q and the cache are; the rest on the host.
+          // Hashing and the static window where q and the cache are; the rest on the host. The
+          // row mirrored above, q, the codes and the window's part come back with one wait.
           MAGICPIG_ASSIGN_OR_RETURN(const LayerAttentionHook::DeviceResults results,
                                     DeviceWorkFor(work, s.row, sq, cache, scale));
+          MAGICPIG_RETURN_IF_ERROR(b.FlushCopies());
           MAGICPIG_ASSIGN_OR_RETURN(started, s.hook->StartAttendWith(layer, q_host, s.first_pos,
                                                                      s.kv->host().layer(layer),
                                                                      scale, out_host, results));
         } else {
+          MAGICPIG_RETURN_IF_ERROR(b.FlushCopies());
           MAGICPIG_ASSIGN_OR_RETURN(
               started, s.hook->StartAttend(layer, q_host, s.first_pos, s.kv->host().layer(layer),
                                            scale, out_host));
@@ -296,6 +301,7 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
         MAGICPIG_RETURN_IF_ERROR(LayerPost(l, xc, 0, m, {&slot, 1}, pending, nullptr));
       }
       if (options.attention_hook != nullptr) {
+        MAGICPIG_RETURN_IF_ERROR(backend_->FlushCopies());  // the rows MirrorRows queued
         MAGICPIG_RETURN_IF_ERROR(
             options.attention_hook->OnLayerStored(l, kv.host().layer(l), first_pos + n));
         if (!backend_->host_memory() && !kv.layer(l).has_gap()) {
@@ -395,6 +401,7 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
     auto post = [&](int64_t m, int64_t l) -> absl::Status {
       MAGICPIG_RETURN_IF_ERROR(
           LayerPost(l, x, bounds[m], bounds[m + 1] - bounds[m], part_of(m), pending[m], &local));
+      MAGICPIG_RETURN_IF_ERROR(backend_->FlushCopies());  // the rows MirrorRows queued
       for (const Slot& s : part_of(m)) {
         if (s.hook != nullptr) {
           MAGICPIG_RETURN_IF_ERROR(

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace magicpig::testing {
 
@@ -74,7 +75,35 @@ absl::Status FakeDeviceBackend::CopyOut(void* host_dst, const void* src, int64_t
   if (IsDevice(host_dst, bytes)) {
     return absl::FailedPreconditionError("CopyOut: dst is device memory");
   }
+  MAGICPIG_RETURN_IF_ERROR(FlushCopies());  // a synchronous copy waits for the queued ones too
   std::memcpy(host_dst, src, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
+
+absl::Status FakeDeviceBackend::CopyOutLater(void* host_dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return absl::OkStatus();
+  if (!IsDevice(src, bytes)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CopyOutLater: src is not device memory (", bytes, " bytes)"));
+  }
+  if (IsDevice(host_dst, bytes)) {
+    return absl::FailedPreconditionError("CopyOutLater: dst is device memory");
+  }
+  Queue(host_dst, src, bytes);
+  return absl::OkStatus();
+}
+
+void FakeDeviceBackend::Queue(void* host_dst, const void* data, int64_t bytes) {
+  // The data as it is now (a device copy sees it so), written at the flush; until then the
+  // destination reads as NaN bytes, so a reader that does not flush first sees garbage.
+  const char* p = static_cast<const char*>(data);
+  queued_.push_back({host_dst, std::string(p, p + bytes)});
+  std::memset(host_dst, 0xff, static_cast<size_t>(bytes));
+}
+
+absl::Status FakeDeviceBackend::FlushCopies() {
+  for (const QueuedCopy& c : queued_) std::memcpy(c.host_dst, c.data.data(), c.data.size());
+  queued_.clear();
   return absl::OkStatus();
 }
 
@@ -102,6 +131,8 @@ absl::Status FakeDeviceBackend::Execute(absl::FunctionRef<absl::Status()> batch)
   absl::Status status = cpu_.Execute(batch);
   if (status.ok()) status = error_;
   error_ = absl::OkStatus();
+  if (status.ok()) status = FlushCopies();
+  queued_.clear();
   return status;
 }
 
@@ -196,7 +227,10 @@ absl::Status FakeDeviceBackend::SimHashCodes(const attention::SimHash& hash, con
   }
   std::vector<float> host(static_cast<size_t>(n * hash.dim()));
   std::memcpy(host.data(), x, host.size() * sizeof(float));
-  return hash.Codes(host.data(), n, hash.dim(), codes);
+  std::vector<uint16_t> computed(static_cast<size_t>(n * hash.l()));
+  MAGICPIG_RETURN_IF_ERROR(hash.Codes(host.data(), n, hash.dim(), computed.data()));
+  Queue(codes, computed.data(), n * hash.l() * 2);  // they arrive as CopyOutLater's data does
+  return absl::OkStatus();
 }
 
 void FakeDeviceBackend::RangeAttention(const float* q, int64_t n_head, float scale,

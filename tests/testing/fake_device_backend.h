@@ -19,6 +19,8 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gpu_node/backend/cpu/cpu_backend.h"
 
@@ -34,6 +36,10 @@ class FakeDeviceBackend final : public backend::Backend {
   absl::StatusOr<backend::BackendBuffer> Allocate(int64_t bytes) override;
   absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes) override;
   absl::Status CopyOut(void* host_dst, const void* src, int64_t bytes) override;
+  // Queued copies land at FlushCopies, a CopyOut or the end of Execute; until then their
+  // destinations hold NaN bytes (so a reader that does not wait for them reads garbage).
+  absl::Status CopyOutLater(void* host_dst, const void* src, int64_t bytes) override;
+  absl::Status FlushCopies() override;
   absl::Status CopyWithin(void* dst, const void* src, int64_t bytes) override;
   absl::Status PrepareMatrix(const QuantMatrix& w) override;
   absl::Status PrepareVector(const float* v, int64_t n) override;
@@ -71,12 +77,19 @@ class FakeDeviceBackend final : public backend::Backend {
     std::map<uintptr_t, uintptr_t> live;  // begin -> end
     int64_t bytes = 0;
   };
+  struct QueuedCopy {
+    void* host_dst;
+    std::string data;
+  };
+  // Queues `bytes` of `data` (copied now) for host_dst and poisons host_dst.
+  void Queue(void* host_dst, const void* data, int64_t bytes);
   // Whether [p, p + bytes) lies inside one live allocation.
   bool IsDevice(const void* p, int64_t bytes) const;
   // Keeps the first failure; returns whether `ok`.
   bool Check(bool ok, const char* op, const char* what);
 
   backend::CpuBackend cpu_;
+  std::vector<QueuedCopy> queued_;
   std::shared_ptr<Registry> registry_ = std::make_shared<Registry>();
   std::set<const void*> matrices_;
   std::set<const float*> vectors_;

@@ -121,7 +121,51 @@ absl::Status CudaBackend::CopyOut(void* host_dst, const void* src, int64_t bytes
   }
   MAGICPIG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, src, static_cast<size_t>(bytes),
                                                 cudaMemcpyDeviceToHost, device_->stream()));
-  return device_->Synchronize();
+  return FlushCopies();  // waits for this copy too
+}
+
+absl::Status CudaBackend::CopyOutLater(void* host_dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return absl::OkStatus();
+  if (recording_) return CopyOut(host_dst, src, bytes);  // deferred to after the replay anyway
+  MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
+  // Into pinned staging (an asynchronous copy; one into pageable memory would wait), moved to
+  // host_dst by FlushCopies. Staging too small: this copy waits, the buffer grows at the flush.
+  char* staged = Stage(bytes);
+  if (staged == nullptr) return CopyOut(host_dst, src, bytes);
+  deferred_.push_back({host_dst, staged, bytes});
+  return CudaStatus(cudaMemcpyAsync(staged, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
+                                    device_->stream()),
+                    "cudaMemcpyAsync (to the host, queued)");
+}
+
+absl::Status CudaBackend::FlushCopies() {
+  if (recording_) return absl::OkStatus();  // ExecuteReplayable delivers them after the replay
+  MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
+  MAGICPIG_RETURN_IF_ERROR(device_->Synchronize());
+  DeliverDeferred();
+  return absl::OkStatus();
+}
+
+void CudaBackend::DeliverDeferred() {
+  for (const DeferredCopy& c : deferred_) {
+    std::memcpy(c.host_dst, c.staged, static_cast<size_t>(c.bytes));
+  }
+  deferred_.clear();
+  if (staging_used_ > staging_.bytes()) GrowStaging();
+  staging_used_ = 0;
+}
+
+void CudaBackend::GrowStaging() {
+  // Pinned, so that the copies through it run asynchronously; on failure the copies that do not
+  // fit keep waiting one by one (CopyOutLater) or run eagerly (ExecuteReplayable).
+  const int64_t bytes = std::max<int64_t>(int64_t{1} << 20, 2 * staging_used_);
+  staging_ = BackendBuffer();
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocDefault) == cudaSuccess) {
+    staging_ = BackendBuffer(p, bytes, [](void* q) { cudaFreeHost(q); });
+  } else {
+    cudaGetLastError();
+  }
 }
 
 absl::Status CudaBackend::CopyWithin(void* dst, const void* src, int64_t bytes) {
@@ -205,8 +249,14 @@ absl::Status CudaBackend::Execute(absl::FunctionRef<absl::Status()> batch) {
   error_ = absl::OkStatus();
   absl::Status status = batch();
   if (status.ok()) status = error_;
-  // Errors of kernels that ran asynchronously surface here at the latest.
+  // Errors of kernels that ran asynchronously surface here at the latest; queued copies land.
   const absl::Status sync = device_->Synchronize();
+  if (sync.ok()) {
+    DeliverDeferred();
+  } else {
+    deferred_.clear();  // the step failed; its queued copies are not delivered
+    staging_used_ = 0;
+  }
   error_ = absl::OkStatus();
   return status.ok() ? sync : status;
 }
@@ -221,23 +271,21 @@ absl::Status CudaBackend::ExecuteReplayable(absl::FunctionRef<absl::Status()> ba
   if (!exec.ok()) {
     // Nothing of the batch has run: it runs now, one launch per operation.
     deferred_.clear();
+    if (staging_used_ > staging_.bytes()) GrowStaging();
+    staging_used_ = 0;
     ++graph_stats_.fell_back;
     return Execute(batch);
   }
   MAGICPIG_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(*exec, device_->stream()));
   MAGICPIG_RETURN_IF_ERROR(device_->Synchronize());
   ++graph_stats_.replayed;
-  for (const DeferredCopy& c : deferred_) {
-    std::memcpy(c.host_dst, c.staged, static_cast<size_t>(c.bytes));
-  }
-  deferred_.clear();
+  DeliverDeferred();
   return absl::OkStatus();
 }
 
 absl::StatusOr<cudaGraph_t> CudaBackend::Record(absl::FunctionRef<absl::Status()> batch) {
+  MAGICPIG_RETURN_IF_ERROR(FlushCopies());  // the staging buffer is the recording's from here
   error_ = absl::OkStatus();
-  staging_used_ = 0;
-  deferred_.clear();
   // Thread-local mode: other threads (attention shards, the HTTP server) may use CUDA meanwhile.
   MAGICPIG_CUDA_RETURN_IF_ERROR(
       cudaStreamBeginCapture(device_->stream(), cudaStreamCaptureModeThreadLocal));
@@ -248,22 +296,9 @@ absl::StatusOr<cudaGraph_t> CudaBackend::Record(absl::FunctionRef<absl::Status()
   error_ = absl::OkStatus();
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(device_->stream(), &graph);
-  if (staging_used_ > staging_.bytes()) {
-    // Grown for the next batch; this one runs with Execute. Pinned, so that the recorded
-    // copies run asynchronously.
-    staging_ = BackendBuffer();
-    void* p = nullptr;
-    const int64_t bytes = std::max<int64_t>(int64_t{1} << 20, 2 * staging_used_);
-    if (cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocDefault) == cudaSuccess) {
-      staging_ = BackendBuffer(p, bytes, [](void* q) { cudaFreeHost(q); });
-    } else {
-      cudaGetLastError();
-    }
-  }
   if (!status.ok() || end != cudaSuccess || graph == nullptr) {
     if (graph != nullptr) cudaGraphDestroy(graph);
     cudaGetLastError();  // a capture invalidated by an unrecordable call leaves its error
-    deferred_.clear();
     return status.ok() ? CudaStatus(end, "cudaStreamEndCapture") : status;
   }
   return graph;
@@ -536,7 +571,7 @@ absl::Status CudaBackend::SimHashCodes(const attention::SimHash& hash, const flo
   MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchPackSigns(hash_proj_.as<float>(), n, hash.k(),
                                                                hash.l(), hash_codes_.as<uint16_t>(),
                                                                device_->stream()));
-  return CopyOut(codes, hash_codes_.data(), n * hash.l() * 2);
+  return CopyOutLater(codes, hash_codes_.data(), n * hash.l() * 2);
 }
 
 void CudaBackend::RangeAttention(const float* q, int64_t n_head, float scale,

@@ -70,6 +70,9 @@ class CudaBackend final : public Backend {
   absl::StatusOr<BackendBuffer> Allocate(int64_t bytes) override;
   absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes) override;
   absl::Status CopyOut(void* host_dst, const void* src, int64_t bytes) override;
+  // Queued copies go through the pinned staging buffer that recording uses too.
+  absl::Status CopyOutLater(void* host_dst, const void* src, int64_t bytes) override;
+  absl::Status FlushCopies() override;
   absl::Status CopyWithin(void* dst, const void* src, int64_t bytes) override;
   absl::Status PrepareMatrix(const QuantMatrix& w) override;
   absl::Status PrepareVector(const float* v, int64_t n) override;
@@ -134,9 +137,14 @@ class CudaBackend final : public Backend {
   // the instantiated graph of the same node count updated to it, or a new one instantiated.
   absl::StatusOr<cudaGraph_t> Record(absl::FunctionRef<absl::Status()> batch);
   absl::StatusOr<cudaGraphExec_t> Instantiated(cudaGraph_t graph);
-  // `bytes` of pinned staging memory for a copy inside a recorded batch; null when the staging
-  // buffer is too small (it grows after the batch to the size the batch wanted).
+  // `bytes` of pinned staging memory for a queued copy (CopyOutLater, or any copy inside a
+  // recorded batch); null when the staging buffer is too small (it grows, to what was wanted,
+  // when the queued copies are next delivered).
   char* Stage(int64_t bytes);
+  // Copies the queued copies' staged data to their host destinations (after a synchronisation)
+  // and frees the staging buffer for the next ones, growing it first if it was too small.
+  void DeliverDeferred();
+  void GrowStaging();
   // Runs `a` (its part_o / part_lse are set here) and merges the pieces into out (and lse when
   // not null): split-K attention.
   absl::Status RunPieces(cuda_internal::AttentionPieces a, float* out, float* lse);
@@ -152,9 +160,10 @@ class CudaBackend final : public Backend {
   // Scratch, grown as needed: fp16 activations for the products, token ids, attention partials
   // and key ranges.
   BackendBuffer half_x_, ids_, part_o_, part_lse_, ranges_, hash_proj_, hash_codes_;
-  // Recording (ExecuteReplayable): whether a batch is being recorded now, the pinned staging
-  // buffer and how much of it the batch has taken, the copies to hosts made after the replay, and
-  // the instantiated graphs by node count (a few batch sizes alternate in serving).
+  // Recording (ExecuteReplayable) and queued copies: whether a batch is being recorded now, the
+  // pinned staging buffer and how much of it is taken, the copies to the host still to be made
+  // (after the replay, or at FlushCopies), and the instantiated graphs by node count (a few batch
+  // sizes alternate in serving).
   struct DeferredCopy {
     void* host_dst;
     const char* staged;
