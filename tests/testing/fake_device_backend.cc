@@ -66,15 +66,21 @@ absl::Status FakeDeviceBackend::CopyIn(void* dst, const void* host_src, int64_t 
   return absl::OkStatus();
 }
 
-absl::Status FakeDeviceBackend::CopyOut(void* host_dst, const void* src, int64_t bytes) {
-  if (bytes <= 0) return absl::OkStatus();
+absl::Status FakeDeviceBackend::CheckCopyToHost(const char* op, const void* host_dst,
+                                                const void* src, int64_t bytes) const {
   if (!IsDevice(src, bytes)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("CopyOut: src is not device memory (", bytes, " bytes)"));
+        absl::StrCat(op, ": src is not device memory (", bytes, " bytes)"));
   }
   if (IsDevice(host_dst, bytes)) {
-    return absl::FailedPreconditionError("CopyOut: dst is device memory");
+    return absl::FailedPreconditionError(absl::StrCat(op, ": dst is device memory"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status FakeDeviceBackend::CopyOut(void* host_dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return absl::OkStatus();
+  MAGICPIG_RETURN_IF_ERROR(CheckCopyToHost("CopyOut", host_dst, src, bytes));
   MAGICPIG_RETURN_IF_ERROR(FlushCopies());  // a synchronous copy waits for the queued ones too
   std::memcpy(host_dst, src, static_cast<size_t>(bytes));
   return absl::OkStatus();
@@ -82,13 +88,7 @@ absl::Status FakeDeviceBackend::CopyOut(void* host_dst, const void* src, int64_t
 
 absl::Status FakeDeviceBackend::CopyOutLater(void* host_dst, const void* src, int64_t bytes) {
   if (bytes <= 0) return absl::OkStatus();
-  if (!IsDevice(src, bytes)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("CopyOutLater: src is not device memory (", bytes, " bytes)"));
-  }
-  if (IsDevice(host_dst, bytes)) {
-    return absl::FailedPreconditionError("CopyOutLater: dst is device memory");
-  }
+  MAGICPIG_RETURN_IF_ERROR(CheckCopyToHost("CopyOutLater", host_dst, src, bytes));
   Queue(host_dst, src, bytes);
   return absl::OkStatus();
 }

@@ -81,6 +81,9 @@ class FakeDeviceBackend final : public backend::Backend {
     void* host_dst;
     std::string data;
   };
+  // OK when src is device memory and host_dst is not (op names the caller in the error).
+  absl::Status CheckCopyToHost(const char* op, const void* host_dst, const void* src,
+                               int64_t bytes) const;
   // Queues `bytes` of `data` (copied now) for host_dst and poisons host_dst.
   void Queue(void* host_dst, const void* data, int64_t bytes);
   // Whether [p, p + bytes) lies inside one live allocation.
