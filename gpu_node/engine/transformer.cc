@@ -132,15 +132,13 @@ absl::Status Transformer::Logits(const float* x, int64_t n, float* logits) {
       b.Reserve(logits_norm_, n * c.n_embd * static_cast<int64_t>(sizeof(float))));
   const backend::Backend::InputNorm norm{weights_->output_norm().data(),
                                          static_cast<float>(c.rms_eps), logits_norm_.as<float>()};
-  if (b.host_memory()) {
-    const backend::Backend::Product head{&weights_->output(), nullptr, logits};
-    return b.MatMuls({&head, 1}, x, n, norm);
-  }
+  // A device backend writes the logits to its own memory first.
   const int64_t bytes = n * c.n_vocab * static_cast<int64_t>(sizeof(float));
-  MAGICPIG_RETURN_IF_ERROR(b.Reserve(logits_out_, bytes));
-  const backend::Backend::Product head{&weights_->output(), nullptr, logits_out_.as<float>()};
+  if (!b.host_memory()) MAGICPIG_RETURN_IF_ERROR(b.Reserve(logits_out_, bytes));
+  const backend::Backend::Product head{&weights_->output(), nullptr,
+                                       b.host_memory() ? logits : logits_out_.as<float>()};
   MAGICPIG_RETURN_IF_ERROR(b.MatMuls({&head, 1}, x, n, norm));
-  return b.CopyOut(logits, logits_out_.data(), bytes);
+  return b.host_memory() ? absl::OkStatus() : b.CopyOut(logits, logits_out_.data(), bytes);
 }
 
 absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t n,
@@ -190,27 +188,25 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
     bool started = false;
     if (s.n == 1 && hooked) {
       if (staged) {
-        // The hook reads q and writes out on the host; LayerPost copies out back (CopyOut
-        // waits for q, and for the rows mirrored above).
+        // The hook reads q and writes out on the host; LayerPost copies out back. Hashing and
+        // the static window (when the hook plans them) run where q and the cache are; the row
+        // mirrored above, q, the codes and the window's part come back with one wait.
         float* q_host = hook_q_.data() + s.row * c.q_dim();
         MAGICPIG_RETURN_IF_ERROR(b.CopyOutLater(q_host, sq, c.q_dim() * 4));
         float* out_host = hook_out_.data() + s.row * c.q_dim();
         LayerAttentionHook::DeviceWork work;
-        if (s.hook->PlanDeviceWork(layer, s.first_pos, &work)) {
-          // Hashing and the static window where q and the cache are; the rest on the host. The
-          // row mirrored above, q, the codes and the window's part come back with one wait.
-          MAGICPIG_ASSIGN_OR_RETURN(const LayerAttentionHook::DeviceResults results,
-                                    DeviceWorkFor(work, s.row, sq, cache, scale));
-          MAGICPIG_RETURN_IF_ERROR(b.FlushCopies());
-          MAGICPIG_ASSIGN_OR_RETURN(started, s.hook->StartAttendWith(layer, q_host, s.first_pos,
-                                                                     s.kv->host().layer(layer),
-                                                                     scale, out_host, results));
-        } else {
-          MAGICPIG_RETURN_IF_ERROR(b.FlushCopies());
-          MAGICPIG_ASSIGN_OR_RETURN(
-              started, s.hook->StartAttend(layer, q_host, s.first_pos, s.kv->host().layer(layer),
-                                           scale, out_host));
+        const bool planned = s.hook->PlanDeviceWork(layer, s.first_pos, &work);
+        LayerAttentionHook::DeviceResults results;
+        if (planned) {
+          MAGICPIG_ASSIGN_OR_RETURN(results, DeviceWorkFor(work, s.row, sq, cache, scale));
         }
+        MAGICPIG_RETURN_IF_ERROR(b.FlushCopies());
+        const backend::KvLayerView host_cache = s.kv->host().layer(layer);
+        MAGICPIG_ASSIGN_OR_RETURN(
+            started,
+            planned ? s.hook->StartAttendWith(layer, q_host, s.first_pos, host_cache, scale,
+                                              out_host, results)
+                    : s.hook->StartAttend(layer, q_host, s.first_pos, host_cache, scale, out_host));
       } else {
         MAGICPIG_ASSIGN_OR_RETURN(started,
                                   s.hook->StartAttend(layer, sq, s.first_pos, cache, scale, out));

@@ -121,7 +121,9 @@ absl::Status CudaBackend::CopyOut(void* host_dst, const void* src, int64_t bytes
   }
   MAGICPIG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, src, static_cast<size_t>(bytes),
                                                 cudaMemcpyDeviceToHost, device_->stream()));
-  return FlushCopies();  // waits for this copy too
+  MAGICPIG_RETURN_IF_ERROR(device_->Synchronize());
+  DeliverDeferred();  // the wait covered the queued copies too (backend.h)
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::CopyOutLater(void* host_dst, const void* src, int64_t bytes) {
@@ -139,7 +141,9 @@ absl::Status CudaBackend::CopyOutLater(void* host_dst, const void* src, int64_t 
 }
 
 absl::Status CudaBackend::FlushCopies() {
-  if (recording_) return absl::OkStatus();  // ExecuteReplayable delivers them after the replay
+  // Nothing queued, nothing to wait for: the hook-free decode path calls this after every layer
+  // and must keep the stream running. While recording, ExecuteReplayable delivers after the replay.
+  if (recording_ || deferred_.empty()) return absl::OkStatus();
   MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
   MAGICPIG_RETURN_IF_ERROR(device_->Synchronize());
   DeliverDeferred();
@@ -345,18 +349,12 @@ absl::Status CudaBackend::MatMul(const QuantMatrix& w, const float* x, int64_t n
                                                  CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
     return absl::OkStatus();
   }
-  if (cuda_internal::HalfMatVecFits(n_tokens, m->cols, m->data.data(), x)) {
-    // Decode-sized batches: one kernel reading the fp16 weights once, instead of an fp16 copy
-    // of x and a cuBLAS call (two launches, and cuBLAS's host-side overhead, per product).
-    cuda_internal::MatVecProducts p;
-    p.count = 1;
-    p.cols = m->cols;
-    p.w[0] = m->data.as<uint16_t>();
-    p.y[0] = y;
-    p.rows[0] = m->rows;
-    return CudaStatus(cuda_internal::LaunchHalfMatVec(p, x, n_tokens, device_->stream()),
-                      "matrix-vector product");
-  }
+  // Decode-sized batches: one kernel reading the fp16 weights once, instead of an fp16 copy of x
+  // and a cuBLAS call (two launches, and cuBLAS's host-side overhead, per product).
+  const Product product{&w, nullptr, y};
+  MAGICPIG_ASSIGN_OR_RETURN(const bool fused,
+                            FusedMatVecs({&product, 1}, x, n_tokens, InputNorm(), false));
+  if (fused) return absl::OkStatus();
   MAGICPIG_RETURN_IF_ERROR(Reserve(half_x_, n_tokens * m->cols * 2));
   MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchFloatToHalf(
       x, half_x_.as<uint16_t>(), n_tokens * m->cols, device_->stream()));

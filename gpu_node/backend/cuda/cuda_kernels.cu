@@ -3,8 +3,10 @@
 // measurements there.
 #include <cuda_fp16.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "gpu_node/backend/cuda/block_decode.h"
 #include "gpu_node/backend/cuda/cuda_kernels.h"
@@ -383,34 +385,20 @@ bool HalfMatVecFits(int64_t n_tokens, int64_t cols, const void* w, const float* 
          reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
-// Launches KERNEL<NT> for the n_tokens given (1..kMaxMatVecTokens).
-#define MAGICPIG_MATVEC_DISPATCH(KERNEL, n_tokens, blocks, stream, ...) \
-  switch (n_tokens) {                                                   \
-    case 1:                                                             \
-      KERNEL<1><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
-      break;                                                            \
-    case 2:                                                             \
-      KERNEL<2><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
-      break;                                                            \
-    case 3:                                                             \
-      KERNEL<3><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
-      break;                                                            \
-    case 4:                                                             \
-      KERNEL<4><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
-      break;                                                            \
-    case 5:                                                             \
-      KERNEL<5><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
-      break;                                                            \
-    case 6:                                                             \
-      KERNEL<6><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
-      break;                                                            \
-    case 7:                                                             \
-      KERNEL<7><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
-      break;                                                            \
-    case 8:                                                             \
-      KERNEL<8><<<blocks, kThreads, 0, stream>>>(__VA_ARGS__);          \
-      break;                                                            \
-  }
+// KERNEL<1> ... KERNEL<kMaxMatVecTokens>, indexed by n_tokens - 1.
+template <int... I>
+constexpr std::array<void (*)(MatVecProducts, const float*), sizeof...(I)> MatVecKernels(
+    std::integer_sequence<int, I...>) {
+  return {&HalfMatVecKernel<I + 1>...};
+}
+template <int... I>
+constexpr std::array<void (*)(const __half*, const __half*, const float*, int64_t, int64_t,
+                              const float*, float, float*),
+                     sizeof...(I)>
+GateUpKernels(std::integer_sequence<int, I...>) {
+  return {&HalfGateUpKernel<I + 1>...};
+}
+using TokenCounts = std::make_integer_sequence<int, kMaxMatVecTokens>;
 
 cudaError_t LaunchHalfMatVec(const MatVecProducts& p, const float* x, int64_t n_tokens,
                              cudaStream_t stream) {
@@ -425,7 +413,7 @@ cudaError_t LaunchHalfMatVec(const MatVecProducts& p, const float* x, int64_t n_
   }
   if (rows == 0) return cudaSuccess;
   const unsigned blocks = Blocks(rows, kThreads / 32);
-  MAGICPIG_MATVEC_DISPATCH(HalfMatVecKernel, n_tokens, blocks, stream, p, x)
+  MatVecKernels(TokenCounts())[n_tokens - 1]<<<blocks, kThreads, 0, stream>>>(p, x);
   return cudaGetLastError();
 }
 
@@ -440,12 +428,10 @@ cudaError_t LaunchHalfGateUp(const uint16_t* gate, const uint16_t* up, const flo
   const unsigned blocks = Blocks(rows, kThreads / 32);
   const __half* g = reinterpret_cast<const __half*>(gate);
   const __half* u = reinterpret_cast<const __half*>(up);
-  MAGICPIG_MATVEC_DISPATCH(HalfGateUpKernel, n_tokens, blocks, stream, g, u, x, rows, cols,
-                           norm_weight, norm_eps, out)
+  GateUpKernels(TokenCounts())[n_tokens - 1]<<<blocks, kThreads, 0, stream>>>(
+      g, u, x, rows, cols, norm_weight, norm_eps, out);
   return cudaGetLastError();
 }
-
-#undef MAGICPIG_MATVEC_DISPATCH
 
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                           float eps, float* out, cudaStream_t stream) {
