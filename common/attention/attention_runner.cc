@@ -18,7 +18,7 @@ absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const Gr
   absl::Status first_error;
   std::atomic<bool> failed{false};
   const bool time_phases = time_phases_.load(std::memory_order_relaxed);
-  arena_.execute([&] {
+  auto run_items = [&] {
     tbb::parallel_for(
         tbb::blocked_range<size_t>(0, work.size(), 1), [&](const tbb::blocked_range<size_t>& r) {
           EstimatorScratch& scratch = scratch_.local();
@@ -38,7 +38,16 @@ absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const Gr
             }
           }
         });
-  });
+  };
+  if (tbb::this_task_arena::max_concurrency() == arena_.max_concurrency()) {
+    // Already in an arena as wide as ours (the embedded decode step runs inside the CPU backend's
+    // arena): stay in it. Entering our own arena would make its worker threads leave the
+    // backend's and join ours at every sparse layer (~1.4 ms of an 8K SmolLM2 step on 2 threads,
+    // docs/benchmarks.md). Isolated, so a waiting thread takes no unrelated outer task.
+    tbb::this_task_arena::isolate(run_items);
+  } else {
+    arena_.execute(run_items);
+  }
   return first_error;
 }
 

@@ -2,6 +2,10 @@
 // parallel with oneTBB, each worker thread with its own reusable EstimatorScratch
 // (docs/architecture.md §14: parallelism over (sequence, head) work items).
 //
+// A Run from inside a task arena as wide as the runner's (the CPU backend's, in the embedded decode
+// step) runs in that arena, isolated; from anywhere else (a GPU backend's host thread, an attention
+// node's RPC thread) it runs in the runner's own arena of num_threads.
+//
 // Thread-safety: Run may be called from several threads at once (each worker uses only its own
 // scratch, one task at a time); the work items' shards must not be mutated during a Run.
 #ifndef MAGICPIG_COMMON_ATTENTION_ATTENTION_RUNNER_H_

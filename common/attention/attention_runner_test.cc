@@ -1,5 +1,6 @@
 // AttentionRunner: parallel results equal the serial AttendGroup results bit for bit (each item
-// runs the same kernel on one thread), and a bad item's error comes back.
+// runs the same kernel on one thread), from outside any arena and from inside arenas of the
+// runner's width and of others, and a bad item's error comes back.
 #include "common/attention/attention_runner.h"
 
 #include <random>
@@ -7,6 +8,8 @@
 
 #include "common/attention/simhash.h"
 #include "gtest/gtest.h"
+#include "tbb/parallel_for.h"
+#include "tbb/task_arena.h"
 
 namespace magicpig::attention {
 namespace {
@@ -54,6 +57,29 @@ TEST(AttentionRunnerTest, ParallelEqualsSerialAndReportsErrors) {
     touched += par[i].n_touched;
   }
   EXPECT_GT(touched, 0);
+
+  // Runs from inside task arenas give the same partials: as wide as the runner's (it runs there,
+  // isolated), of other widths (it runs in its own), and two Runs at once from tasks of an arena.
+  for (int width : {1, 2, 3}) {
+    tbb::task_arena outer(width);
+    std::vector<std::vector<PartialAttention>> got(2, std::vector<PartialAttention>(par.size()));
+    std::vector<std::vector<GroupWork>> work_in(2, work);
+    for (int c = 0; c < 2; ++c) {
+      for (int s = 0; s < n_shards; ++s) work_in[c][s].out = got[c].data() + s * g;
+    }
+    absl::Status status[2];
+    outer.execute([&] {
+      tbb::parallel_for(0, 2, [&](int c) { status[c] = runner.Run(pig, work_in[c], 0.125f); });
+    });
+    for (int c = 0; c < 2; ++c) {
+      ASSERT_TRUE(status[c].ok()) << "width " << width << ": " << status[c];
+      for (size_t i = 0; i < par.size(); ++i) {
+        EXPECT_EQ(got[c][i].o, ser[i].o) << "width " << width;
+        EXPECT_EQ(got[c][i].lse, ser[i].lse) << "width " << width;
+      }
+    }
+  }
+
   work[5].codes = nullptr;  // magicpig needs codes
   EXPECT_EQ(runner.Run(pig, work, 0.125f).code(), absl::StatusCode::kInvalidArgument);
   work[5].shard = nullptr;

@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
+#include "tbb/task_arena.h"
 
 namespace magicpig::attention {
 
@@ -54,6 +55,22 @@ absl::Status CheckCodesArgs(int64_t d_expected, int64_t d, int64_t n) {
 
 }  // namespace
 
+void SimHash::CutCodes(const uint16_t* bits, int64_t stride, int64_t n, uint16_t* codes) const {
+  const uint32_t code_mask = (uint32_t{1} << k_) - 1;
+  for (int64_t v = 0; v < n; ++v) {
+    // Column j is bit j % 8 of byte j / 8 (little-endian words), so table t's K bits start at bit
+    // t*K: one unaligned 32-bit read covers them (K <= 16, plus up to 7 bits of shift).
+    const auto* bytes = reinterpret_cast<const unsigned char*>(bits + v * stride);
+    uint16_t* out = codes + v * l_;
+    for (int t = 0; t < l_; ++t) {
+      const int64_t bit = static_cast<int64_t>(t) * k_;
+      uint32_t word;
+      std::memcpy(&word, bytes + bit / 8, sizeof(word));
+      out[t] = static_cast<uint16_t>((word >> (bit % 8)) & code_mask);
+    }
+  }
+}
+
 absl::Status SimHash::Codes(const float* x, int64_t n, int64_t d, uint16_t* codes) const {
   return CodesAtLevel(x, n, d, codes, ActiveSimdLevel());
 }
@@ -70,7 +87,6 @@ absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_
   const int64_t n_blocks = (n + kVectors - 1) / kVectors;
   // Two spare words per vector: the 32-bit read of the last code may run past cols_padded_ bits.
   const int64_t stride = cols_padded_ / 16 + 2;
-  const uint32_t code_mask = (uint32_t{1} << k_) - 1;
   auto run_blocks = [&](int64_t b0, int64_t b1) {
     std::vector<uint16_t> bits(static_cast<size_t>(std::min(kVectors, n - b0 * kVectors) * stride),
                                0);
@@ -86,20 +102,34 @@ absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_
       a.bits = bits.data();
       a.bits_stride = stride;
       project(a);
-      for (int64_t v = 0; v < nv; ++v) {
-        // Column j is bit j % 8 of byte j / 8 (little-endian words), so table t's K bits start
-        // at bit t*K: one unaligned 32-bit read covers them (K <= 16, plus up to 7 bits of shift).
-        const auto* bytes = reinterpret_cast<const unsigned char*>(bits.data() + v * stride);
-        uint16_t* out = codes + (v0 + v) * l_;
-        for (int t = 0; t < l_; ++t) {
-          const int64_t bit = static_cast<int64_t>(t) * k_;
-          uint32_t word;
-          std::memcpy(&word, bytes + bit / 8, sizeof(word));
-          out[t] = static_cast<uint16_t>((word >> (bit % 8)) & code_mask);
-        }
-      }
+      CutCodes(bits.data(), stride, nv, codes + v0 * l_);
     }
   };
+  // One block of a few vectors (a decode step's query heads) would keep one thread busy for a
+  // K x L-column product (~30 us for SmolLM2's 9 heads at (10, 150)) while the others wait:
+  // split its columns over the arena's threads instead, then cut the codes.
+  const int64_t threads = tbb::this_task_arena::max_concurrency();
+  const int64_t col_blocks = cols_padded_ / internal::kProjectColBlock;
+  constexpr int64_t kMinColBlocksPerThread = 8;  // 256 columns: below that the split costs more
+  if (n_blocks == 1 && threads > 1 && col_blocks >= 2 * kMinColBlocksPerThread) {
+    const int64_t parts = std::min(threads, col_blocks / kMinColBlocksPerThread);
+    std::vector<uint16_t> bits(static_cast<size_t>(n * stride), 0);
+    tbb::parallel_for(int64_t{0}, parts, [&](int64_t part) {
+      internal::ProjectArgs a;
+      a.x = x;
+      a.n = n;
+      a.d = d_;
+      a.w = w_padded_.data();
+      a.cols = cols_padded_;
+      a.col_begin = col_blocks * part / parts * internal::kProjectColBlock;
+      a.col_end = col_blocks * (part + 1) / parts * internal::kProjectColBlock;
+      a.bits = bits.data();
+      a.bits_stride = stride;
+      project(a);
+    });
+    CutCodes(bits.data(), stride, n, codes);
+    return absl::OkStatus();
+  }
   if (n_blocks <= 1) {
     run_blocks(0, n_blocks);
   } else {

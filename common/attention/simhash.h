@@ -64,6 +64,10 @@ class SimHash {
         w_padded_(std::move(w_padded)),
         cols_padded_(cols_padded) {}
 
+  // Cuts n vectors' sign bits (vector v's at bits + v * stride, column j = bit j % 16 of word
+  // j / 16) into their L codes of K bits, codes [n][L].
+  void CutCodes(const uint16_t* bits, int64_t stride, int64_t n, uint16_t* codes) const;
+
   int64_t d_;
   int k_;
   int l_;

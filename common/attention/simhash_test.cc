@@ -7,11 +7,13 @@
 #include <numbers>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/attention/inclusion_probability.h"
 #include "common/cpu_features.h"
 #include "gtest/gtest.h"
+#include "tbb/task_arena.h"
 
 namespace magicpig::attention {
 namespace {
@@ -126,6 +128,14 @@ TEST(SimHashTest, CodesFollowBitOrderAndStrictSignAgainstFloat64) {
 // around the 64-vector blocks) and for long codes (K*L up to 16 x 512 columns: many column blocks,
 // and the last table's bits at the end of a vector's bit row), against the float64 sign of each
 // projection (a bit within fp32 rounding of 0 is skipped, as above; at most 1% of them).
+std::vector<std::pair<SimdLevel, int>> LevelsAndWidths() {
+  std::vector<std::pair<SimdLevel, int>> out;
+  for (SimdLevel level : SupportedSimdLevels()) {
+    for (int width : {1, 3}) out.emplace_back(level, width);
+  }
+  return out;
+}
+
 TEST(SimHashTest, FastPathMatchesFloat64ForEveryBlockTailAndLongCodes) {
   struct Case {
     int k, l;
@@ -141,9 +151,14 @@ TEST(SimHashTest, FastPathMatchesFloat64ForEveryBlockTailAndLongCodes) {
     for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 63, 64, 65, 71, 135}) {
       std::vector<float> x(static_cast<size_t>(n * d));
       for (float& v : x) v = normal(rng);
-      for (SimdLevel level : SupportedSimdLevels()) {
+      // Widths 1 and 3: one block of vectors is projected by one thread, or with its columns
+      // split over three (unevenly: K x L is not a multiple of 3 x 32).
+      for (const auto& [level, width] : LevelsAndWidths()) {
         std::vector<uint16_t> codes(static_cast<size_t>(n * c.l), 0xFFFF);
-        ASSERT_TRUE(h->CodesAtLevel(x.data(), n, d, codes.data(), level).ok());
+        absl::Status status;
+        tbb::task_arena(width).execute(
+            [&] { status = h->CodesAtLevel(x.data(), n, d, codes.data(), level); });
+        ASSERT_TRUE(status.ok()) << status;
         int64_t checked = 0;
         for (int64_t v = 0; v < n; ++v) {
           for (int t = 0; t < c.l; ++t) {
@@ -160,8 +175,8 @@ TEST(SimHashTest, FastPathMatchesFloat64ForEveryBlockTailAndLongCodes) {
               }
               if (std::fabs(dot) <= 1e-5 * mag) continue;
               ASSERT_EQ((code >> b) & 1, dot > 0.0 ? 1u : 0u)
-                  << SimdLevelName(level) << " k=" << c.k << " l=" << c.l << " n=" << n
-                  << " v=" << v << " t=" << t << " b=" << b;
+                  << SimdLevelName(level) << " width " << width << " k=" << c.k << " l=" << c.l
+                  << " n=" << n << " v=" << v << " t=" << t << " b=" << b;
               ++checked;
             }
           }

@@ -58,7 +58,8 @@ inline void Tail(const ProjectArgs& a, int64_t v0, int64_t c0) {
 inline void Run(const ProjectArgs& a) {
   constexpr int64_t kCols = kProjectChunks * kLanes;
   const int64_t full = a.n - a.n % kProjectRows;
-  for (int64_t c0 = 0; c0 < a.cols; c0 += kCols) {
+  const int64_t col_end = a.col_end > 0 ? a.col_end : a.cols;
+  for (int64_t c0 = a.col_begin; c0 < col_end; c0 += kCols) {
     for (int64_t v0 = 0; v0 < full; v0 += kProjectRows) Block<kProjectRows>(a, v0, c0);
     Tail<kProjectRows - 1>(a, full, c0);
   }

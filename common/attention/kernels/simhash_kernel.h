@@ -20,8 +20,13 @@ struct ProjectArgs {
   int64_t d = 0;
   const float* w = nullptr;  // [d][cols], cols a multiple of kProjectColBlock
   int64_t cols = 0;
+  // Only columns [col_begin, col_end) are projected (multiples of kProjectColBlock; col_end <= 0
+  // means cols): a few vectors' columns can be split over threads.
+  int64_t col_begin = 0;
+  int64_t col_end = 0;
   // Out: vector v's sign bits start at bits + v * bits_stride (bits_stride >= cols / 16): word
-  // j / 16, bit j % 16 is 1 iff x_v . W[:, j] > 0 (strict). Words past cols / 16 are not written.
+  // j / 16, bit j % 16 is 1 iff x_v . W[:, j] > 0 (strict). Only the words of [col_begin, col_end)
+  // are written.
   uint16_t* bits = nullptr;
   int64_t bits_stride = 0;
 };
