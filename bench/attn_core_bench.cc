@@ -474,7 +474,7 @@ StepStats ComputeStats(const DataSet& ds, int step) {
         in_union[i] = 1;
       }
       for (int t = 0; t < ds.l; ++t) {
-        const int32_t* off = shard.tables().offsets(t);
+        const std::vector<int32_t> off = shard.tables().TableOffsets(t);
         st.entries += off[c[t] + 1] - off[c[t]];
       }
     }
@@ -951,7 +951,7 @@ std::vector<uint16_t> CodesFromTables(const LshTables& t) {
   const int l = t.l();
   std::vector<uint16_t> codes(static_cast<size_t>(n * l));
   for (int table = 0; table < l; ++table) {
-    const int32_t* off = t.offsets(table);
+    const std::vector<int32_t> off = t.TableOffsets(table);
     const std::vector<int32_t> idx = t.TableIndices(table);
     for (int64_t b = 0; b < t.num_buckets(); ++b) {
       for (int32_t p = off[b]; p < off[b + 1]; ++p) {

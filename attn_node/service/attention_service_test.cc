@@ -532,9 +532,9 @@ TEST(AttentionServiceTest, MalformedRequestsGetFieldNamedErrorsAndChangeNothing)
 
 TEST(AttentionServiceTest, MemoryAdmissionAndAccounting) {
   // One sequence: 2 layers x 2 kv heads, d = 16, K = 4, L = 6, f32, max_tokens 100:
-  // per (layer, head): 100 * (2*16*4 + 4 + 6*2) + 6 * 17 * 4 + 16 * 4 = 14400 + 408 + 64 (table
-  // indices are 16-bit for shards of at most 65536 keys).
-  const int64_t per_sequence = 4 * (100 * (128 + 4 + 12) + 6 * 17 * 4 + 16 * 4);
+  // per (layer, head): 100 * (2*16*4 + 4 + 6*2) + 6 * 17 * 2 + 16 * 4 = 14400 + 204 + 64 (table
+  // indices and bucket offsets are 16-bit for shards of fewer than 65536 keys).
+  const int64_t per_sequence = 4 * (100 * (128 + 4 + 12) + 6 * 17 * 2 + 16 * 4);
   auto make = [](const std::string& id) {
     return MakeCreate(id, {1, 2}, 2, 1, 16, 4, 6, v1::KV_DTYPE_F32, v1::ESTIMATOR_FULL, 0, 100);
   };

@@ -138,11 +138,13 @@ int64_t BytesPerKey(const SequenceSpec& s) {
 }
 
 int64_t FixedBytesPerShard(const SequenceSpec& s) {
-  // A learned-codes shard has no bucket offsets (only a two-table placeholder of 3 offsets each).
+  // A learned-codes shard has no bucket offsets (only an empty two-table placeholder of 3 16-bit
+  // offsets each).
   if (attention::SpecOf(s.estimator).index == attention::KvIndex::kCodes) {
-    return 2 * 3 * 4 + int64_t{s.head_dim} * 4;
+    return 2 * 3 * 2 + int64_t{s.head_dim} * 4;
   }
-  return int64_t{s.lsh_l} * ((int64_t{1} << s.lsh_k) + 1) * 4 + int64_t{s.head_dim} * 4;
+  const int64_t offset_bytes = s.max_tokens < LshTables::kMaxNarrowKeys ? 2 : 4;
+  return int64_t{s.lsh_l} * ((int64_t{1} << s.lsh_k) + 1) * offset_bytes + int64_t{s.head_dim} * 4;
 }
 
 // Copies n little-endian float32 values out of `bytes` (any alignment) and checks they are finite

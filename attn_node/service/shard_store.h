@@ -107,8 +107,9 @@ struct SequenceSpec {
 absl::Status ValidateSequenceSpec(const SequenceSpec& spec);
 
 // Bytes reserved for `spec` at max_tokens, per (layer, kv head): keys + values (2 or 4 bytes per
-// element by storage), 4-byte norms, L * 4 bytes of table indices per key, L * (2^K + 1) * 4 bytes
-// of bucket offsets and the d * 4-byte centre. Saturates at INT64_MAX.
+// element by storage), 4-byte norms, L table indices per key and L * (2^K + 1) bucket offsets (2
+// bytes each while max_tokens fits LshTables' 16-bit widths, else 4) and the d * 4-byte centre.
+// Saturates at INT64_MAX.
 int64_t EstimateSequenceBytes(const SequenceSpec& spec);
 
 // One KvChunk as received (views into the message; see attention.proto for the layouts).

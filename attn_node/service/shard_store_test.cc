@@ -138,9 +138,9 @@ TEST(ShardStoreTest, StatsCountTokensAndSplitBytes) {
   // Rows are reserved for max_tokens at the build (f32): keys, values, norms, and the center.
   const auto rows = [](int64_t max_tokens) { return (2 * max_tokens * kD + max_tokens + kD) * 4; };
   EXPECT_EQ(stats.kv_bytes, kKv * (2 * rows(100) + rows(50)));
-  // Tables: L * (2^K + 1) offsets of 4 bytes and L indices per key of 2 bytes (n <= 65536), per
+  // Tables: L * (2^K + 1) offsets and L indices per key, of 2 bytes each (n < 65536), per
   // (layer, kv head).
-  const auto tables = [](int64_t n) { return kL * (((int64_t{1} << kK) + 1) * 4 + n * 2); };
+  const auto tables = [](int64_t n) { return kL * (((int64_t{1} << kK) + 1) * 2 + n * 2); };
   EXPECT_EQ(stats.table_bytes, kKv * (tables(20) + tables(10) + tables(5)));
   ASSERT_TRUE(store.ReleaseSequence("s").ok());
   EXPECT_EQ(store.Stats().kv_tokens, 5);

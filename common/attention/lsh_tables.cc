@@ -117,7 +117,7 @@ absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int
     }
   }
   LshTables t(n, k, l);
-  t.offsets_.resize(static_cast<size_t>(l * (buckets + 1)));
+  std::vector<int32_t> offsets(static_cast<size_t>(l * (buckets + 1)));
   if (t.narrow()) {
     t.indices16_.resize(static_cast<size_t>(l * n));
   } else {
@@ -128,8 +128,8 @@ absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int
     tbb::parallel_for(tbb::blocked_range<int>(0, l), [&](const tbb::blocked_range<int>& range) {
       std::vector<int32_t> cursors(static_cast<size_t>(kSortStreams * buckets));
       for (int table = range.begin(); table < range.end(); ++table) {
-        SortTable(by_table.data() + table * n, n, buckets,
-                  t.offsets_.data() + table * (buckets + 1), indices + table * n, cursors.data());
+        SortTable(by_table.data() + table * n, n, buckets, offsets.data() + table * (buckets + 1),
+                  indices + table * n, cursors.data());
       }
     });
   };
@@ -138,7 +138,25 @@ absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int
   } else {
     sort_tables(t.indices32_.data());
   }
+  t.SetOffsets(offsets);
   return t;
+}
+
+void LshTables::SetOffsets(const std::vector<int32_t>& offsets) {
+  if (narrow_offsets()) {
+    offsets16_.assign(offsets.begin(), offsets.end());
+    offsets32_ = {};
+  } else {
+    offsets32_ = offsets;
+    offsets16_ = {};
+  }
+}
+
+std::vector<int32_t> LshTables::TableOffsets(int table) const {
+  const int64_t stride = num_buckets() + 1;
+  return WithOffsets([&](const auto* offsets) {
+    return std::vector<int32_t>(offsets + table * stride, offsets + (table + 1) * stride);
+  });
 }
 
 std::vector<int32_t> LshTables::TableIndices(int table) const {
@@ -175,7 +193,8 @@ absl::Status LshTables::Append(const uint16_t* codes, int64_t m) {
     tbb::parallel_for(tbb::blocked_range<int>(0, l_), [&](const tbb::blocked_range<int>& range) {
       std::vector<int32_t> cursor(static_cast<size_t>(buckets));
       for (int table = range.begin(); table < range.end(); ++table) {
-        const int32_t* old_off = offsets_.data() + table * (buckets + 1);
+        const std::vector<int32_t> old_offsets = TableOffsets(table);
+        const int32_t* old_off = old_offsets.data();
         const auto* old_idx = old_indices + table * n_;
         int32_t* off = offsets.data() + table * (buckets + 1);
         auto* idx = new_indices + table * n2;
@@ -205,10 +224,10 @@ absl::Status LshTables::Append(const uint16_t* codes, int64_t m) {
       merge_tables(old_indices, indices32.data());
     }
   });
-  offsets_ = std::move(offsets);
   indices16_ = std::move(indices16);
   indices32_ = std::move(indices32);
   n_ = n2;
+  SetOffsets(offsets);
   return absl::OkStatus();
 }
 
@@ -230,24 +249,27 @@ absl::Status LshTables::Retrieve(const uint16_t* query_codes, LshScratch* scratc
   uint8_t* counter = scratch->counter.data();
   std::vector<int32_t>& touched = scratch->touched;
   touched.clear();
-  WithIndices([&](const auto* indices) {
-    for (int table = 0; table < l_; ++table) {
-      const int32_t* off = offsets(table);
-      const auto* idx = indices + table * n_;
-      const int32_t begin = off[query_codes[table]];
-      const int32_t end = off[query_codes[table] + 1];
-      for (int32_t p = begin; p < end; ++p) {
-        const int32_t j = idx[p];
-        const uint8_t c = counter[j];
-        if (c == 0) {
-          counter[j] = 1;
-          touched.push_back(j);
-        } else if (c == 1) {
-          counter[j] = 2;
-          out->push_back(j);
+  const int64_t stride = num_buckets() + 1;
+  WithOffsets([&](const auto* offsets) {
+    WithIndices([&](const auto* indices) {
+      for (int table = 0; table < l_; ++table) {
+        const auto* off = offsets + table * stride;
+        const auto* idx = indices + table * n_;
+        const int32_t begin = off[query_codes[table]];
+        const int32_t end = off[query_codes[table] + 1];
+        for (int32_t p = begin; p < end; ++p) {
+          const int32_t j = idx[p];
+          const uint8_t c = counter[j];
+          if (c == 0) {
+            counter[j] = 1;
+            touched.push_back(j);
+          } else if (c == 1) {
+            counter[j] = 2;
+            out->push_back(j);
+          }
         }
       }
-    }
+    });
   });
   for (int32_t j : touched) counter[j] = 0;
   touched.clear();
@@ -324,32 +346,52 @@ absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScr
     scratch->scan_rows.resize(static_cast<size_t>(n_));
     scratch->scan_masks.resize(static_cast<size_t>(n_));
   }
-  scratch->bucket_begin.resize(static_cast<size_t>(l_));
-  scratch->bucket_end.resize(static_cast<size_t>(l_));
+  scratch->bucket_begin.resize(static_cast<size_t>(4 * l_));
+  scratch->bucket_end.resize(static_cast<size_t>(4 * l_));
   uint32_t* counter = scratch->group_counter.data();
+  const int64_t stride = num_buckets() + 1;
   int32_t* begin = scratch->bucket_begin.data();
   int32_t* end = scratch->bucket_end.data();
   for (int h0 = 0; h0 < g; h0 += 4) {
     const int heads = std::min(4, g - h0);
     WithIndices([&](const auto* indices) {
-      constexpr int kPerLine = 64 / sizeof(*indices);
-      for (int hb = 0; hb < heads; ++hb) {
-        const uint16_t* qc = query_codes + (h0 + hb) * l_;
-        // The offsets and bucket entries of a long shard are cache misses: request all L buckets
-        // before walking any, so the misses overlap instead of queueing one table at a time.
-        for (int t = 0; t < l_; ++t) __builtin_prefetch(offsets(t) + qc[t]);
-        for (int t = 0; t < l_; ++t) {
-          begin[t] = offsets(t)[qc[t]];
-          end[t] = offsets(t)[qc[t] + 1];
-          const auto* idx = indices + t * n_;
-          for (int32_t p = begin[t]; p < end[t]; p += kPerLine) __builtin_prefetch(idx + p);
+      WithOffsets([&](const auto* offsets) {
+        constexpr int kPerLine = 64 / sizeof(*indices);
+        // The offsets and bucket entries of a long shard are cache misses, the entries' address
+        // known only once the offsets arrive. The heads x L lookups of the pass run as a software
+        // pipeline: lookup i's offsets are prefetched 2D lookups ahead, its offsets read and its
+        // entries prefetched D ahead, its entries counted at i. That keeps a steady ~2D misses in
+        // flight (a burst of L prefetches followed by a drain waits on the burst's slowest miss).
+        constexpr int kAhead = 32;  // D
+        const int lookups = heads * l_;
+        const uint16_t* qc = query_codes + h0 * l_;  // lookup i = (head i / L, table i % L)
+        // Table cursors of the three stages (no division per lookup).
+        int t_prefetch = 0, t_read = 0, t_count = 0;
+        auto next = [&](int& t) { t = t + 1 == l_ ? 0 : t + 1; };
+        auto prefetch_offsets = [&](int i) {
+          __builtin_prefetch(offsets + t_prefetch * stride + qc[i]);
+          next(t_prefetch);
+        };
+        auto read_offsets = [&](int i) {
+          const auto* off = offsets + t_read * stride + qc[i];
+          begin[i] = off[0];
+          end[i] = off[1];
+          const auto* idx = indices + t_read * n_;
+          for (int32_t p = begin[i]; p < end[i]; p += kPerLine) __builtin_prefetch(idx + p);
+          next(t_read);
+        };
+        for (int i = 0; i < std::min(2 * kAhead, lookups); ++i) prefetch_offsets(i);
+        for (int i = 0; i < std::min(kAhead, lookups); ++i) read_offsets(i);
+        uint32_t inc = 1;
+        for (int i = 0; i < lookups; ++i) {
+          if (i + 2 * kAhead < lookups) prefetch_offsets(i + 2 * kAhead);
+          if (i + kAhead < lookups) read_offsets(i + kAhead);
+          const auto* idx = indices + t_count * n_;
+          for (int32_t p = begin[i]; p < end[i]; ++p) counter[idx[p]] += inc;
+          next(t_count);
+          if (t_count == 0) inc <<= 8;  // the next head's byte
         }
-        const uint32_t inc = 1u << (8 * hb);
-        for (int t = 0; t < l_; ++t) {
-          const auto* idx = indices + t * n_;
-          for (int32_t p = begin[t]; p < end[t]; ++p) counter[idx[p]] += inc;
-        }
-      }
+      });
     });
     const int64_t found = internal::ScanCollisionCounters(
         counter, n_, h0, scratch->scan_rows.data(), scratch->scan_masks.data());

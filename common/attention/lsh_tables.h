@@ -1,12 +1,14 @@
 // LSH hash tables of one (sequence shard, sparse layer, kv head) and collision-count retrieval
 // (docs/architecture.md §6.1 and §6.3).
 //
-// Layout (CSR per table): offsets [L][2^K + 1] int32 and indices [L][n], stored as uint16 while
+// Layout (CSR per table): offsets [L][2^K + 1] and indices [L][n]. Indices are uint16 while
 // n <= 65536 (docs/architecture.md §6.1: half the bytes of the largest array; a table set is
-// otherwise 2.4x the bf16 keys it indexes at d = 128) and int32 beyond. Bucket b of table l holds
-// index(l, offsets[l][b] ... offsets[l][b + 1]); every key index 0 ... n-1 appears exactly once per
-// table, in increasing order within a bucket (the build is a stable counting sort: histogram,
-// prefix sum, scatter; O(n + 2^K) per table, no comparison sort).
+// otherwise 2.4x the bf16 keys it indexes at d = 128) and int32 beyond; offsets are uint16 while
+// n <= 65535 (they reach n), int32 beyond: at a 4,096-key block and K = 10 the offsets are a third
+// of the table set, and a decode step's retrieval reads one line of them per table and head. Bucket
+// b of table l holds index(l, offsets[l][b] ... offsets[l][b + 1]); every key index 0 ... n-1
+// appears exactly once per table, in increasing order within a bucket (the build is a stable
+// counting sort: histogram, prefix sum, scatter; O(n + 2^K) per table, no comparison sort).
 //
 // Retrieval: key j is returned iff its code equals the query's code in >= 2 of the L tables (the
 // MagicPIG rule; with L = 1 nothing is ever returned). Per-key uint8 counters live in a
@@ -82,10 +84,8 @@ class LshTables {
   int k() const { return k_; }
   int l() const { return l_; }
   int64_t num_buckets() const { return int64_t{1} << k_; }
-  // Table l's offsets (2^K + 1 entries).
-  const int32_t* offsets(int table) const {
-    return offsets_.data() + static_cast<int64_t>(table) * (num_buckets() + 1);
-  }
+  // Table l's 2^K + 1 offsets, copied (for inspection and tests).
+  std::vector<int32_t> TableOffsets(int table) const;
   // Entry p (0 <= p < n) of table l's key indices.
   int32_t index(int table, int64_t p) const {
     return narrow() ? indices16_[static_cast<size_t>(table * n_ + p)]
@@ -96,27 +96,39 @@ class LshTables {
   // Bytes per stored key index: 2 while n <= kMaxNarrowKeys, else 4.
   int index_bytes() const { return narrow() ? 2 : 4; }
   static constexpr int64_t kMaxNarrowKeys = 65536;
+  // Bytes per stored offset: 2 while n < kMaxNarrowKeys (an offset reaches n), else 4.
+  int offset_bytes() const { return narrow_offsets() ? 2 : 4; }
 
   // Heap bytes held by the tables (offsets + indices), excluding sizeof(*this).
   int64_t bytes() const {
-    return static_cast<int64_t>(offsets_.capacity() * sizeof(int32_t) +
-                                indices16_.capacity() * sizeof(uint16_t) +
-                                indices32_.capacity() * sizeof(int32_t));
+    return static_cast<int64_t>(
+        offsets16_.capacity() * sizeof(uint16_t) + offsets32_.capacity() * sizeof(int32_t) +
+        indices16_.capacity() * sizeof(uint16_t) + indices32_.capacity() * sizeof(int32_t));
   }
 
  private:
   LshTables(int64_t n, int k, int l) : n_(n), k_(k), l_(l) {}
   bool narrow() const { return n_ <= kMaxNarrowKeys; }
+  bool narrow_offsets() const { return n_ < kMaxNarrowKeys; }
+  // Stores [L][2^K + 1] offsets in the type narrow_offsets() says (n_ must be set first).
+  void SetOffsets(const std::vector<int32_t>& offsets);
   // Calls f with a pointer to the [L][n] indices in their stored type.
   template <class F>
   decltype(auto) WithIndices(F&& f) const {
     return narrow() ? f(indices16_.data()) : f(indices32_.data());
   }
 
+  // Calls f with a pointer to the [L][2^K + 1] offsets in their stored type.
+  template <class F>
+  decltype(auto) WithOffsets(F&& f) const {
+    return narrow_offsets() ? f(offsets16_.data()) : f(offsets32_.data());
+  }
+
   int64_t n_;
   int k_;
   int l_;
-  std::vector<int32_t> offsets_;                                     // [L][2^K + 1]
+  std::vector<uint16_t> offsets16_;  // [L][2^K + 1] while narrow_offsets()
+  std::vector<int32_t> offsets32_;   // [L][2^K + 1] otherwise
   std::vector<uint16_t, LargeBufferAllocator<uint16_t>> indices16_;  // [L][n] while narrow()
   std::vector<int32_t, LargeBufferAllocator<int32_t>> indices32_;    // [L][n] otherwise
 };

@@ -49,7 +49,8 @@ void ExpectRetrievalExact(const LshTables& t, const std::vector<uint16_t>& codes
 void ExpectCsrMatchesCodes(const LshTables& t, const std::vector<uint16_t>& codes) {
   const int64_t n = t.size();
   for (int table = 0; table < t.l(); ++table) {
-    const int32_t* off = t.offsets(table);
+    const std::vector<int32_t> off = t.TableOffsets(table);
+    ASSERT_EQ(off.size(), static_cast<size_t>(t.num_buckets() + 1));
     ASSERT_EQ(off[0], 0);
     ASSERT_EQ(off[t.num_buckets()], n);
     std::vector<int> seen(n, 0);
@@ -192,27 +193,30 @@ TEST(LshTablesTest, BytesAccountsOffsetsAndIndices) {
   const std::vector<uint16_t> codes = RandomCodes(1000 * 20, 10, rng);
   auto t = LshTables::Build(codes.data(), 1000, 10, 20);
   ASSERT_TRUE(t.ok());
-  EXPECT_EQ(t->index_bytes(), 2);  // n <= 65536: 16-bit indices
-  EXPECT_EQ(t->bytes(), 20 * (1024 + 1) * 4 + 20 * 1000 * 2);
+  EXPECT_EQ(t->index_bytes(), 2);   // n <= 65536: 16-bit indices
+  EXPECT_EQ(t->offset_bytes(), 2);  // n < 65536: 16-bit offsets
+  EXPECT_EQ(t->bytes(), 20 * (1024 + 1) * 2 + 20 * 1000 * 2);
   auto empty = LshTables::Build(nullptr, 0, 10, 20);
   ASSERT_TRUE(empty.ok());
-  EXPECT_EQ(empty->bytes(), 20 * (1024 + 1) * 4);
+  EXPECT_EQ(empty->bytes(), 20 * (1024 + 1) * 2);
 }
 
-// Indices are 16-bit up to 65536 keys and 32-bit beyond, with the same tables either way: the
-// CSR structure is exact on both sides of the boundary, retrieval matches brute force, and Append
-// across the boundary (narrow -> wide) equals a Build over all the codes.
+// Offsets are 16-bit below 65536 keys and indices up to 65536, both 32-bit beyond, with the same
+// tables either way: the CSR structure is exact on every side of the two boundaries (65535, 65536,
+// 65537 keys), retrieval (per head and per group) matches brute force, and Append across both
+// boundaries (narrow -> wide) equals a Build over all the codes.
 TEST(LshTablesTest, IndexWidthBoundary) {
   std::mt19937 rng(12);
   const int k = 4, l = 3;
   const int64_t total = LshTables::kMaxNarrowKeys + 1;
   const std::vector<uint16_t> codes = RandomCodes(total * l, k, rng);
   LshScratch scratch;
-  for (int64_t n : {LshTables::kMaxNarrowKeys, total}) {
+  for (int64_t n : {LshTables::kMaxNarrowKeys - 1, LshTables::kMaxNarrowKeys, total}) {
     auto t = LshTables::Build(codes.data(), n, k, l);
     ASSERT_TRUE(t.ok());
     EXPECT_EQ(t->index_bytes(), n <= LshTables::kMaxNarrowKeys ? 2 : 4) << n;
-    EXPECT_EQ(t->bytes(), l * ((1 << k) + 1) * 4 + l * n * t->index_bytes()) << n;
+    EXPECT_EQ(t->offset_bytes(), n < LshTables::kMaxNarrowKeys ? 2 : 4) << n;
+    EXPECT_EQ(t->bytes(), l * ((1 << k) + 1) * t->offset_bytes() + l * n * t->index_bytes()) << n;
     ExpectCsrMatchesCodes(*t, std::vector<uint16_t>(codes.begin(), codes.begin() + n * l));
     for (int q = 0; q < 3; ++q) {
       ExpectRetrievalExact(*t, std::vector<uint16_t>(codes.begin(), codes.begin() + n * l),
@@ -222,13 +226,14 @@ TEST(LshTablesTest, IndexWidthBoundary) {
   auto grown = LshTables::Build(codes.data(), total - 100, k, l);
   ASSERT_TRUE(grown.ok());
   ASSERT_EQ(grown->index_bytes(), 2);
+  ASSERT_EQ(grown->offset_bytes(), 2);
   ASSERT_TRUE(grown->Append(codes.data() + (total - 100) * l, 100).ok());
   EXPECT_EQ(grown->index_bytes(), 4);
+  EXPECT_EQ(grown->offset_bytes(), 4);
   auto once = LshTables::Build(codes.data(), total, k, l);
   ASSERT_TRUE(once.ok());
   for (int t = 0; t < l; ++t) {
-    ASSERT_TRUE(std::equal(once->offsets(t), once->offsets(t) + once->num_buckets() + 1,
-                           grown->offsets(t)));
+    ASSERT_EQ(once->TableOffsets(t), grown->TableOffsets(t));
     ASSERT_EQ(once->TableIndices(t), grown->TableIndices(t));
   }
 }
@@ -330,6 +335,27 @@ TEST(LshTablesGroupTest, RandomGroupsMatchBruteForcePerHead) {
                        "n=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
                            " L=" + std::to_string(c.l) + " g=" + std::to_string(g));
     }
+  }
+}
+
+// The group path on each side of the offset and index width boundaries (65535 / 65536 / 65537
+// keys), with heads that copy a key's codes so that every group retrieves something.
+TEST(LshTablesGroupTest, WidthBoundaries) {
+  std::mt19937 rng(21);
+  LshScratch scratch;
+  const int k = 6, l = 20, g = 6;
+  const int64_t total = LshTables::kMaxNarrowKeys + 1;
+  const std::vector<uint16_t> codes = RandomCodes(total * l, k, rng);
+  for (int64_t n : {LshTables::kMaxNarrowKeys - 1, LshTables::kMaxNarrowKeys, total}) {
+    const std::vector<uint16_t> prefix(codes.begin(), codes.begin() + n * l);
+    auto t = LshTables::Build(prefix.data(), n, k, l);
+    ASSERT_TRUE(t.ok());
+    std::vector<uint16_t> queries = RandomCodes(int64_t{g} * l, k, rng);
+    for (int h = 0; h < g; h += 2) {
+      const int64_t key = n - 1 - h;  // keys near the end: the largest offsets and indices
+      for (int t2 = 0; t2 < l; ++t2) queries[h * l + t2] = codes[key * l + t2];
+    }
+    ExpectGroupExact(*t, prefix, queries, g, &scratch, "n=" + std::to_string(n));
   }
 }
 

@@ -14,7 +14,8 @@ The Hamming methods retrieve (a) the top fraction itself and (b) MagicPIG's mean
 fraction on that layer (equal touched keys). Reported: recall of the true top set and IoU
 (|ret & top| / |ret | top|, the Spotlight paper's measure), mean over queries, with the standard
 error over documents. Index bytes per key and kv head: B / 8 for the codes; MagicPIG's L 16-bit
-entries plus its bucket offsets (L (2^K + 1) 4-byte offsets) spread over the region's keys.
+entries plus its bucket offsets (L (2^K + 1) offsets, 16-bit below 65,536 keys as the engine
+stores them) spread over the region's keys.
 
 Usage: retrieval.py --data DIR --docs 96:120 --spot FILE [--spot FILE ...] [--top 0.02]
                     [--lsh-k 10] [--lsh-l 150] [--query-stride 4] [--dense 0,15] [--json OUT]
@@ -153,11 +154,12 @@ def main():
                  for n in names]
         print(f"| {row['layer']} | {row['magicpig_fraction']:.2%} | " + " | ".join(cells) + " |")
     r_keys = d0.region()[1] - d0.region()[0]
+    offset_bytes = 2 if r_keys < 65536 else 4
     print(f"\nindex bytes per key and kv head ({r_keys} keys): "
           + ", ".join(f"{b} bits: {b // 8}" for b in bit_set)
           + f"; magicpig({args.lsh_k},{args.lsh_l}): {2 * args.lsh_l} entries + "
-          f"{args.lsh_l * ((1 << args.lsh_k) + 1) * 4 / r_keys:.0f} offsets = "
-          f"{2 * args.lsh_l + args.lsh_l * ((1 << args.lsh_k) + 1) * 4 / r_keys:.0f}")
+          f"{args.lsh_l * ((1 << args.lsh_k) + 1) * offset_bytes / r_keys:.0f} offsets = "
+          f"{2 * args.lsh_l + args.lsh_l * ((1 << args.lsh_k) + 1) * offset_bytes / r_keys:.0f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
