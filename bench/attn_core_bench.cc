@@ -73,7 +73,7 @@
 // are at mean cosine 0.78: correlated but different). The query's part in U spreads
 // cos(q, k_i - c) with std 0.117 (isotropic keys in d = 128 would give 0.088; the sink sits at
 // cos 0.38), which gives sampled fractions near the paper's Table 9 (2% at (10, 150), 4% at
-// (9, 120), 5% at (8, 75)); docs/benchmarks.md has the measured fractions.
+// (9, 120), 5% at (8, 75)); docs/attention-core-bench.md has the measured fractions.
 //
 // Data sets (shards of every kv head for one (n, K, L)) are built once and cached; building the
 // next one frees the previous one, so the peak stays near one data set (128K: 512 MiB of bf16 K/V +

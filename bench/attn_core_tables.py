@@ -1,4 +1,4 @@
-"""Markdown tables (docs/benchmarks.md, attention core) from magicpig_attn_core_bench output.
+"""Markdown tables (docs/attention-core-bench.md) from magicpig_attn_core_bench output.
 
 Reads the `_median` lines of a run with --benchmark_repetitions and prints three tables: full vs
 the probe, magicpig(K, L) vs full with the gather floor, and the table build vs ten key reads.
