@@ -409,15 +409,15 @@ TEST_F(DistributedDecodeTest, NodeHungMidGenerationTimesOutWithSameTokens) {
   EXPECT_EQ(held, 0) << "the revived node still holds the moved sequence";
 }
 
-// Admission: with 256-token blocks a block of this 1041-token prompt reserves about 64 MB on a
-// node (bucket offsets dominate; 16-bit table indices) and the last block about 77 MB (it also
-// reserves room for the generation). Nodes of 330 MiB and 70 MiB: placement by free memory gives
+// Admission: with 256-token blocks a block of this 1041-token prompt reserves 36.1 MiB on a node
+// (bucket offsets dominate; 16-bit offsets and table indices) and the last block 49.3 MiB (it also
+// reserves room for the generation). Nodes of 198 MiB and 42 MiB: placement by free memory gives
 // the large node three blocks and the small one the last (3.3 : 0.7 blocks, largest remainders),
-// the small node refuses (RESOURCE_EXHAUSTED: about 77 MB > 73 MB), and the sequence is placed
-// again, all on the large node; the tokens are the embedded ones. Two nodes of
-// 120 MiB: both placements are refused and the request fails with a clear error, leaving nothing
-// reserved on either node; a smaller request then runs on the same nodes (nothing else was
-// disturbed).
+// the small node refuses (RESOURCE_EXHAUSTED: 49.3 MiB > 42 MiB), and the sequence is placed
+// again, all on the large node (157.7 MiB); the tokens are the embedded ones. Two nodes of
+// 66 MiB (one block each, not two): both placements are refused and the request fails with a
+// clear error, leaving nothing reserved on either node; a smaller request (a 36.1 and a 40.8 MiB
+// block) then runs on the same nodes (nothing else was disturbed).
 TEST_F(DistributedDecodeTest, RefusedShardIsPlacedElsewhereOrFailsCleanly) {
   const std::string fact = ReadFile(SourceDir() + "/examples/buried_fact.txt");
   auto embedded = LoadEngine({});
@@ -431,9 +431,9 @@ TEST_F(DistributedDecodeTest, RefusedShardIsPlacedElsewhereOrFailsCleanly) {
   ASSERT_TRUE(want.ok());
   embedded.reset();
 
-  StartNodes(1, {"--threads", "1", "--memory-budget", "330M"});
-  StartNodes(1, {"--threads", "1", "--memory-budget", "70M"});
-  StartNodes(2, {"--threads", "1", "--memory-budget", "120M"});
+  StartNodes(1, {"--threads", "1", "--memory-budget", "198M"});
+  StartNodes(1, {"--threads", "1", "--memory-budget", "42M"});
+  StartNodes(2, {"--threads", "1", "--memory-budget", "66M"});
   auto node_status = [&](int i) {
     remote::AttentionNodeClient client(addresses_[static_cast<size_t>(i)]);
     grpc::ClientContext ctx;
