@@ -138,16 +138,16 @@ absl::StatusOr<LshTables> LshTables::Build(const uint16_t* codes, int64_t n, int
   } else {
     sort_tables(t.indices32_.data());
   }
-  t.SetOffsets(offsets);
+  t.SetOffsets(std::move(offsets));
   return t;
 }
 
-void LshTables::SetOffsets(const std::vector<int32_t>& offsets) {
+void LshTables::SetOffsets(std::vector<int32_t> offsets) {
   if (narrow_offsets()) {
     offsets16_.assign(offsets.begin(), offsets.end());
     offsets32_ = {};
   } else {
-    offsets32_ = offsets;
+    offsets32_ = std::move(offsets);
     offsets16_ = {};
   }
 }
@@ -227,7 +227,7 @@ absl::Status LshTables::Append(const uint16_t* codes, int64_t m) {
   indices16_ = std::move(indices16);
   indices32_ = std::move(indices32);
   n_ = n2;
-  SetOffsets(offsets);
+  SetOffsets(std::move(offsets));
   return absl::OkStatus();
 }
 

@@ -111,7 +111,7 @@ class LshTables {
   bool narrow() const { return n_ <= kMaxNarrowKeys; }
   bool narrow_offsets() const { return n_ < kMaxNarrowKeys; }
   // Stores [L][2^K + 1] offsets in the type narrow_offsets() says (n_ must be set first).
-  void SetOffsets(const std::vector<int32_t>& offsets);
+  void SetOffsets(std::vector<int32_t> offsets);
   // Calls f with a pointer to the [L][n] indices in their stored type.
   template <class F>
   decltype(auto) WithIndices(F&& f) const {

@@ -87,21 +87,25 @@ absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_
   const int64_t n_blocks = (n + kVectors - 1) / kVectors;
   // Two spare words per vector: the 32-bit read of the last code may run past cols_padded_ bits.
   const int64_t stride = cols_padded_ / 16 + 2;
+  // Every column of vectors [v0, v0 + nv), their sign bits into `bits`.
+  auto args_for = [&](int64_t v0, int64_t nv, uint16_t* bits) {
+    internal::ProjectArgs a;
+    a.x = x + v0 * d_;
+    a.n = nv;
+    a.d = d_;
+    a.w = w_padded_.data();
+    a.cols = cols_padded_;
+    a.bits = bits;
+    a.bits_stride = stride;
+    return a;
+  };
   auto run_blocks = [&](int64_t b0, int64_t b1) {
     std::vector<uint16_t> bits(static_cast<size_t>(std::min(kVectors, n - b0 * kVectors) * stride),
                                0);
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t v0 = b * kVectors;
       const int64_t nv = std::min(kVectors, n - v0);
-      internal::ProjectArgs a;
-      a.x = x + v0 * d_;
-      a.n = nv;
-      a.d = d_;
-      a.w = w_padded_.data();
-      a.cols = cols_padded_;
-      a.bits = bits.data();
-      a.bits_stride = stride;
-      project(a);
+      project(args_for(v0, nv, bits.data()));
       CutCodes(bits.data(), stride, nv, codes + v0 * l_);
     }
   };
@@ -115,16 +119,9 @@ absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_
     const int64_t parts = std::min(threads, col_blocks / kMinColBlocksPerThread);
     std::vector<uint16_t> bits(static_cast<size_t>(n * stride), 0);
     tbb::parallel_for(int64_t{0}, parts, [&](int64_t part) {
-      internal::ProjectArgs a;
-      a.x = x;
-      a.n = n;
-      a.d = d_;
-      a.w = w_padded_.data();
-      a.cols = cols_padded_;
+      internal::ProjectArgs a = args_for(0, n, bits.data());
       a.col_begin = col_blocks * part / parts * internal::kProjectColBlock;
       a.col_end = col_blocks * (part + 1) / parts * internal::kProjectColBlock;
-      a.bits = bits.data();
-      a.bits_stride = stride;
       project(a);
     });
     CutCodes(bits.data(), stride, n, codes);
