@@ -226,6 +226,48 @@ TEST_P(GroupAttentionTest, ExpSumsMatchFloat64) {
 INSTANTIATE_TEST_SUITE_P(Levels, GroupAttentionTest, ::testing::ValuesIn(SupportedSimdLevels()),
                          [](const auto& info) { return std::string(SimdLevelName(info.param)); });
 
+// The union of sorted per-head lists against a bitmap built key by key: every key in some list
+// once, in increasing order, with exactly the bits of the lists that hold it (empty lists, a
+// single list, duplicates across lists, up to kMaxGroup lists).
+TEST(UnionWithMasksTest, MatchesABitmapOfTheLists) {
+  std::mt19937_64 rng(7);
+  for (int lists_count : {1, 2, 3, 4, 7, internal::kMaxGroup}) {
+    for (int64_t n : {1, 50, 3000}) {
+      std::vector<std::vector<int32_t>> lists(static_cast<size_t>(lists_count));
+      std::vector<uint32_t> expected(static_cast<size_t>(n), 0);
+      for (int h = 0; h < lists_count; ++h) {
+        // Densities from empty to every key.
+        const double p = h % 5 == 4 ? 0.0 : (h % 5 == 3 ? 1.0 : 0.1 * (h % 5 + 1));
+        std::bernoulli_distribution take(p);
+        for (int32_t i = 0; i < n; ++i) {
+          if (take(rng)) {
+            lists[static_cast<size_t>(h)].push_back(i);
+            expected[static_cast<size_t>(i)] |= uint32_t{1} << h;
+          }
+        }
+      }
+      std::vector<int32_t> rows;
+      std::vector<uint32_t> masks;
+      internal::UnionWithMasks(lists, &rows, &masks);
+      std::vector<int32_t> want_rows;
+      std::vector<uint32_t> want_masks;
+      for (int32_t i = 0; i < n; ++i) {
+        if (expected[static_cast<size_t>(i)] != 0) {
+          want_rows.push_back(i);
+          want_masks.push_back(expected[static_cast<size_t>(i)]);
+        }
+      }
+      EXPECT_EQ(rows, want_rows) << lists_count << " lists, n = " << n;
+      EXPECT_EQ(masks, want_masks) << lists_count << " lists, n = " << n;
+    }
+  }
+  std::vector<int32_t> rows = {5};
+  std::vector<uint32_t> masks = {1};
+  internal::UnionWithMasks({}, &rows, &masks);
+  EXPECT_TRUE(rows.empty());
+  EXPECT_TRUE(masks.empty());
+}
+
 TEST(GroupAttentionValidationTest, RejectsBadGroupsAndDims) {
   std::mt19937 rng(1);
   auto hash = SimHash::Create(24, 4, 4, 1);  // d = 24 is not a multiple of 16

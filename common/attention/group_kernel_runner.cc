@@ -170,28 +170,43 @@ PartialAttention SoftmaxOver(const KvShard& shard, Estimator::Scratch* scratch) 
 
 void UnionWithMasks(const std::vector<std::vector<int32_t>>& lists, std::vector<int32_t>* rows,
                     std::vector<uint32_t>* masks) {
+  // One two-way merge per list into the union so far (a merge of all lists at once compared every
+  // list's head for each output row: several times slower at a group's 4 lists of thousands).
   rows->clear();
   masks->clear();
-  std::vector<size_t> at(lists.size(), 0);
-  while (true) {
-    int32_t next = std::numeric_limits<int32_t>::max();
-    bool any = false;
-    for (size_t h = 0; h < lists.size(); ++h) {
-      if (at[h] < lists[h].size()) {
-        next = std::min(next, lists[h][at[h]]);
-        any = true;
+  std::vector<int32_t> prev_rows;
+  std::vector<uint32_t> prev_masks;
+  for (size_t h = 0; h < lists.size(); ++h) {
+    const std::vector<int32_t>& list = lists[h];
+    if (list.empty()) continue;
+    const uint32_t bit = uint32_t{1} << h;
+    rows->swap(prev_rows);
+    masks->swap(prev_masks);
+    rows->clear();
+    masks->clear();
+    rows->reserve(prev_rows.size() + list.size());
+    masks->reserve(rows->capacity());
+    size_t i = 0, j = 0;
+    while (i < prev_rows.size() && j < list.size()) {
+      if (prev_rows[i] < list[j]) {
+        rows->push_back(prev_rows[i]);
+        masks->push_back(prev_masks[i++]);
+      } else if (list[j] < prev_rows[i]) {
+        rows->push_back(list[j++]);
+        masks->push_back(bit);
+      } else {
+        rows->push_back(list[j++]);
+        masks->push_back(prev_masks[i++] | bit);
       }
     }
-    if (!any) return;
-    uint32_t mask = 0;
-    for (size_t h = 0; h < lists.size(); ++h) {
-      if (at[h] < lists[h].size() && lists[h][at[h]] == next) {
-        mask |= uint32_t{1} << h;
-        ++at[h];
-      }
+    for (; i < prev_rows.size(); ++i) {
+      rows->push_back(prev_rows[i]);
+      masks->push_back(prev_masks[i]);
     }
-    rows->push_back(next);
-    masks->push_back(mask);
+    for (; j < list.size(); ++j) {
+      rows->push_back(list[j]);
+      masks->push_back(bit);
+    }
   }
 }
 

@@ -52,10 +52,6 @@ class Residual {
     for (size_t i = 0; i < heavy.size(); ++i) gaps_.push_back(heavy[i] - static_cast<int64_t>(i));
   }
   int64_t size() const { return n_s_; }
-  int32_t Key(int64_t r) const {
-    return static_cast<int32_t>(r +
-                                (std::upper_bound(gaps_.begin(), gaps_.end(), r) - gaps_.begin()));
-  }
   // m distinct residual keys drawn uniformly (every m-subset equally likely), sorted; all of them
   // when m >= n_s. Floyd's algorithm (m draws) with a bitmap of the ranks taken; `bits` is
   // caller scratch, left all zero.
@@ -63,7 +59,9 @@ class Residual {
               std::vector<int32_t>* out) const {
     out->clear();
     if (m >= n_s_) {
-      for (int64_t r = 0; r < n_s_; ++r) out->push_back(Key(r));
+      out->reserve(static_cast<size_t>(n_s_));
+      Walker walk(gaps_);
+      for (int64_t r = 0; r < n_s_; ++r) out->push_back(walk.Key(r));
       return;
     }
     const size_t words = static_cast<size_t>((n_s_ + 63) / 64);
@@ -75,16 +73,35 @@ class Residual {
       const int64_t r = taken(t) ? j : t;
       b[r >> 6] |= uint64_t{1} << (r & 63);
     }
-    // Collect in rank order, which is key order (Key is increasing), clearing as we go.
+    // Collect in rank order, which is key order (the rank-to-key map is increasing), clearing as
+    // we go.
+    out->reserve(static_cast<size_t>(m));
+    Walker walk(gaps_);
     for (size_t w = 0; w < words; ++w) {
       for (uint64_t x = b[w]; x != 0; x &= x - 1) {
-        out->push_back(Key(static_cast<int64_t>(w * 64) + __builtin_ctzll(x)));
+        out->push_back(walk.Key(static_cast<int64_t>(w * 64) + __builtin_ctzll(x)));
       }
       b[w] = 0;
     }
   }
 
  private:
+  // Key(r) for non-decreasing r: the count of gaps <= r only grows, so one forward walk over the
+  // gaps serves a whole sorted sample (Key's binary search per rank was ~15% of a vattention-lsh
+  // step at 64K keys).
+  class Walker {
+   public:
+    explicit Walker(const std::vector<int64_t>& gaps) : gaps_(gaps) {}
+    int32_t Key(int64_t r) {
+      while (at_ < gaps_.size() && gaps_[at_] <= r) ++at_;
+      return static_cast<int32_t>(r + static_cast<int64_t>(at_));
+    }
+
+   private:
+    const std::vector<int64_t>& gaps_;
+    size_t at_ = 0;
+  };
+
   int64_t n_s_;
   std::vector<int64_t> gaps_;
 };
@@ -215,16 +232,24 @@ PartialAttention ReferenceHybrid(const KvShard& shard, const float* q,
   return Accumulate(shard, heavy, *sample, weight, logit, &scratch->acc);
 }
 
-// Sorted distinct union size of three sorted lists.
+// The size of the union of three sorted lists of distinct keys, by a three-way merge (no copy or
+// sort: this count ran on every head and step).
 int64_t DistinctUnion(const std::vector<int32_t>& a, const std::vector<int32_t>& b,
                       const std::vector<int32_t>& c) {
-  std::vector<int32_t> all;
-  all.reserve(a.size() + b.size() + c.size());
-  all.insert(all.end(), a.begin(), a.end());
-  all.insert(all.end(), b.begin(), b.end());
-  all.insert(all.end(), c.begin(), c.end());
-  std::sort(all.begin(), all.end());
-  return std::unique(all.begin(), all.end()) - all.begin();
+  constexpr int32_t kEnd = std::numeric_limits<int32_t>::max();
+  size_t i = 0, j = 0, k = 0;
+  int64_t count = 0;
+  while (true) {
+    const int32_t x = i < a.size() ? a[i] : kEnd;
+    const int32_t y = j < b.size() ? b[j] : kEnd;
+    const int32_t z = k < c.size() ? c[k] : kEnd;
+    const int32_t next = std::min(x, std::min(y, z));
+    if (next == kEnd) return count;
+    ++count;
+    i += x == next;
+    j += y == next;
+    k += z == next;
+  }
 }
 
 // The exact part merged with the sampled part weighted by `weight` (its lse shifted by ln weight).
@@ -440,7 +465,14 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
                               &scratch->bits, &base[static_cast<size_t>(h)]);
     }
     std::vector<PartialAttention> exact(heavy.size());
-    internal::RunOnLists(kernel, shard, qg, gc, scale, heavy, scratch, exact.data());
+    if (spotlight_fraction_ > 0) {
+      internal::RunOnLists(kernel, shard, qg, gc, scale, heavy, scratch, exact.data());
+    } else {
+      // The retrieval's own rows and head masks are the union of the candidate lists.
+      internal::RunGroupKernel(kernel, shard, qg, gc, scale, scratch->rows.data(),
+                               static_cast<int64_t>(scratch->rows.size()),
+                               scratch->row_masks.data(), nullptr, scratch, exact.data());
+    }
     std::vector<int32_t> rows;
     std::vector<uint32_t> masks;
     internal::UnionWithMasks(base, &rows, &masks);
