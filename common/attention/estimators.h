@@ -85,7 +85,10 @@ struct EstimatorScratch {
   std::vector<float> lse;           // [g]
   std::vector<float> scores;        // [g][n] logits (top-k, oracle, vattention)
   std::vector<uint64_t> bits;       // sampling bitmap (vattention), all zero between calls
-  std::vector<uint16_t> distances;  // [n] Hamming distances (spotlight)
+  // Per key, bit h for head h of a group (vattention's coupled draws), all zero between calls:
+  std::vector<uint32_t> key_heads;     // in head h's deterministic set
+  std::vector<uint32_t> sample_heads;  // taken by head h's sample
+  std::vector<uint16_t> distances;     // [n] Hamming distances (spotlight)
   // Phase timing of MagicPIG's AttendGroup (only when time_phases is set): the LSH retrieval of the
   // group's sample union, and the kernel (gather of the sampled rows and their attention).
   bool time_phases = false;

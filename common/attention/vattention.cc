@@ -42,69 +42,141 @@ int64_t UniformBelow(std::mt19937_64& rng, int64_t n) {
                               64);
 }
 
-// The residual of a shard without the sorted heavy set: rank r in [0, n_s) is the r-th key not in
-// heavy. With g_i = heavy[i] - i (non-decreasing), key = r + #{i : g_i <= r}.
-class Residual {
+// Uniform samples without replacement of each head's residual (its keys outside its sorted
+// deterministic set), coupled across a GQA group's heads: one uniformly random order of the
+// shard's keys, drawn lazily (each next key uniform among those not drawn yet), from which head h
+// takes the first need[h] keys outside its deterministic set. The residual keys of head h appear
+// in that order in uniformly random order, so its sample is a uniform need[h]-subset of its
+// residual: the same law as an independent draw per head. But the heads share one sequence, so
+// the union the group kernel reads is about the largest sample instead of the sum of them (a
+// group of 4 heads drawing independently read up to 4x the rows).
+//
+// Scratch use: bits (a bitmap of the drawn keys) and the per-key masks key_heads (deterministic
+// sets) and sample_heads (who took the key), all zero between calls and left so.
+class GroupSampler {
  public:
-  Residual(const std::vector<int32_t>& heavy, int64_t n)
-      : n_s_(n - static_cast<int64_t>(heavy.size())) {
-    gaps_.reserve(heavy.size());
-    for (size_t i = 0; i < heavy.size(); ++i) gaps_.push_back(heavy[i] - static_cast<int64_t>(i));
+  GroupSampler(int64_t n, const std::vector<std::vector<int32_t>>& heavy, uint64_t seed,
+               EstimatorScratch* scratch)
+      : n_(n), heavy_(heavy), rng_(seed), scratch_(scratch) {
+    const size_t words = static_cast<size_t>((n + 63) / 64);
+    if (scratch->bits.size() < words) scratch->bits.resize(words, 0);
+    if (scratch->key_heads.size() < static_cast<size_t>(n)) {
+      scratch->key_heads.resize(static_cast<size_t>(n), 0);
+      scratch->sample_heads.resize(static_cast<size_t>(n), 0);
+    }
+    for (size_t h = 0; h < heavy.size(); ++h) {
+      for (int32_t i : heavy[h]) scratch->key_heads[static_cast<size_t>(i)] |= uint32_t{1} << h;
+    }
   }
-  int64_t size() const { return n_s_; }
-  // m distinct residual keys drawn uniformly (every m-subset equally likely), sorted; all of them
-  // when m >= n_s. Floyd's algorithm (m draws) with a bitmap of the ranks taken; `bits` is
-  // caller scratch, left all zero.
-  void Sample(int64_t m, std::mt19937_64& rng, std::vector<uint64_t>* bits,
-              std::vector<int32_t>* out) const {
-    out->clear();
-    if (m >= n_s_) {
-      out->reserve(static_cast<size_t>(n_s_));
-      Walker walk(gaps_);
-      for (int64_t r = 0; r < n_s_; ++r) out->push_back(walk.Key(r));
+  ~GroupSampler() {
+    for (const std::vector<int32_t>& list : heavy_) {
+      for (int32_t i : list) scratch_->key_heads[static_cast<size_t>(i)] = 0;
+    }
+  }
+  GroupSampler(const GroupSampler&) = delete;
+  GroupSampler& operator=(const GroupSampler&) = delete;
+
+  int64_t residual(size_t h) const { return n_ - static_cast<int64_t>(heavy_[h].size()); }
+
+  // need[h] residual keys of each head h (clamped to [0, residual(h)]; all of them at the
+  // residual's size, without drawing): their sorted union in *rows, bit h of (*masks)[j] set iff
+  // head h took rows[j].
+  void Draw(const std::vector<int64_t>& need, std::vector<int32_t>* rows,
+            std::vector<uint32_t>* masks) {
+    rows->clear();
+    masks->clear();
+    uint64_t* bits = scratch_->bits.data();
+    uint32_t* taken_by = scratch_->sample_heads.data();
+    const uint32_t* heavy_of = scratch_->key_heads.data();
+    uint32_t all = 0, active = 0;
+    int64_t left[kMaxHeads] = {};
+    for (size_t h = 0; h < heavy_.size(); ++h) {
+      const int64_t want = std::clamp<int64_t>(need[h], 0, residual(h));
+      if (want == 0) continue;
+      if (want == residual(h)) {
+        all |= uint32_t{1} << h;
+      } else {
+        active |= uint32_t{1} << h;
+        left[h] = want;
+      }
+    }
+    auto is_drawn = [bits](int64_t x) { return (bits[x >> 6] >> (x & 63)) & 1; };
+    int64_t drawn = 0;
+    std::vector<int32_t> rest;  // the undrawn keys, once more than half are drawn
+    size_t rest_at = 0;
+    while (active != 0) {
+      int64_t x;
+      if (rest.empty() && 2 * drawn < n_) {
+        do {
+          x = UniformBelow(rng_, n_);
+        } while (is_drawn(x));
+      } else {
+        // Rejection would slow down: a Fisher-Yates pass over the keys still undrawn.
+        if (rest.empty()) {
+          for (int64_t i = 0; i < n_; ++i) {
+            if (!is_drawn(i)) rest.push_back(static_cast<int32_t>(i));
+          }
+        }
+        const size_t j = rest_at + static_cast<size_t>(UniformBelow(
+                                       rng_, static_cast<int64_t>(rest.size() - rest_at)));
+        std::swap(rest[rest_at], rest[j]);
+        x = rest[rest_at++];
+      }
+      bits[x >> 6] |= uint64_t{1} << (x & 63);
+      ++drawn;
+      const uint32_t take = active & ~heavy_of[x];
+      if (take == 0) continue;
+      taken_by[x] = take;
+      for (uint32_t t = take; t != 0; t &= t - 1) {
+        const int h = __builtin_ctz(t);
+        if (--left[h] == 0) active &= ~(uint32_t{1} << h);
+      }
+    }
+    // Collect in key order, clearing the marks as we go.
+    const int64_t words = (n_ + 63) / 64;
+    if (all == 0) {
+      for (int64_t w = 0; w < words; ++w) {
+        for (uint64_t b = bits[w]; b != 0; b &= b - 1) {
+          const int64_t x = w * 64 + __builtin_ctzll(b);
+          if (taken_by[x] != 0) {
+            rows->push_back(static_cast<int32_t>(x));
+            masks->push_back(taken_by[x]);
+            taken_by[x] = 0;
+          }
+        }
+        bits[w] = 0;
+      }
       return;
     }
-    const size_t words = static_cast<size_t>((n_s_ + 63) / 64);
-    if (bits->size() < words) bits->resize(words, 0);
-    uint64_t* b = bits->data();
-    auto taken = [b](int64_t r) { return (b[r >> 6] >> (r & 63)) & 1; };
-    for (int64_t j = n_s_ - m; j < n_s_; ++j) {
-      const int64_t t = UniformBelow(rng, j + 1);
-      const int64_t r = taken(t) ? j : t;
-      b[r >> 6] |= uint64_t{1} << (r & 63);
-    }
-    // Collect in rank order, which is key order (the rank-to-key map is increasing), clearing as
-    // we go.
-    out->reserve(static_cast<size_t>(m));
-    Walker walk(gaps_);
-    for (size_t w = 0; w < words; ++w) {
-      for (uint64_t x = b[w]; x != 0; x &= x - 1) {
-        out->push_back(walk.Key(static_cast<int64_t>(w * 64) + __builtin_ctzll(x)));
+    for (int64_t x = 0; x < n_; ++x) {
+      const uint32_t m = taken_by[x] | (all & ~heavy_of[x]);
+      if (m != 0) {
+        rows->push_back(static_cast<int32_t>(x));
+        masks->push_back(m);
       }
-      b[w] = 0;
+      taken_by[x] = 0;
     }
+    std::fill(bits, bits + words, uint64_t{0});
   }
 
+  static constexpr int kMaxHeads = 32;  // masks are uint32
+
  private:
-  // Key(r) for non-decreasing r: the count of gaps <= r only grows, so one forward walk over the
-  // gaps serves a whole sorted sample (Key's binary search per rank was ~15% of a vattention-lsh
-  // step at 64K keys).
-  class Walker {
-   public:
-    explicit Walker(const std::vector<int64_t>& gaps) : gaps_(gaps) {}
-    int32_t Key(int64_t r) {
-      while (at_ < gaps_.size() && gaps_[at_] <= r) ++at_;
-      return static_cast<int32_t>(r + static_cast<int64_t>(at_));
-    }
-
-   private:
-    const std::vector<int64_t>& gaps_;
-    size_t at_ = 0;
-  };
-
-  int64_t n_s_;
-  std::vector<int64_t> gaps_;
+  int64_t n_;
+  const std::vector<std::vector<int32_t>>& heavy_;
+  std::mt19937_64 rng_;
+  EstimatorScratch* scratch_;
 };
+
+// Head h's list out of a union with head masks.
+std::vector<int32_t> ListOf(const std::vector<int32_t>& rows, const std::vector<uint32_t>& masks,
+                            int h) {
+  std::vector<int32_t> out;
+  for (size_t j = 0; j < rows.size(); ++j) {
+    if ((masks[j] >> h) & 1) out.push_back(rows[j]);
+  }
+  return out;
+}
 
 // The top h of x[0 .. n) (ties to the lower index), sorted by index. A threshold t from a strided
 // sample of 1024 values (about 2h + 8 keys' worth of them above it) keeps the candidates x >= t in
@@ -156,26 +228,29 @@ int64_t SizeFromSums(double heavy_sum, double base_sum, double base_sq, int64_t 
                               nb);
 }
 
-// Steps 1 and 2 of vattention.h, then the draw of step 3, for the sorted deterministic set
-// `heavy` and the logit(i) of any key: the base sample and the sample in *base and *sample, and
-// the sample's weight n_s / b returned (0 when the residual is empty).
+// The seed of a group's draws: the estimator's seed, the group's queries ([g][d], g * d floats)
+// and the shard size (a group of one for Attend).
+uint64_t GroupSeed(uint64_t seed, const float* q, int g, const KvShard& shard) {
+  return DrawSeed(seed, q, g * shard.dim(), shard.size());
+}
+
+// Step 1 for every head: the base sample sizes.
+std::vector<int64_t> BaseNeeds(const GroupSampler& sampler, size_t g, const VAttentionParams& p) {
+  std::vector<int64_t> need(g, 0);
+  for (size_t h = 0; h < g; ++h) need[h] = BaseSize(sampler.residual(h), p);
+  return need;
+}
+
+// Step 2 for head h from the logit(i) of its deterministic set and base sample (float64 sums of
+// the logits given): the sample size, 0 when the residual is empty.
 template <typename LogitFn>
-double DrawSamples(const KvShard& shard, const float* q, const std::vector<int32_t>& heavy,
-                   LogitFn logit, const VAttentionParams& p, double z, uint64_t seed,
-                   std::vector<uint64_t>* bits, std::vector<int32_t>* base,
-                   std::vector<int32_t>* sample) {
-  base->clear();
-  sample->clear();
-  const Residual residual(heavy, shard.size());
-  const int64_t n_s = residual.size();
-  if (n_s == 0) return 0.0;
-  std::mt19937_64 rng(DrawSeed(seed, q, shard.dim(), shard.size()));
-  const int64_t nb = BaseSize(n_s, p);
-  residual.Sample(nb, rng, bits, base);
-  std::vector<double> xh(heavy.size()), x0(base->size());
+int64_t SizeFromLogits(const std::vector<int32_t>& heavy, const std::vector<int32_t>& base,
+                       int64_t n_s, LogitFn logit, const VAttentionParams& p, double z) {
+  if (n_s == 0) return 0;
+  std::vector<double> xh(heavy.size()), x0(base.size());
   double m = -std::numeric_limits<double>::infinity();
   for (size_t j = 0; j < heavy.size(); ++j) m = std::max(m, xh[j] = logit(heavy[j]));
-  for (size_t j = 0; j < base->size(); ++j) m = std::max(m, x0[j] = logit((*base)[j]));
+  for (size_t j = 0; j < base.size(); ++j) m = std::max(m, x0[j] = logit(base[j]));
   double heavy_sum = 0.0, base_sum = 0.0, base_sq = 0.0;
   for (double x : xh) heavy_sum += std::exp(x - m);
   for (double x : x0) {
@@ -183,9 +258,7 @@ double DrawSamples(const KvShard& shard, const float* q, const std::vector<int32
     base_sum += w;
     base_sq += w * w;
   }
-  const int64_t b = SizeFromSums(heavy_sum, base_sum, base_sq, nb, n_s, p, z);
-  residual.Sample(b, rng, bits, sample);
-  return static_cast<double>(n_s) / static_cast<double>(b);
+  return SizeFromSums(heavy_sum, base_sum, base_sq, static_cast<int64_t>(base.size()), n_s, p, z);
 }
 
 // Step 3 in float64 (the reference paths): exact over heavy, n_s / b-weighted over sample.
@@ -219,17 +292,38 @@ PartialAttention Accumulate(const KvShard& shard, const std::vector<int32_t>& he
   return part;
 }
 
-// Steps 1-3 in float64 for the sorted deterministic set `heavy` (the reference paths): the part,
-// with the base sample and the sample left in *base and *sample and n_touched unset.
+// Steps 1-3 in float64 for the gc heads of a group (q [gc][d]) with sorted deterministic sets
+// heavy[h] and the logit(h, i) of any key (the reference paths; Attend is a group of one):
+// out[0 .. gc) with n_touched unset, each head's base sample and sample in (*base)[h] and
+// (*sample)[h].
 template <typename LogitFn>
-PartialAttention ReferenceHybrid(const KvShard& shard, const float* q,
-                                 const std::vector<int32_t>& heavy, LogitFn logit,
-                                 const VAttentionParams& p, double z, uint64_t seed,
-                                 Estimator::Scratch* scratch, std::vector<int32_t>* base,
-                                 std::vector<int32_t>* sample) {
-  const double weight =
-      DrawSamples(shard, q, heavy, logit, p, z, seed, &scratch->bits, base, sample);
-  return Accumulate(shard, heavy, *sample, weight, logit, &scratch->acc);
+void ReferenceGroup(const KvShard& shard, const float* q, int gc,
+                    const std::vector<std::vector<int32_t>>& heavy, LogitFn logit,
+                    const VAttentionParams& p, double z, uint64_t seed, Estimator::Scratch* scratch,
+                    std::vector<std::vector<int32_t>>* base,
+                    std::vector<std::vector<int32_t>>* sample, PartialAttention* out) {
+  const size_t g = static_cast<size_t>(gc);
+  GroupSampler sampler(shard.size(), heavy, GroupSeed(seed, q, gc, shard), scratch);
+  std::vector<int32_t> rows;
+  std::vector<uint32_t> masks;
+  sampler.Draw(BaseNeeds(sampler, g, p), &rows, &masks);
+  base->assign(g, {});
+  sample->assign(g, {});
+  std::vector<int64_t> need(g, 0);
+  for (size_t h = 0; h < g; ++h) {
+    (*base)[h] = ListOf(rows, masks, static_cast<int>(h));
+    need[h] = SizeFromLogits(
+        heavy[h], (*base)[h], sampler.residual(h), [&](int32_t i) { return logit(h, i); }, p, z);
+  }
+  sampler.Draw(need, &rows, &masks);
+  for (size_t h = 0; h < g; ++h) {
+    (*sample)[h] = ListOf(rows, masks, static_cast<int>(h));
+    const double weight =
+        need[h] > 0 ? static_cast<double>(sampler.residual(h)) / static_cast<double>(need[h]) : 0.0;
+    out[h] = Accumulate(
+        shard, heavy[h], (*sample)[h], weight, [&](int32_t i) { return logit(h, i); },
+        &scratch->acc);
+  }
 }
 
 // The size of the union of three sorted lists of distinct keys, by a three-way merge (no copy or
@@ -301,29 +395,57 @@ VAttentionEstimator::VAttentionEstimator(const VAttentionParams& params, uint64_
       z_(NormalQuantile(1.0 - params.delta / 2)) {}
 
 absl::StatusOr<PartialAttention> VAttentionEstimator::Attend(const KvShard& shard, const float* q,
-                                                             const uint16_t* /*q_codes*/,
-                                                             float scale, Scratch* scratch) const {
+                                                             const uint16_t* q_codes, float scale,
+                                                             Scratch* scratch) const {
+  PartialAttention out;
+  MAGICPIG_RETURN_IF_ERROR(AttendGroupReference(shard, q, q_codes, 1, scale, scratch, &out));
+  return out;
+}
+
+absl::Status VAttentionEstimator::AttendGroupReference(const KvShard& shard, const float* q,
+                                                       const uint16_t* /*q_codes*/, int g,
+                                                       float scale, Scratch* scratch,
+                                                       PartialAttention* out) const {
   MAGICPIG_RETURN_IF_ERROR(internal::CheckCommon(shard, q, scratch, "VAttentionEstimator"));
-  const int64_t n = shard.size();
-  if (n == 0) return EmptyPartial(shard.dim());
-  std::vector<double>& x = scratch->logits;
-  x.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i)
-    x[static_cast<size_t>(i)] = static_cast<double>(scale) * shard.KeyDot(i, q);
-  auto logit = [&x](int32_t i) { return x[static_cast<size_t>(i)]; };
-  std::vector<int32_t> heavy, base, sample;
-  TopH(x.data(), n, HeavyHitterCount(params_.heavy, n), &heavy);
-  PartialAttention part =
-      ReferenceHybrid(shard, q, heavy, logit, params_, z_, seed_, scratch, &base, &sample);
-  part.n_touched = static_cast<int64_t>(heavy.size() + sample.size());
-  return part;
+  if (g < 1 || out == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("VAttentionEstimator: needs g >= 1 heads and non-null out, got g = ", g));
+  }
+  const int64_t n = shard.size(), d = shard.dim();
+  if (n == 0) {
+    for (int h = 0; h < g; ++h) out[h] = EmptyPartial(d);
+    return absl::OkStatus();
+  }
+  const int64_t h_count = HeavyHitterCount(params_.heavy, n);
+  for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
+    const int gc = std::min(g - h0, internal::kMaxGroup);
+    const float* qg = q + h0 * d;
+    std::vector<std::vector<double>> x(static_cast<size_t>(gc));
+    std::vector<std::vector<int32_t>> heavy(x.size()), base, sample;
+    for (int h = 0; h < gc; ++h) {
+      std::vector<double>& xh = x[static_cast<size_t>(h)];
+      xh.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        xh[static_cast<size_t>(i)] = static_cast<double>(scale) * shard.KeyDot(i, qg + h * d);
+      }
+      TopH(xh.data(), n, h_count, &heavy[static_cast<size_t>(h)]);
+    }
+    auto logit = [&x](size_t h, int32_t i) { return x[h][static_cast<size_t>(i)]; };
+    ReferenceGroup(shard, qg, gc, heavy, logit, params_, z_, seed_, scratch, &base, &sample,
+                   out + h0);
+    for (int h = 0; h < gc; ++h) {
+      const size_t hs = static_cast<size_t>(h);
+      out[h0 + h].n_touched = static_cast<int64_t>(heavy[hs].size() + sample[hs].size());
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status VAttentionEstimator::AttendGroup(const KvShard& shard, const float* q,
                                               const uint16_t* q_codes, int g, float scale,
                                               Scratch* scratch, PartialAttention* out) const {
   if (!internal::KernelTakes(shard) || shard.size() == 0) {
-    return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
+    return AttendGroupReference(shard, q, q_codes, g, scale, scratch, out);
   }
   MAGICPIG_RETURN_IF_ERROR(internal::CheckGroup(shard, q, g, scratch, out, "VAttentionEstimator"));
   const internal::GroupKernel kernel = internal::SelectGroupKernel(simd_level());
@@ -331,26 +453,36 @@ absl::Status VAttentionEstimator::AttendGroup(const KvShard& shard, const float*
   const int64_t h_count = HeavyHitterCount(params_.heavy, n);
   for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
     const int gc = std::min(g - h0, internal::kMaxGroup);
+    const size_t gs = static_cast<size_t>(gc);
     const float* qg = q + h0 * d;
     internal::GroupLogits(simd_level(), shard, qg, gc, scale, scratch);
-    std::vector<std::vector<int32_t>> heavy(static_cast<size_t>(gc)), sample(heavy.size());
-    std::vector<double> weight(heavy.size(), 0.0);
-    std::vector<int32_t> base;
-    for (int h = 0; h < gc; ++h) {
-      const size_t hs = static_cast<size_t>(h);
-      const float* x = scratch->scores.data() + hs * static_cast<size_t>(n);
-      auto logit = [x](int32_t i) { return static_cast<double>(x[i]); };
-      TopH(x, n, h_count, &heavy[hs]);
-      weight[hs] = DrawSamples(shard, qg + h * d, heavy[hs], logit, params_, z_, seed_,
-                               &scratch->bits, &base, &sample[hs]);
+    auto scores = [&](size_t h) { return scratch->scores.data() + h * static_cast<size_t>(n); };
+    std::vector<std::vector<int32_t>> heavy(gs);
+    for (size_t h = 0; h < gs; ++h) TopH(scores(h), n, h_count, &heavy[h]);
+    // The same draws as AttendGroupReference, sized from the kernel's fp32 logits.
+    GroupSampler sampler(n, heavy, GroupSeed(seed_, qg, gc, shard), scratch);
+    std::vector<int32_t> rows;
+    std::vector<uint32_t> masks;
+    sampler.Draw(BaseNeeds(sampler, gs, params_), &rows, &masks);
+    std::vector<int64_t> need(gs, 0);
+    for (size_t h = 0; h < gs; ++h) {
+      const float* xh = scores(h);
+      need[h] = SizeFromLogits(
+          heavy[h], ListOf(rows, masks, static_cast<int>(h)), sampler.residual(h),
+          [xh](int32_t i) { return static_cast<double>(xh[i]); }, params_, z_);
     }
-    std::vector<PartialAttention> exact(heavy.size()), sampled(heavy.size());
+    sampler.Draw(need, &rows, &masks);
+    std::vector<PartialAttention> exact(gs), sampled(gs);
     internal::RunOnLists(kernel, shard, qg, gc, scale, heavy, scratch, exact.data());
-    internal::RunOnLists(kernel, shard, qg, gc, scale, sample, scratch, sampled.data());
-    for (int h = 0; h < gc; ++h) {
-      const size_t hs = static_cast<size_t>(h);
-      out[h0 + h] = MergeWeighted(std::move(exact[hs]), std::move(sampled[hs]), weight[hs]);
-      out[h0 + h].n_touched = static_cast<int64_t>(heavy[hs].size() + sample[hs].size());
+    internal::RunGroupKernel(kernel, shard, qg, gc, scale, rows.data(),
+                             static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
+                             sampled.data());
+    for (size_t h = 0; h < gs; ++h) {
+      const double weight =
+          need[h] > 0 ? static_cast<double>(sampler.residual(h)) / static_cast<double>(need[h])
+                      : 0.0;
+      out[h0 + h] = MergeWeighted(std::move(exact[h]), std::move(sampled[h]), weight);
+      out[h0 + h].n_touched = static_cast<int64_t>(heavy[h].size()) + need[h];
     }
   }
   return absl::OkStatus();
@@ -420,27 +552,55 @@ absl::StatusOr<PartialAttention> VAttentionLshEstimator::Attend(const KvShard& s
                                                                 const uint16_t* q_codes,
                                                                 float scale,
                                                                 Scratch* scratch) const {
+  PartialAttention out;
+  MAGICPIG_RETURN_IF_ERROR(AttendGroupReference(shard, q, q_codes, 1, scale, scratch, &out));
+  return out;
+}
+
+absl::Status VAttentionLshEstimator::AttendGroupReference(const KvShard& shard, const float* q,
+                                                          const uint16_t* q_codes, int g,
+                                                          float scale, Scratch* scratch,
+                                                          PartialAttention* out) const {
   MAGICPIG_RETURN_IF_ERROR(internal::CheckCommon(shard, q, scratch, "VAttentionLshEstimator"));
   MAGICPIG_RETURN_IF_ERROR(CheckSource(shard, q_codes));
-  const int64_t n = shard.size();
-  if (n == 0) return EmptyPartial(shard.dim());
-  // Every candidate is deterministic: its key is read to score it anyway, and one left to the
-  // uniform sample would only add variance (and make the residual heavy-tailed, where a base
-  // sample underestimates the spread: docs/vattention.md).
-  std::vector<int32_t> heavy, base, sample;
-  MAGICPIG_RETURN_IF_ERROR(Candidates(shard, q_codes, scratch, &heavy));
-  auto logit = [&](int32_t i) { return static_cast<double>(scale) * shard.KeyDot(i, q); };
-  PartialAttention part =
-      ReferenceHybrid(shard, q, heavy, logit, params_, z_, seed_, scratch, &base, &sample);
-  part.n_touched = DistinctUnion(heavy, base, sample);
-  return part;
+  if (g < 1 || out == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("VAttentionLshEstimator: needs g >= 1 heads and non-null out, got g = ", g));
+  }
+  const int64_t n = shard.size(), d = shard.dim(), code_l = shard.l();
+  if (n == 0) {
+    for (int h = 0; h < g; ++h) out[h] = EmptyPartial(d);
+    return absl::OkStatus();
+  }
+  for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
+    const int gc = std::min(g - h0, internal::kMaxGroup);
+    const float* qg = q + h0 * d;
+    // Every candidate is deterministic: its key is read to score it anyway, and one left to the
+    // uniform sample would only add variance (and make the residual heavy-tailed, where a base
+    // sample underestimates the spread: docs/vattention.md).
+    std::vector<std::vector<int32_t>> heavy(static_cast<size_t>(gc)), base, sample;
+    for (int h = 0; h < gc; ++h) {
+      MAGICPIG_RETURN_IF_ERROR(
+          Candidates(shard, q_codes + (h0 + h) * code_l, scratch, &heavy[static_cast<size_t>(h)]));
+    }
+    auto logit = [&](size_t h, int32_t i) {
+      return static_cast<double>(scale) * shard.KeyDot(i, qg + static_cast<int64_t>(h) * d);
+    };
+    ReferenceGroup(shard, qg, gc, heavy, logit, params_, z_, seed_, scratch, &base, &sample,
+                   out + h0);
+    for (int h = 0; h < gc; ++h) {
+      const size_t hs = static_cast<size_t>(h);
+      out[h0 + h].n_touched = DistinctUnion(heavy[hs], base[hs], sample[hs]);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const float* q,
                                                  const uint16_t* q_codes, int g, float scale,
                                                  Scratch* scratch, PartialAttention* out) const {
   if (!internal::KernelTakes(shard) || shard.size() == 0) {
-    return Estimator::AttendGroup(shard, q, q_codes, g, scale, scratch, out);
+    return AttendGroupReference(shard, q, q_codes, g, scale, scratch, out);
   }
   MAGICPIG_RETURN_IF_ERROR(
       internal::CheckGroup(shard, q, g, scratch, out, "VAttentionLshEstimator"));
@@ -450,21 +610,18 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
   const int64_t n = shard.size(), d = shard.dim();
   for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
     const int gc = std::min(g - h0, internal::kMaxGroup);
+    const size_t gs = static_cast<size_t>(gc);
     const float* qg = q + h0 * d;
-    std::vector<std::vector<int32_t>> heavy, base(static_cast<size_t>(gc)), sample(base.size());
+    std::vector<std::vector<int32_t>> heavy;
     MAGICPIG_RETURN_IF_ERROR(GroupCandidates(shard, q_codes + h0 * code_l, gc, scratch, &heavy));
-    // Base samples, per head from the head's own seed (as Attend draws them); their sum and sum
-    // of squares of exp(logit) from one keys-only kernel pass, the candidates' sum from their
-    // exact part (which is also the result's deterministic half).
-    std::vector<std::mt19937_64> rngs;
-    std::vector<Residual> residuals;
-    for (int h = 0; h < gc; ++h) {
-      rngs.emplace_back(DrawSeed(seed_, qg + h * d, d, n));
-      residuals.emplace_back(heavy[static_cast<size_t>(h)], n);
-      residuals.back().Sample(BaseSize(residuals.back().size(), params_), rngs.back(),
-                              &scratch->bits, &base[static_cast<size_t>(h)]);
-    }
-    std::vector<PartialAttention> exact(heavy.size());
+    // The same draws as AttendGroupReference. The base samples' sums of exp(logit) and of its
+    // square come from one keys-only kernel pass, the candidates' sum from their exact part
+    // (which is also the result's deterministic half).
+    GroupSampler sampler(n, heavy, GroupSeed(seed_, qg, gc, shard), scratch);
+    std::vector<int32_t> base_rows, rows;
+    std::vector<uint32_t> base_masks, masks;
+    sampler.Draw(BaseNeeds(sampler, gs, params_), &base_rows, &base_masks);
+    std::vector<PartialAttention> exact(gs);
     if (spotlight_fraction_ > 0) {
       internal::RunOnLists(kernel, shard, qg, gc, scale, heavy, scratch, exact.data());
     } else {
@@ -473,31 +630,48 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
                                static_cast<int64_t>(scratch->rows.size()),
                                scratch->row_masks.data(), nullptr, scratch, exact.data());
     }
-    std::vector<int32_t> rows;
-    std::vector<uint32_t> masks;
-    internal::UnionWithMasks(base, &rows, &masks);
     float lse1[internal::kMaxGroup], lse2[internal::kMaxGroup];
-    internal::GroupExpSums(kernel, shard, qg, gc, scale, rows.data(),
-                           static_cast<int64_t>(rows.size()), masks.data(), scratch, lse1, lse2);
-    std::vector<double> weight(heavy.size(), 0.0);
-    for (int h = 0; h < gc; ++h) {
-      const size_t hs = static_cast<size_t>(h);
-      const int64_t n_s = residuals[hs].size();
+    internal::GroupExpSums(kernel, shard, qg, gc, scale, base_rows.data(),
+                           static_cast<int64_t>(base_rows.size()), base_masks.data(), scratch, lse1,
+                           lse2);
+    std::vector<int64_t> need(gs, 0);
+    for (size_t h = 0; h < gs; ++h) {
+      const int64_t n_s = sampler.residual(h);
       if (n_s == 0) continue;
-      const double m = std::max<double>(exact[hs].lse, lse1[hs]);
-      const int64_t b = SizeFromSums(std::exp(static_cast<double>(exact[hs].lse) - m),
-                                     std::exp(static_cast<double>(lse1[hs]) - m),
-                                     std::exp(static_cast<double>(lse2[hs]) - 2 * m),
-                                     static_cast<int64_t>(base[hs].size()), n_s, params_, z_);
-      residuals[hs].Sample(b, rngs[hs], &scratch->bits, &sample[hs]);
-      weight[hs] = static_cast<double>(n_s) / static_cast<double>(b);
+      int64_t nb = 0;
+      for (uint32_t m : base_masks) nb += (m >> h) & 1;
+      const double m = std::max<double>(exact[h].lse, lse1[h]);
+      need[h] = SizeFromSums(std::exp(static_cast<double>(exact[h].lse) - m),
+                             std::exp(static_cast<double>(lse1[h]) - m),
+                             std::exp(static_cast<double>(lse2[h]) - 2 * m), nb, n_s, params_, z_);
     }
-    std::vector<PartialAttention> sampled(heavy.size());
-    internal::RunOnLists(kernel, shard, qg, gc, scale, sample, scratch, sampled.data());
-    for (int h = 0; h < gc; ++h) {
-      const size_t hs = static_cast<size_t>(h);
-      out[h0 + h] = MergeWeighted(std::move(exact[hs]), std::move(sampled[hs]), weight[hs]);
-      out[h0 + h].n_touched = DistinctUnion(heavy[hs], base[hs], sample[hs]);
+    sampler.Draw(need, &rows, &masks);
+    std::vector<PartialAttention> sampled(gs);
+    internal::RunGroupKernel(kernel, shard, qg, gc, scale, rows.data(),
+                             static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
+                             sampled.data());
+    // Keys touched per head: its candidates, and its base sample and sample (disjoint from the
+    // candidates, possibly overlapping each other).
+    std::vector<int64_t> touched(gs, 0);
+    for (size_t h = 0; h < gs; ++h) touched[h] = static_cast<int64_t>(heavy[h].size());
+    size_t i = 0, j = 0;
+    while (i < base_rows.size() || j < rows.size()) {
+      uint32_t m = 0;
+      if (j == rows.size() || (i < base_rows.size() && base_rows[i] < rows[j])) {
+        m = base_masks[i++];
+      } else if (i == base_rows.size() || rows[j] < base_rows[i]) {
+        m = masks[j++];
+      } else {
+        m = base_masks[i++] | masks[j++];
+      }
+      for (; m != 0; m &= m - 1) ++touched[static_cast<size_t>(__builtin_ctz(m))];
+    }
+    for (size_t h = 0; h < gs; ++h) {
+      const double weight =
+          need[h] > 0 ? static_cast<double>(sampler.residual(h)) / static_cast<double>(need[h])
+                      : 0.0;
+      out[h0 + h] = MergeWeighted(std::move(exact[h]), std::move(sampled[h]), weight);
+      out[h0 + h].n_touched = touched[h];
     }
   }
   return absl::OkStatus();

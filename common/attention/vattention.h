@@ -27,9 +27,15 @@
 //   underestimated and the bound can fail (docs/vattention.md). VAttentionParams::heavy is not
 //   used: every candidate is deterministic (its key is read anyway).
 //
-// The draws come from std::mt19937_64 seeded with the estimator's seed mixed with a hash of the
-// query and the shard size, so the sample changes from head to head and step to step yet a run is
-// reproducible. Heavy count h = VAttentionParams::heavy, or 1% of the shard's keys when 0.
+// Draws are coupled across the heads of a GQA group (AttendGroup; Attend is a group of one): one
+// uniformly random order of the shard's keys, drawn lazily, from which each head takes the first
+// keys outside its deterministic set (one order for the base samples, a second, later in the same
+// stream, for the samples). Each head's sample is then a uniform subset of its residual, the
+// same law as an independent draw per head, while the group's heads share most of their keys, so
+// the rows the kernel reads are about the largest sample instead of the sum of them. The stream
+// is std::mt19937_64 seeded with the estimator's seed mixed with a hash of the group's queries and
+// the shard size, so the sample changes from step to step yet a run is reproducible. Heavy count
+// h = VAttentionParams::heavy, or 1% of the shard's keys when 0.
 //
 // Thread-safety: immutable after construction; Attend is const (each thread its own scratch).
 #ifndef MAGICPIG_COMMON_ATTENTION_VATTENTION_H_
@@ -59,15 +65,20 @@ class VAttentionEstimator final : public Estimator {
   VAttentionEstimator(const VAttentionParams& params, uint64_t seed,
                       SimdLevel simd_level = ActiveSimdLevel());
 
-  // The float64 reference (scalar logits and value sums).
+  // The float64 reference (scalar logits and value sums) for one head: AttendGroupReference with
+  // g = 1.
   absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
                                           const uint16_t* q_codes, float scale,
                                           Scratch* scratch) const override;
+  // The float64 reference of AttendGroup: the same heavy sets and coupled draws, scalar logits
+  // and value sums. AttendGroup falls back to it where the kernels do not take the shard.
+  absl::Status AttendGroupReference(const KvShard& shard, const float* q, const uint16_t* q_codes,
+                                    int g, float scale, Scratch* scratch,
+                                    PartialAttention* out) const;
   // The SIMD path: every key's logit from the group kernel's score pass (fp32), the heavy set,
-  // base sample and sample chosen from those as Attend chooses them, then the heavy and sampled
-  // rows attended by the group kernel (each row read once for the group) and merged, the
-  // sampled part's lse shifted by ln(n_s / b). Falls back to Attend per head where the kernels do
-  // not take the shard.
+  // base sample and sample chosen from those as AttendGroupReference chooses them, then the heavy
+  // and sampled rows attended by the group kernel (each row read once for the group) and merged,
+  // the sampled part's lse shifted by ln(n_s / b).
   absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
                            float scale, Scratch* scratch, PartialAttention* out) const override;
 
@@ -95,17 +106,23 @@ class VAttentionLshEstimator final : public Estimator {
   // head's candidates, base sample and sample attended by the group kernel in fp32 (the base
   // sample's sums of exp(logit) and of its square from one keys-only kernel pass); the
   // sample's part shifted by ln(n_s / b) and merged with the candidates'. The same draws as
-  // Attend; the sample size can differ where Attend's float64 spread and the kernel's fp32 one
-  // round across an integer. Falls back to Attend per head where the kernels do not take the
-  // shard.
+  // AttendGroupReference; the sample size can differ where its float64 spread and the kernel's
+  // fp32 one round across an integer.
   absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
                            float scale, Scratch* scratch, PartialAttention* out) const override;
 
-  // INVALID_ARGUMENT additionally if the shard's tables are not (K, L) (learned codes: a shard
-  // without them) or q_codes is null.
+  // The float64 reference for one head (AttendGroupReference with g = 1). INVALID_ARGUMENT
+  // additionally if the shard's tables are not (K, L) (learned codes: a shard without them) or
+  // q_codes is null.
   absl::StatusOr<PartialAttention> Attend(const KvShard& shard, const float* q,
                                           const uint16_t* q_codes, float scale,
                                           Scratch* scratch) const override;
+  // The float64 reference of AttendGroup (q_codes [g][L]): the same candidates and coupled draws,
+  // scalar logits and value sums. AttendGroup falls back to it where the kernels do not take the
+  // shard.
+  absl::Status AttendGroupReference(const KvShard& shard, const float* q, const uint16_t* q_codes,
+                                    int g, float scale, Scratch* scratch,
+                                    PartialAttention* out) const;
 
   const VAttentionParams& params() const { return params_; }
   // > 0 for candidates from learned codes (the fraction retrieved), 0 for the tables.

@@ -207,6 +207,71 @@ TEST(VAttentionTest, NumeratorAndDenominatorAreUnbiased) {
   }
 }
 
+// The group paths draw one key order for all heads of a group (vattention.h): each head's N and D
+// must stay unbiased over draw seeds, every head at once (three heads with different queries, so
+// different deterministic sets and sample sizes), on the SIMD path and its float64 reference.
+TEST(VAttentionTest, CoupledGroupDrawsAreUnbiasedPerHead) {
+  const Problem p = MakeProblem(1500, 32, 0.35f, 3);
+  const int g = 3;
+  std::vector<float> q;
+  std::vector<uint16_t> codes;
+  std::vector<Exact> exact;
+  for (int h = 0; h < g; ++h) {
+    const std::vector<float> qh = Query(p.d, 4 + h);
+    q.insert(q.end(), qh.begin(), qh.end());
+    const std::vector<uint16_t> ch = CodesOf(p, qh);
+    codes.insert(codes.end(), ch.begin(), ch.end());
+    exact.push_back(BruteForce(p, qh, 1.0f));
+  }
+  const VAttentionParams params{.epsilon = 0.3, .delta = 0.3, .heavy = 5, .base_rate = 0.01};
+  EstimatorScratch scratch;
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool use_lsh = variant % 2 == 1, reference = variant >= 2;
+    const int runs = 1200;
+    // [run][head]: D̂ / D, and N̂ / D at coordinate 3.
+    std::vector<double> dens(static_cast<size_t>(runs * g)), nums(dens.size());
+    for (int r = 0; r < runs; ++r) {
+      VAttentionEstimator va(params, 5000 + r);
+      VAttentionLshEstimator lsh(6, 20, params, 5000 + r);
+      std::vector<PartialAttention> out(g);
+      absl::Status st;
+      if (reference) {
+        st = use_lsh ? lsh.AttendGroupReference(*p.shard, q.data(), codes.data(), g, 1.0f, &scratch,
+                                                out.data())
+                     : va.AttendGroupReference(*p.shard, q.data(), codes.data(), g, 1.0f, &scratch,
+                                               out.data());
+      } else {
+        const Estimator& est = use_lsh ? static_cast<const Estimator&>(lsh) : va;
+        st = est.AttendGroup(*p.shard, q.data(), codes.data(), g, 1.0f, &scratch, out.data());
+      }
+      ASSERT_TRUE(st.ok()) << st;
+      for (int h = 0; h < g; ++h) {
+        const double ratio = std::exp(static_cast<double>(out[h].lse) - exact[h].lse());
+        dens[r * g + h] = ratio;
+        nums[r * g + h] = out[h].o[3] * ratio;
+      }
+    }
+    for (int h = 0; h < g; ++h) {
+      for (int which = 0; which < 2; ++which) {
+        const std::vector<double>& x = which == 0 ? dens : nums;
+        const double want = which == 0 ? 1.0 : exact[h].o()[3];
+        double s = 0, s2 = 0;
+        for (int r = 0; r < runs; ++r) {
+          s += x[r * g + h];
+          s2 += x[r * g + h] * x[r * g + h];
+        }
+        const double mean = s / runs;
+        const double se = std::sqrt(std::max(0.0, s2 / runs - mean * mean) / runs);
+        EXPECT_GT(se, 0.0) << "head " << h << ": the estimate never varied";
+        EXPECT_LE(std::fabs(mean - want), 4.5 * se + 1e-12)
+            << (which == 0 ? "D" : "N") << " head " << h << (use_lsh ? " lsh" : " va")
+            << (reference ? " reference" : " simd") << ": mean " << mean << " want " << want
+            << " se " << se;
+      }
+    }
+  }
+}
+
 // The fraction of `queries` whose denominator estimate is within epsilon, and the mean keys
 // touched; query i is make_query(i).
 template <typename MakeQuery>
@@ -294,10 +359,11 @@ TEST(VAttentionTest, HeavyHittersAreKeptDeterministically) {
   EXPECT_LT(RelL2(got->o, e.o()), 1e-6);  // the rest weighs e^-40
 }
 
-// The SIMD group paths (fp32) follow the float64 paths: same heavy sets and draws on keys without
-// near-ties, so the outputs agree to float rounding; n_touched equal unless an fp32 spread rounds
-// the sample size across an integer (then the draws differ: counted, and must stay rare).
-TEST(VAttentionTest, GroupPathMatchesPerHeadReference) {
+// The SIMD group paths (fp32) follow the float64 group references: same heavy sets and draws on
+// keys without near-ties, so the outputs agree to float rounding; n_touched equal unless an fp32
+// spread rounds the sample size across an integer (then the draws differ: counted, and must stay
+// rare).
+TEST(VAttentionTest, GroupPathMatchesGroupReference) {
   const Problem p = MakeProblem(1200, 32, 0.3f, 12, 6, 20);
   const int g = 5;
   std::vector<float> q;
@@ -317,10 +383,15 @@ TEST(VAttentionTest, GroupPathMatchesPerHeadReference) {
     std::vector<PartialAttention> out(g);
     ASSERT_TRUE(
         est->AttendGroup(*p.shard, q.data(), codes.data(), g, 0.5f, &scratch, out.data()).ok());
+    std::vector<PartialAttention> refs(g);
+    const absl::Status st = est == &va ? va.AttendGroupReference(*p.shard, q.data(), codes.data(),
+                                                                 g, 0.5f, &scratch, refs.data())
+                                       : lsh.AttendGroupReference(*p.shard, q.data(), codes.data(),
+                                                                  g, 0.5f, &scratch, refs.data());
+    ASSERT_TRUE(st.ok()) << st;
     int differ = 0;
     for (int h = 0; h < g; ++h) {
-      auto ref = est->Attend(*p.shard, q.data() + h * p.d, codes.data() + h * 20, 0.5f, &scratch);
-      ASSERT_TRUE(ref.ok());
+      const PartialAttention* ref = &refs[h];
       if (out[h].n_touched != ref->n_touched) {
         ++differ;
         continue;
