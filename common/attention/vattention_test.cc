@@ -12,9 +12,11 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/attention/kv_shard.h"
 #include "common/attention/simhash.h"
 #include "gtest/gtest.h"
@@ -160,6 +162,22 @@ TEST(VAttentionTest, KeepingEveryKeyIsExactAttention) {
   }
 }
 
+// The mean of x[r * stride + offset] over r in [0, runs) is within 4.5 Monte Carlo standard
+// errors of want (and the values vary).
+void ExpectUnbiased(const std::vector<double>& x, size_t stride, size_t offset, int runs,
+                    double want, const std::string& what) {
+  double s = 0, s2 = 0;
+  for (int r = 0; r < runs; ++r) {
+    s += x[r * stride + offset];
+    s2 += x[r * stride + offset] * x[r * stride + offset];
+  }
+  const double mean = s / runs;
+  const double se = std::sqrt(std::max(0.0, s2 / runs - mean * mean) / runs);
+  EXPECT_GT(se, 0.0) << what << ": the estimate never varied";
+  EXPECT_LE(std::fabs(mean - want), 4.5 * se + 1e-12)
+      << what << ": mean " << mean << " want " << want << " se " << se;
+}
+
 // N and D are unbiased: their means over draw seeds approach the exact sums within Monte Carlo
 // error (4.5 standard errors; D relative to the exact D, N per coordinate).
 TEST(VAttentionTest, NumeratorAndDenominatorAreUnbiased) {
@@ -188,22 +206,11 @@ TEST(VAttentionTest, NumeratorAndDenominatorAreUnbiased) {
     }
     mean_b /= runs;
     EXPECT_LT(mean_b, 0.8 * p.n) << "the bound should leave keys unread";
-    auto check = [&](const std::vector<double>& x, size_t stride, size_t offset, double want,
-                     const char* what) {
-      double s = 0, s2 = 0;
-      for (int r = 0; r < runs; ++r) {
-        s += x[r * stride + offset];
-        s2 += x[r * stride + offset] * x[r * stride + offset];
-      }
-      const double mean = s / runs;
-      const double se = std::sqrt(std::max(0.0, s2 / runs - mean * mean) / runs);
-      EXPECT_GT(se, 0.0) << what << ": the estimate never varied";
-      EXPECT_LE(std::fabs(mean - want), 4.5 * se + 1e-12)
-          << what << (use_lsh ? " (lsh)" : "") << ": mean " << mean << " want " << want << " se "
-          << se;
-    };
-    check(dens, 1, 0, 1.0, "D");
-    for (int64_t t = 0; t < p.d; t += 5) check(nums, p.d, t, e.o()[t], "N");
+    const std::string suffix = use_lsh ? " (lsh)" : "";
+    ExpectUnbiased(dens, 1, 0, runs, 1.0, "D" + suffix);
+    for (int64_t t = 0; t < p.d; t += 5) {
+      ExpectUnbiased(nums, p.d, t, runs, e.o()[t], "N" + suffix);
+    }
   }
 }
 
@@ -252,22 +259,10 @@ TEST(VAttentionTest, CoupledGroupDrawsAreUnbiasedPerHead) {
       }
     }
     for (int h = 0; h < g; ++h) {
-      for (int which = 0; which < 2; ++which) {
-        const std::vector<double>& x = which == 0 ? dens : nums;
-        const double want = which == 0 ? 1.0 : exact[h].o()[3];
-        double s = 0, s2 = 0;
-        for (int r = 0; r < runs; ++r) {
-          s += x[r * g + h];
-          s2 += x[r * g + h] * x[r * g + h];
-        }
-        const double mean = s / runs;
-        const double se = std::sqrt(std::max(0.0, s2 / runs - mean * mean) / runs);
-        EXPECT_GT(se, 0.0) << "head " << h << ": the estimate never varied";
-        EXPECT_LE(std::fabs(mean - want), 4.5 * se + 1e-12)
-            << (which == 0 ? "D" : "N") << " head " << h << (use_lsh ? " lsh" : " va")
-            << (reference ? " reference" : " simd") << ": mean " << mean << " want " << want
-            << " se " << se;
-      }
+      const std::string what =
+          absl::StrCat(" head ", h, use_lsh ? " lsh" : " va", reference ? " reference" : " simd");
+      ExpectUnbiased(dens, g, h, runs, 1.0, "D" + what);
+      ExpectUnbiased(nums, g, h, runs, exact[h].o()[3], "N" + what);
     }
   }
 }
