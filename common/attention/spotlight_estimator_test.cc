@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/attention/kv_shard.h"
+#include "common/attention/monte_carlo_expect.h"
 #include "common/attention/simhash.h"
 #include "common/attention/vattention.h"
 #include "gtest/gtest.h"
@@ -267,21 +268,9 @@ TEST(VAttentionSpotlight, NumeratorAndDenominatorAreUnbiased) {
     touched += static_cast<double>(got->n_touched);
   }
   EXPECT_LT(touched / runs, 0.8 * p.n) << "the bound should leave keys unread";
-  auto check = [&](const std::vector<double>& x, size_t stride, size_t offset, double want,
-                   const char* what) {
-    double s = 0, s2 = 0;
-    for (int r = 0; r < runs; ++r) {
-      s += x[r * stride + offset];
-      s2 += x[r * stride + offset] * x[r * stride + offset];
-    }
-    const double mean = s / runs;
-    const double se = std::sqrt(std::max(0.0, s2 / runs - mean * mean) / runs);
-    EXPECT_GT(se, 0.0) << what << ": the estimate never varied";
-    EXPECT_LE(std::fabs(mean - want), 4.5 * se + 1e-12)
-        << what << ": mean " << mean << " want " << want << " se " << se;
-  };
-  check(dens, 1, 0, 1.0, "D");
-  for (int64_t t = 0; t < p.d; t += 5) check(nums, p.d, t, exact.o[t], "N");
+  test_util::ExpectUnbiased(dens, 1, 0, runs, 1.0, "D");
+  for (int64_t t = 0; t < p.d; t += 5)
+    test_util::ExpectUnbiased(nums, p.d, t, runs, exact.o[t], "N");
 }
 
 TEST(VAttentionSpotlight, GroupPathMatchesReferenceAndRejectsTables) {

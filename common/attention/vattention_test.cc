@@ -18,11 +18,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/attention/kv_shard.h"
+#include "common/attention/monte_carlo_expect.h"
 #include "common/attention/simhash.h"
 #include "gtest/gtest.h"
 
 namespace magicpig::attention {
 namespace {
+
+using test_util::ExpectUnbiased;
 
 struct Problem {
   int64_t n = 0, d = 0;
@@ -160,22 +163,6 @@ TEST(VAttentionTest, KeepingEveryKeyIsExactAttention) {
       }
     }
   }
-}
-
-// The mean of x[r * stride + offset] over r in [0, runs) is within 4.5 Monte Carlo standard
-// errors of want (and the values vary).
-void ExpectUnbiased(const std::vector<double>& x, size_t stride, size_t offset, int runs,
-                    double want, const std::string& what) {
-  double s = 0, s2 = 0;
-  for (int r = 0; r < runs; ++r) {
-    s += x[r * stride + offset];
-    s2 += x[r * stride + offset] * x[r * stride + offset];
-  }
-  const double mean = s / runs;
-  const double se = std::sqrt(std::max(0.0, s2 / runs - mean * mean) / runs);
-  EXPECT_GT(se, 0.0) << what << ": the estimate never varied";
-  EXPECT_LE(std::fabs(mean - want), 4.5 * se + 1e-12)
-      << what << ": mean " << mean << " want " << want << " se " << se;
 }
 
 // N and D are unbiased: their means over draw seeds approach the exact sums within Monte Carlo
