@@ -234,6 +234,11 @@ uint64_t GroupSeed(uint64_t seed, const float* q, int g, const KvShard& shard) {
   return DrawSeed(seed, q, g * shard.dim(), shard.size());
 }
 
+// Step 3's weight n_s / b of each sampled key (0 when nothing is sampled).
+double SampleWeight(int64_t n_s, int64_t b) {
+  return b > 0 ? static_cast<double>(n_s) / static_cast<double>(b) : 0.0;
+}
+
 // Step 1 for every head: the base sample sizes.
 std::vector<int64_t> BaseNeeds(const GroupSampler& sampler, size_t g, const VAttentionParams& p) {
   std::vector<int64_t> need(g, 0);
@@ -318,11 +323,9 @@ void ReferenceGroup(const KvShard& shard, const float* q, int gc,
   sampler.Draw(need, &rows, &masks);
   for (size_t h = 0; h < g; ++h) {
     (*sample)[h] = ListOf(rows, masks, static_cast<int>(h));
-    const double weight =
-        need[h] > 0 ? static_cast<double>(sampler.residual(h)) / static_cast<double>(need[h]) : 0.0;
     out[h] = Accumulate(
-        shard, heavy[h], (*sample)[h], weight, [&](int32_t i) { return logit(h, i); },
-        &scratch->acc);
+        shard, heavy[h], (*sample)[h], SampleWeight(sampler.residual(h), need[h]),
+        [&](int32_t i) { return logit(h, i); }, &scratch->acc);
   }
 }
 
@@ -478,10 +481,8 @@ absl::Status VAttentionEstimator::AttendGroup(const KvShard& shard, const float*
                              static_cast<int64_t>(rows.size()), masks.data(), nullptr, scratch,
                              sampled.data());
     for (size_t h = 0; h < gs; ++h) {
-      const double weight =
-          need[h] > 0 ? static_cast<double>(sampler.residual(h)) / static_cast<double>(need[h])
-                      : 0.0;
-      out[h0 + h] = MergeWeighted(std::move(exact[h]), std::move(sampled[h]), weight);
+      out[h0 + h] = MergeWeighted(std::move(exact[h]), std::move(sampled[h]),
+                                  SampleWeight(sampler.residual(h), need[h]));
       out[h0 + h].n_touched = static_cast<int64_t>(heavy[h].size()) + need[h];
     }
   }
@@ -620,7 +621,8 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
     GroupSampler sampler(n, heavy, GroupSeed(seed_, qg, gc, shard), scratch);
     std::vector<int32_t> base_rows, rows;
     std::vector<uint32_t> base_masks, masks;
-    sampler.Draw(BaseNeeds(sampler, gs, params_), &base_rows, &base_masks);
+    const std::vector<int64_t> base_need = BaseNeeds(sampler, gs, params_);  // at most n_s each
+    sampler.Draw(base_need, &base_rows, &base_masks);
     std::vector<PartialAttention> exact(gs);
     if (spotlight_fraction_ > 0) {
       internal::RunOnLists(kernel, shard, qg, gc, scale, heavy, scratch, exact.data());
@@ -638,12 +640,11 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
     for (size_t h = 0; h < gs; ++h) {
       const int64_t n_s = sampler.residual(h);
       if (n_s == 0) continue;
-      int64_t nb = 0;
-      for (uint32_t m : base_masks) nb += (m >> h) & 1;
       const double m = std::max<double>(exact[h].lse, lse1[h]);
       need[h] = SizeFromSums(std::exp(static_cast<double>(exact[h].lse) - m),
                              std::exp(static_cast<double>(lse1[h]) - m),
-                             std::exp(static_cast<double>(lse2[h]) - 2 * m), nb, n_s, params_, z_);
+                             std::exp(static_cast<double>(lse2[h]) - 2 * m), base_need[h], n_s,
+                             params_, z_);
     }
     sampler.Draw(need, &rows, &masks);
     std::vector<PartialAttention> sampled(gs);
@@ -667,10 +668,8 @@ absl::Status VAttentionLshEstimator::AttendGroup(const KvShard& shard, const flo
       for (; m != 0; m &= m - 1) ++touched[static_cast<size_t>(__builtin_ctz(m))];
     }
     for (size_t h = 0; h < gs; ++h) {
-      const double weight =
-          need[h] > 0 ? static_cast<double>(sampler.residual(h)) / static_cast<double>(need[h])
-                      : 0.0;
-      out[h0 + h] = MergeWeighted(std::move(exact[h]), std::move(sampled[h]), weight);
+      out[h0 + h] = MergeWeighted(std::move(exact[h]), std::move(sampled[h]),
+                                  SampleWeight(sampler.residual(h), need[h]));
       out[h0 + h].n_touched = touched[h];
     }
   }

@@ -101,6 +101,18 @@ std::vector<uint16_t> CodesOf(const Problem& p, const std::vector<float>& q) {
   return c;
 }
 
+// The queries ([g][d]) and SimHash codes ([g][L]) of g heads, head h's query from seed
+// first_seed + h.
+void GroupQueries(const Problem& p, int g, uint32_t first_seed, std::vector<float>* q,
+                  std::vector<uint16_t>* codes) {
+  for (int h = 0; h < g; ++h) {
+    const std::vector<float> qh = Query(p.d, first_seed + h);
+    q->insert(q->end(), qh.begin(), qh.end());
+    const std::vector<uint16_t> ch = CodesOf(p, qh);
+    codes->insert(codes->end(), ch.begin(), ch.end());
+  }
+}
+
 double RelL2(const std::vector<float>& got, const std::vector<double>& want) {
   double num = 0, den = 0;
   for (size_t t = 0; t < want.size(); ++t) {
@@ -211,13 +223,10 @@ TEST(VAttentionTest, CoupledGroupDrawsAreUnbiasedPerHead) {
   const int g = 3;
   std::vector<float> q;
   std::vector<uint16_t> codes;
+  GroupQueries(p, g, 4, &q, &codes);
   std::vector<Exact> exact;
   for (int h = 0; h < g; ++h) {
-    const std::vector<float> qh = Query(p.d, 4 + h);
-    q.insert(q.end(), qh.begin(), qh.end());
-    const std::vector<uint16_t> ch = CodesOf(p, qh);
-    codes.insert(codes.end(), ch.begin(), ch.end());
-    exact.push_back(BruteForce(p, qh, 1.0f));
+    exact.push_back(BruteForce(p, Query(p.d, 4 + h), 1.0f));  // head h's query, as above
   }
   EstimatorScratch scratch;
   for (int variant = 0; variant < 8; ++variant) {
@@ -354,12 +363,7 @@ TEST(VAttentionTest, GroupPathMatchesGroupReference) {
   const int g = 5;
   std::vector<float> q;
   std::vector<uint16_t> codes;
-  for (int h = 0; h < g; ++h) {
-    const std::vector<float> qh = Query(p.d, 20 + h);
-    q.insert(q.end(), qh.begin(), qh.end());
-    const std::vector<uint16_t> ch = CodesOf(p, qh);
-    codes.insert(codes.end(), ch.begin(), ch.end());
-  }
+  GroupQueries(p, g, 20, &q, &codes);
   const VAttentionParams params{.epsilon = 0.1, .delta = 0.1};
   VAttentionEstimator va(params, 5);
   VAttentionLshEstimator lsh(6, 20, params, 5);
