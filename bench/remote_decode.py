@@ -70,7 +70,9 @@ def cpu_seconds(pid):
 
 def start_server(gpu, model, threads, nodes, batch, ping_pong, coalesce, placement, cores=None):
     args = [gpu, "--model", model, "--listen", "127.0.0.1:0", "--threads", str(threads),
-            "--max-batch", str(batch), "--ping-pong", ping_pong, "--coalesce-attend", coalesce]
+            "--max-batch", str(batch), "--ping-pong", ping_pong, "--coalesce-attend", coalesce,
+            # Measure the sampled path (and the nodes) at every depth, 1K included.
+            "--sparse-min-keys", "1"]
     if nodes:
         args += ["--attention-nodes", ",".join(nodes), "--placement", placement, "--insecure"]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

@@ -88,6 +88,7 @@ TEST_F(EvalModelTest, ForkMatchesEngineGenerate) {
         attention::EstimatorKind::kTopK}) {
     engine::SparseAttentionOptions a;
     a.mode = mode;
+    a.min_offload_keys = 1;  // as the fork's options (OneBlock) on this short prompt
     engine::GenerateRequest req;
     req.prompt = p->tokens;
     req.max_tokens = 12;
@@ -147,6 +148,7 @@ TEST_F(EvalModelTest, FeedBatchGivesEachBranchItsOwnLogits) {
     for (const Spec& sp : specs) {
       engine::SparseAttentionOptions a;
       a.mode = sp.mode;
+      a.min_offload_keys = 1;  // short prompts
       absl::StatusOr<std::unique_ptr<Branch>> b = dec.Fork(prefixes[sp.prefix], a, 8);
       EXPECT_TRUE(b.ok()) << b.status();
       if (b.ok()) out.push_back(std::move(*b));

@@ -143,6 +143,7 @@ absl::Status ForkDecoder::FeedBatch(absl::Span<Branch* const> branches,
 engine::SparseAttentionOptions OneBlock() {
   engine::SparseAttentionOptions a;
   a.shard_block = int64_t{1} << 20;
+  a.min_offload_keys = 1;
   return a;
 }
 

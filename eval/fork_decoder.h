@@ -107,7 +107,9 @@ class ForkDecoder {
 
 // Attention options with the whole prompt region in one shard block. The evaluation matches
 // budgets: top-k and oracle sampling apply their budget per block, so with the engine's default
-// 4096-token blocks a 6K prompt would give them twice the keys MagicPIG touched.
+// 4096-token blocks a 6K prompt would give them twice the keys MagicPIG touched. It also judges
+// the estimators at every length: a layer samples as soon as its offloaded region holds a key
+// (the serving default waits for SparseAttentionOptions::kDefaultMinOffloadKeys).
 engine::SparseAttentionOptions OneBlock();
 
 // The greedy choice (the engine's Sampler at temperature 0).

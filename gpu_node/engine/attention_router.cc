@@ -177,9 +177,10 @@ absl::Status SparseAttentionRouter::OffloadNew(int64_t layer, const backend::KvL
                                                int64_t n_tokens) {
   Layer& st = layers_[static_cast<size_t>(layer)];
   if (!st.offloaded) {
-    // Offload [n_sinks, n - n_local) once it holds anything (at prefill for any real prompt).
+    // Offload [n_sinks, n - n_local) once it holds min_offload_keys (at prefill for any long
+    // prompt, else at the decode step that makes it that long).
     const int64_t begin = options_.n_sinks, end = n_tokens - options_.n_local;
-    if (end - begin < 1) return absl::OkStatus();
+    if (end - begin < std::max<int64_t>(1, options_.min_offload_keys)) return absl::OkStatus();
     return Offload(layer, cache, begin, end);
   }
   // Window overflow: its oldest tokens (all but the last n_local) join the append segment.

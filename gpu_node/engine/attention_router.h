@@ -13,8 +13,10 @@
 // inserts).
 //
 // The shard partials use centred keys, so their lse is shifted back by scale * (q . c) before the
-// merge; the static part uses the raw fp16 cache. Layers whose offloaded region would be empty
-// (short prompts) stay exact until it is not.
+// merge; the static part uses the raw fp16 cache. A sparse layer whose offloaded region would hold
+// fewer than min_offload_keys keys (short prompts) stays exact until it holds that many: below
+// about 1.5K keys the sampled path's fixed costs per layer (the query hash, the window, the
+// retrieval's bucket lookups) exceed exact attention over the whole region (docs/benchmarks.md).
 //
 // Where the offloaded rows live, and recovery from a lost attention node:
 // - keep (embedded mode, evaluation): the compute node's fp16 cache still holds every position.
@@ -69,6 +71,11 @@ struct SparseAttentionOptions {
   int64_t n_sinks = 4;
   int64_t n_local = 64;
   int64_t window_budget = 64 + 256;
+  // A sparse layer stays exact until [n_sinks, n - n_local) holds this many keys (>= 1).
+  int64_t min_offload_keys = kDefaultMinOffloadKeys;
+  // Where decoding with SmolLM2 (d = 64) on 2 threads stopped being slower with magicpig(10, 150)
+  // than with exact attention (docs/benchmarks.md).
+  static constexpr int64_t kDefaultMinOffloadKeys = 1536;
   std::vector<int64_t> dense_layers;  // empty: {0, n_layer / 2}
   attention::KvStorage storage = attention::KvStorage::kBf16;
   // The prompt region is stored in blocks of this many tokens (the last block also takes the

@@ -130,6 +130,7 @@ TEST(DevicePathTest, MagicPigThroughTheHostMirrorEqualsTheCpuBackends) {
   EngineOptions options;  // MagicPIG by default
   options.attention.n_sinks = 4;
   options.attention.n_local = 8;
+  options.attention.min_offload_keys = 1;  // short test prompts
   options.num_threads = 1;
   auto cpu = MakeEngine(testing::SmallModel(3), std::make_unique<backend::CpuBackend>(1), options);
   auto device = std::make_unique<testing::FakeDeviceBackend>(1);
@@ -182,6 +183,7 @@ TEST(DevicePathTest, MemoryGaugesFollowTheLiveCaches) {
   EngineOptions options;  // MagicPIG: the device cache gets a host mirror
   options.attention.n_sinks = 4;
   options.attention.n_local = 8;
+  options.attention.min_offload_keys = 1;  // short test prompts
   options.metrics_registry = &registry;
   auto device = std::make_unique<testing::FakeDeviceBackend>(1);
   testing::FakeDeviceBackend* fake = device.get();

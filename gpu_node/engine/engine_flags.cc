@@ -78,6 +78,12 @@ void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* atte
       "spotlight-file", &attention->spotlight_file, "FILE.spot",
       "trained spotlight hashes for this model (eval/spotlight/train.py; docs/spotlight.md), "
       "read at start; needed by --attention spotlight and by requests that choose it");
+  table.Number("sparse-min-keys", &attention->min_offload_keys,
+               "a sparse layer attends exactly until its offloaded region (the prompt minus the "
+               "sinks and the local window, then the tokens that leave the window) holds this "
+               "many keys; below about 1.5K keys the sampled path costs more than exact attention "
+               "(docs/benchmarks.md). 1: sample as soon as there is anything to sample",
+               int64_t{1}, int64_t{1} << 40);
   table.Number("shard-block", &attention->shard_block,
                "tokens per block of the offloaded prompt region; each block has its own KV shard "
                "and LSH tables, attended separately and merged in order (embedded and on attention "

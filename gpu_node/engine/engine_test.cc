@@ -1,5 +1,6 @@
 #include "gpu_node/engine/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -45,6 +46,8 @@ SparseAttentionOptions SmallMagicPig() {
   pig.lsh_l = 8;
   pig.n_local = 8;
   pig.window_budget = 12;
+  // Short test prompts: sample from the first offloaded key (the product waits for 1536).
+  pig.min_offload_keys = 1;
   return pig;
 }
 
@@ -55,6 +58,7 @@ TEST(EngineTest, SparseDecodeSplitAndMergeIsExact) {
   exact.dense_layers = {0};
   exact.n_local = 8;
   exact.window_budget = 12;
+  exact.min_offload_keys = 1;
   exact.storage = KvStorage::kF32;
   exact.shard_block = 16;  // several blocks, merged in order
   auto full = MakeEngine();
@@ -84,6 +88,42 @@ TEST(EngineTest, SparseDecodeSplitAndMergeIsExact) {
   EXPECT_GT(c->stats.sampled_fraction(), 0.0);
   EXPECT_LT(c->stats.sampled_fraction(), 1.0);
   EXPECT_GT(c->stats.attention_shard_bytes, 0);
+}
+
+// A sparse layer stays exact until its offloaded region holds min_offload_keys keys: with the
+// threshold above the prompt's region the first steps are exact attention (the tokens of the full
+// run, nothing offloaded), and the step at which the region reaches it starts sampling; with a
+// threshold never reached the whole run is the full run.
+TEST(EngineTest, LayersStayExactUntilTheRegionHoldsMinOffloadKeys) {
+  auto full = MakeEngine();
+  GenerateRequest req;
+  req.prompt = full->tokenizer().Encode(
+      "a long prompt about many things: the cat, the dog, the bird and the fish all went to the "
+      "market to buy bread and milk and honey for the winter",
+      false);
+  const int64_t region = static_cast<int64_t>(req.prompt.size()) - 4 - 8;  // sinks, local
+  ASSERT_GT(region, 20);
+  req.max_tokens = 40;
+  req.ignore_eos = true;
+  auto exact = full->Generate(req, {});
+  ASSERT_TRUE(exact.ok()) << exact.status();
+
+  SparseAttentionOptions later = SmallMagicPig();
+  later.min_offload_keys = region + 10;  // reached by the 10th decode step
+  auto a = MakeEngine(0, 256, later)->Generate(req, {});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->tokens.size(), exact->tokens.size());
+  EXPECT_TRUE(std::equal(a->tokens.begin(), a->tokens.begin() + 10, exact->tokens.begin()));
+  EXPECT_GT(a->stats.attention_keys_offloaded, 0);
+  EXPECT_GT(a->stats.sampled_fraction(), 0.0);
+  EXPECT_LT(a->stats.sampled_fraction(), 1.0);
+
+  SparseAttentionOptions never = SmallMagicPig();
+  never.min_offload_keys = int64_t{1} << 30;
+  auto b = MakeEngine(0, 256, never)->Generate(req, {});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->tokens, exact->tokens);
+  EXPECT_EQ(b->stats.attention_keys_offloaded, 0);
 }
 
 // Phase timers: off they read no clock (all zero); on they time every sparse decode step, and
@@ -216,6 +256,7 @@ TEST(EngineTest, BatchedStepsGiveEachSequenceItsOwnTokens) {
   exact.dense_layers = {0};
   exact.n_local = 4;
   exact.window_budget = 8;
+  exact.min_offload_keys = 1;
   exact.storage = KvStorage::kF32;
   for (const SparseAttentionOptions& attention : {FullAttention(), exact}) {
     auto e = MakeEngine(0, 256, attention);

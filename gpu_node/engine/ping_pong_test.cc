@@ -30,7 +30,8 @@ EngineOptions ExactSparse(int64_t shard_block = 16) {
   o.attention.budget = 1 << 20;
   o.attention.dense_layers = {0};
   o.attention.n_local = 4;
-  o.attention.window_budget = 8;  // generated tokens overflow into the shards too
+  o.attention.window_budget = 8;     // generated tokens overflow into the shards too
+  o.attention.min_offload_keys = 1;  // short test prompts
   o.attention.storage = KvStorage::kF32;
   o.attention.shard_block = shard_block;
   return o;

@@ -23,6 +23,7 @@ engine::EngineOptions Sparse() {
   o.attention.n_sinks = 2;
   o.attention.n_local = 4;
   o.attention.window_budget = 8;
+  o.attention.min_offload_keys = 1;  // short test prompts
   o.attention.shard_block = 16;
   return o;
 }

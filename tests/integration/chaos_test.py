@@ -35,7 +35,9 @@ import time
 ENV = dict(os.environ, MAGICPIG_SIMD="avx2")
 COMPUTE_FLAGS = ["--threads", "2", "--max-batch", "8", "--max-queue", "64", "--shard-block",
                  "256", "--placement", "spread", "--attend-timeout-ms", "1500",
-                 "--log-level", "warning"]
+                 "--log-level", "warning",
+                 # The prompts are a few hundred tokens: offload them (and so use the nodes) anyway.
+                 "--sparse-min-keys", "1"]
 MAX_TOKENS = 16
 
 

@@ -96,6 +96,7 @@ std::unique_ptr<engine::Engine> LoadEngine(
   options.num_threads = 2;
   options.attention_nodes = nodes;
   options.attention.shard_block = 256;
+  options.attention.min_offload_keys = 1;  // prompts of a few hundred tokens
   // Every sequence over every node: the tests below are about blocks on several nodes (merging,
   // losing one); packed placement is covered by engine_ping_pong_test.
   options.placement = remote::Placement::kSpread;

@@ -108,7 +108,8 @@ def main():
         assert m, "attention node did not start"
         gpu = subprocess.Popen([GPU_NODE, "--model", MODEL, "--listen", "127.0.0.1:0",
                                 "--threads", "1", "--attention-nodes", m.group(1),
-                                "--insecure"],
+                                # short prompts: offload them to the node anyway
+                                "--sparse-min-keys", "1", "--insecure"],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         procs.append(gpu)
         g = re.match(r"listening on .+:(\d+)", gpu.stdout.readline())

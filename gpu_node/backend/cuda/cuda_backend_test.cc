@@ -717,6 +717,7 @@ TEST(CudaBackendTest, MagicPigFollowsTheCpuFloatPath) {
   engine::EngineOptions options;  // MagicPIG by default
   options.attention.n_sinks = 4;
   options.attention.n_local = 8;
+  options.attention.min_offload_keys = 1;  // short test prompts
   auto cpu = MakeEngine(testing::SmallModel(3), false, options);
   auto gpu = MakeEngine(testing::SmallModel(3), true, options);
   ASSERT_NE(cpu, nullptr);
