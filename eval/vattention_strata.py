@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Would stratifying vattention-lsh's residual sample pay? A NumPy study on real keys and queries.
+
+vattention-lsh (common/attention/vattention.h) attends MagicPIG's candidates (keys colliding with
+the query in >= 2 of L SimHash tables) exactly and estimates the rest of the denominator D from one
+uniform sample sized by the CLT bound. This script measures, per (sparse layer, query head, query)
+of query/key dumps (magicpig_dump_qk, eval/spotlight/collect.py), the share of the true top 1% of
+keys that the candidates hold, and for several designs of the residual sample the keys touched and
+the share of queries whose estimate of D is within epsilon of the truth (the bound asks for
+>= 1 - delta):
+
+- oracle sizes (the sample size the CLT bound asks for with the residual's true spread): uniform,
+  and stratified with Neyman allocation b_s ~ n_s sigma_s over strata by collision count (0 or 1
+  table) and by key-norm quantile (4 or 8 buckets);
+- realised: each stratum's spread from its own base sample of max(2, rate * n_s) keys, as the
+  estimator does, then the sample drawn and D estimated.
+
+The keys are centred per kv head before hashing (as the engine centres them); logits use the raw
+keys. SimHash planes are Gaussian, K x L per kv head, seeded; the dumps' last queries are scored
+against the whole offloaded region (qkdata.Dump.region).
+
+Usage: vattention_strata.py --dumps 'DIR/doc000[01].qk' [--epsilon 0.3] [--delta 0.1]
+                            [--base-rate 0.02] [--k 10] [--l 150] [--query-stride 4]
+"""
+
+import argparse
+import glob
+import os
+import sys
+from collections import defaultdict
+from statistics import NormalDist
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "spotlight"))
+from qkdata import Dump  # noqa: E402
+
+NORM_QUANTILES = {4: [0.5, 0.8, 0.95], 8: [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98]}
+
+
+def oracle_size(w, strata, z, eps, d):
+    """Keys the CLT bound asks for with the true spreads (Neyman allocation over strata)."""
+    spread = sum(len(s) * w[s].std() for s in strata if len(s) > 1)
+    n = sum(len(s) for s in strata)
+    return min(n, (z * spread / (eps * d)) ** 2)
+
+
+def realised(w, cand, strata, z, eps, rate, rng):
+    """(within epsilon, keys touched) of one estimate with base samples per stratum."""
+    base, sig, mean = [], [], []
+    for s in strata:
+        nb = min(len(s), max(2, int(rate * len(s))))
+        pick = rng.choice(s, nb, replace=False)
+        base.append(pick)
+        sig.append(w[pick].std(ddof=1) if nb >= 2 else 0.0)
+        mean.append(w[pick].mean() if nb >= 1 else 0.0)
+    d0 = w[cand].sum() + sum(len(s) * m for s, m in zip(strata, mean))
+    spread = sum(len(s) * sg for s, sg in zip(strata, sig))
+    total = (z * spread / (eps * d0)) ** 2 if d0 > 0 else 0.0
+    d_hat, touched = w[cand].sum(), int(cand.sum())
+    for s, sg, pick0 in zip(strata, sig, base):
+        if len(s) == 0:
+            continue
+        b = int(np.ceil(total * len(s) * sg / spread)) if spread > 0 else 0
+        b = min(len(s), max(len(pick0), b))
+        pick = rng.choice(s, b, replace=False)
+        d_hat += len(s) / b * w[pick].sum()
+        touched += len(np.union1d(pick, pick0))
+    return d_hat, touched
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dumps", required=True, help="glob of magicpig_dump_qk files")
+    ap.add_argument("--epsilon", type=float, default=0.3)
+    ap.add_argument("--delta", type=float, default=0.1)
+    ap.add_argument("--base-rate", type=float, default=0.02)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--l", type=int, default=150)
+    ap.add_argument("--query-stride", type=int, default=4, help="use every n-th dumped query")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    paths = sorted(glob.glob(args.dumps))
+    if not paths:
+        raise SystemExit(f"no dump matches {args.dumps}")
+    z = NormalDist().inv_cdf(1 - args.delta / 2)
+    rng = np.random.default_rng(args.seed)
+    pw = 1 << np.arange(args.k)
+    tot = defaultdict(float)
+    for path in paths:
+        dump = Dump(path)
+        a, b = dump.region()
+        dense = {0, dump.n_layer_model // 2}
+        g = dump.n_head // dump.n_head_kv
+        for layer in dump.layers:
+            if layer in dense:
+                continue
+            keys = np.array(dump.keys(layer)[a:b], dtype=np.float64)
+            queries = np.array(dump.queries(layer), dtype=np.float64)[::args.query_stride]
+            for kv in range(dump.n_head_kv):
+                k = keys[:, kv, :]
+                kc = k - k.mean(0)
+                planes = rng.standard_normal((dump.head_dim, args.k * args.l))
+                kcode = ((kc @ planes > 0).reshape(-1, args.l, args.k) * pw).sum(-1)
+                norm = np.linalg.norm(kc, axis=1)
+                bucket = {nb: np.digitize(norm, np.quantile(norm, q))
+                          for nb, q in NORM_QUANTILES.items()}
+                for q in queries[:, kv * g:(kv + 1) * g].reshape(-1, dump.head_dim):
+                    qcode = (((q @ planes) > 0).reshape(args.l, args.k) * pw).sum(-1)
+                    count = (kcode == qcode).sum(1)
+                    x = k @ q / np.sqrt(dump.head_dim)
+                    w = np.exp(x - x.max())
+                    d = w.sum()
+                    cand = count >= 2
+                    top = np.argsort(-w)[:max(1, len(w) // 100)]
+                    rest = np.flatnonzero(~cand)
+                    one, zero = np.flatnonzero(count == 1), np.flatnonzero(count == 0)
+                    designs = {"uniform": [rest], "collisions": [one, zero]}
+                    for nb in NORM_QUANTILES:
+                        designs[f"norm{nb}"] = [rest[bucket[nb][rest] == i] for i in range(nb)]
+                        designs[f"collisions x norm{nb}"] = [
+                            s[bucket[nb][s] == i] for s in (one, zero) for i in range(nb)]
+                    designs["candidates + true top 1%"] = [np.setdiff1d(rest, top)]
+                    designs["true top 1% alone (vattention)"] = [
+                        np.setdiff1d(np.arange(len(w)), top)]
+                    tot["queries"] += 1
+                    tot["candidates"] += cand.mean()
+                    tot["top-1% recall"] += cand[top].mean()
+                    tot["one collision"] += (count >= 1).mean()
+                    tot["one collision recall"] += (count >= 1)[top].mean()
+                    # What a better heavy-hitter finder would buy: the candidates plus the true
+                    # top 1%, and the true top 1% alone (vattention's deterministic set).
+                    ideal = cand.copy()
+                    ideal[top] = True
+                    only_top = np.zeros_like(cand)
+                    only_top[top] = True
+                    for name, strata in designs.items():
+                        finder = {"candidates + true top 1%": ideal,
+                                  "true top 1% alone (vattention)": only_top}.get(name, cand)
+                        tot[name, "oracle"] += (finder.sum() + oracle_size(
+                            w, strata, z, args.epsilon, d)) / len(w)
+                        d_hat, touched = realised(w, finder, strata, z, args.epsilon,
+                                                  args.base_rate, rng)
+                        tot[name, "within"] += abs(d_hat / d - 1) <= args.epsilon
+                        tot[name, "touched"] += touched / len(w)
+    n = tot["queries"]
+    print(f"{len(paths)} dumps, {int(n)} (layer, head, query) triples, eps {args.epsilon}, "
+          f"delta {args.delta}, base rate {args.base_rate}, tables ({args.k}, {args.l})")
+    print(f"candidates {tot['candidates'] / n:.2%} of the keys; they hold "
+          f"{tot['top-1% recall'] / n:.1%} of the true top 1%; the keys colliding in >= 1 table "
+          f"({tot['one collision'] / n:.1%}) hold {tot['one collision recall'] / n:.1%} of it")
+    print("| deterministic set, residual sample | keys touched, oracle size | keys touched, realised | D within eps |")
+    print("|---|---:|---:|---:|")
+    for name in designs:
+        print(f"| {name} | {tot[name, 'oracle'] / n:.1%} | {tot[name, 'touched'] / n:.1%} | "
+              f"{tot[name, 'within'] / n:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
