@@ -150,10 +150,8 @@ StepBytes DecodeStepBytes(const model::ModelConfig& c, int64_t weight_bytes,
   const attention::EstimatorSpec& spec = attention::SpecOf(attention.mode);
   const int64_t window =
       attention.n_sinks + std::min(attention.n_local + generated, attention.window_budget);
-  // The router keeps a layer exact until its offloaded region holds min_offload_keys keys.
-  const bool offloads = pos - attention.n_sinks - attention.n_local + 1 >=
-                        std::max<int64_t>(1, attention.min_offload_keys);
-  if (!spec.sparse || pos <= window || !offloads) {
+  // At the step decoding position pos the cache holds pos + 1 positions.
+  if (!spec.sparse || pos <= window || !engine::RegionOffloads(attention, pos + 1)) {
     b.exact_kv = static_cast<double>(c.n_layer) * static_cast<double>(pos) * kv_row;
     return b;
   }

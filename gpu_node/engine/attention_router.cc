@@ -54,6 +54,11 @@ std::vector<bool> DenseLayers(int64_t n_layer, const SparseAttentionOptions& opt
   return dense;
 }
 
+bool RegionOffloads(const SparseAttentionOptions& options, int64_t n_tokens) {
+  return n_tokens - options.n_local - options.n_sinks >=
+         std::max<int64_t>(1, options.min_offload_keys);
+}
+
 absl::StatusOr<ShardCodes> ShardCodesFor(const SparseAttentionOptions& options,
                                          const attention::SpotlightHashes* spot) {
   if (attention::SpecOf(options.mode).index == attention::KvIndex::kLshTables) {
@@ -179,9 +184,8 @@ absl::Status SparseAttentionRouter::OffloadNew(int64_t layer, const backend::KvL
   if (!st.offloaded) {
     // Offload [n_sinks, n - n_local) once it holds min_offload_keys (at prefill for any long
     // prompt, else at the decode step that makes it that long).
-    const int64_t begin = options_.n_sinks, end = n_tokens - options_.n_local;
-    if (end - begin < std::max<int64_t>(1, options_.min_offload_keys)) return absl::OkStatus();
-    return Offload(layer, cache, begin, end);
+    if (!RegionOffloads(options_, n_tokens)) return absl::OkStatus();
+    return Offload(layer, cache, options_.n_sinks, n_tokens - options_.n_local);
   }
   // Window overflow: its oldest tokens (all but the last n_local) join the append segment.
   if (n_tokens - st.window_begin > options_.window_budget) {

@@ -113,6 +113,11 @@ absl::StatusOr<ShardCodes> ShardCodesFor(const SparseAttentionOptions& options,
 // dense[l]: layer l keeps exact attention (options.dense_layers, default {0, n_layer / 2}).
 std::vector<bool> DenseLayers(int64_t n_layer, const SparseAttentionOptions& options);
 
+// Whether a sparse layer holding n_tokens positions leaves the exact path: its offloaded region
+// [n_sinks, n_tokens - n_local) holds at least min_offload_keys keys (and at least one). The
+// router's rule, also the benchmark's byte model's.
+bool RegionOffloads(const SparseAttentionOptions& options, int64_t n_tokens);
+
 // Wall time of the phases of the sparse layers' decode attention, summed over layers and steps
 // (only with SparseAttentionOptions::time_phases; zero otherwise).
 struct AttentionPhaseSeconds {

@@ -33,6 +33,11 @@ std::unique_ptr<Engine> MakeEngine(int64_t context_length = 0, int64_t prefill_c
   return std::move(*engine);
 }
 
+// Long enough (> 30 tokens) for the small windows below to offload most of it.
+constexpr char kLongPrompt[] =
+    "a long prompt about many things: the cat, the dog, the bird and the fish all went to the "
+    "market to buy bread and milk and honey for the winter";
+
 // The sparse decode path end to end on a synthetic model (layer 1 sparse): with top-k at a budget
 // covering every offloaded key and fp32 shards, each step is exact attention split into the static
 // window (backend) and the shard (attention core, centred keys) merged by LSE, so the greedy tokens
@@ -46,7 +51,8 @@ SparseAttentionOptions SmallMagicPig() {
   pig.lsh_l = 8;
   pig.n_local = 8;
   pig.window_budget = 12;
-  // Short test prompts: sample from the first offloaded key (the product waits for 1536).
+  // Short test prompts: sample from the first offloaded key (serving waits for
+  // SparseAttentionOptions::kDefaultMinOffloadKeys).
   pig.min_offload_keys = 1;
   return pig;
 }
@@ -64,10 +70,7 @@ TEST(EngineTest, SparseDecodeSplitAndMergeIsExact) {
   auto full = MakeEngine();
   auto split = MakeEngine(0, 256, exact);
   GenerateRequest req;
-  req.prompt = full->tokenizer().Encode(
-      "a long prompt about many things: the cat, the dog, the bird and the fish all went to the "
-      "market to buy bread and milk and honey for the winter",
-      false);
+  req.prompt = full->tokenizer().Encode(kLongPrompt, false);
   ASSERT_GT(req.prompt.size(), 30u);
   req.max_tokens = 40;
   req.ignore_eos = true;
@@ -97,18 +100,15 @@ TEST(EngineTest, SparseDecodeSplitAndMergeIsExact) {
 TEST(EngineTest, LayersStayExactUntilTheRegionHoldsMinOffloadKeys) {
   auto full = MakeEngine();
   GenerateRequest req;
-  req.prompt = full->tokenizer().Encode(
-      "a long prompt about many things: the cat, the dog, the bird and the fish all went to the "
-      "market to buy bread and milk and honey for the winter",
-      false);
-  const int64_t region = static_cast<int64_t>(req.prompt.size()) - 4 - 8;  // sinks, local
+  req.prompt = full->tokenizer().Encode(kLongPrompt, false);
+  SparseAttentionOptions later = SmallMagicPig();
+  const int64_t region = static_cast<int64_t>(req.prompt.size()) - later.n_sinks - later.n_local;
   ASSERT_GT(region, 20);
   req.max_tokens = 40;
   req.ignore_eos = true;
   auto exact = full->Generate(req, {});
   ASSERT_TRUE(exact.ok()) << exact.status();
 
-  SparseAttentionOptions later = SmallMagicPig();
   later.min_offload_keys = region + 10;  // reached by the 10th decode step
   auto a = MakeEngine(0, 256, later)->Generate(req, {});
   ASSERT_TRUE(a.ok()) << a.status();
