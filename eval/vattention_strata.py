@@ -15,9 +15,10 @@ the share of queries whose estimate of D is within epsilon of the truth (the bou
 - realised: each stratum's spread from its own base sample of max(2, rate * n_s) keys, as the
   estimator does, then the sample drawn and D estimated.
 
-The keys are centred per kv head before hashing (as the engine centres them); logits use the raw
-keys. SimHash planes are Gaussian, K x L per kv head, seeded; the dumps' last queries are scored
-against the whole offloaded region (qkdata.Dump.region).
+The keys are centred per kv head (qkdata.Dump.centred_region_keys, as the engine centres them
+before hashing; centring shifts every logit of a query by the same amount, so the weights' ratios
+are those of the raw keys). SimHash planes are Gaussian, K x L per kv head, seeded; the dumps' last
+queries are scored against the whole offloaded region (qkdata.Dump.region).
 
 Usage: vattention_strata.py --dumps 'DIR/doc000[01].qk' [--epsilon 0.3] [--delta 0.1]
                             [--base-rate 0.02] [--k 10] [--l 150] [--query-stride 4]
@@ -33,7 +34,7 @@ from statistics import NormalDist
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "spotlight"))
-from qkdata import Dump  # noqa: E402
+from qkdata import Dump, lsh_codes  # noqa: E402
 
 NORM_QUANTILES = {4: [0.5, 0.8, 0.95], 8: [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98]}
 
@@ -85,28 +86,25 @@ def main():
         raise SystemExit(f"no dump matches {args.dumps}")
     z = NormalDist().inv_cdf(1 - args.delta / 2)
     rng = np.random.default_rng(args.seed)
-    pw = 1 << np.arange(args.k)
     tot = defaultdict(float)
     for path in paths:
         dump = Dump(path)
-        a, b = dump.region()
         dense = {0, dump.n_layer_model // 2}
         g = dump.n_head // dump.n_head_kv
         for layer in dump.layers:
             if layer in dense:
                 continue
-            keys = np.array(dump.keys(layer)[a:b], dtype=np.float64)
+            keys = dump.centred_region_keys(layer).astype(np.float64)  # [kv][R][d]
             queries = np.array(dump.queries(layer), dtype=np.float64)[::args.query_stride]
             for kv in range(dump.n_head_kv):
-                k = keys[:, kv, :]
-                kc = k - k.mean(0)
-                planes = rng.standard_normal((dump.head_dim, args.k * args.l))
-                kcode = ((kc @ planes > 0).reshape(-1, args.l, args.k) * pw).sum(-1)
-                norm = np.linalg.norm(kc, axis=1)
+                k = keys[kv]
+                planes = rng.standard_normal((args.k * args.l, dump.head_dim))
+                kcode = lsh_codes(k, planes, args.k)
+                norm = np.linalg.norm(k, axis=1)
                 bucket = {nb: np.digitize(norm, np.quantile(norm, q))
                           for nb, q in NORM_QUANTILES.items()}
-                for q in queries[:, kv * g:(kv + 1) * g].reshape(-1, dump.head_dim):
-                    qcode = (((q @ planes) > 0).reshape(args.l, args.k) * pw).sum(-1)
+                group_q = queries[:, kv * g:(kv + 1) * g].reshape(-1, dump.head_dim)
+                for q, qcode in zip(group_q, lsh_codes(group_q, planes, args.k)):
                     count = (kcode == qcode).sum(1)
                     x = k @ q / np.sqrt(dump.head_dim)
                     w = np.exp(x - x.max())

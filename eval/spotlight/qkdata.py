@@ -66,6 +66,13 @@ class Dump:
         return k - k.mean(axis=1, keepdims=True)
 
 
+def lsh_codes(x, planes, k_bits):
+    """x [n][d], planes [L * K][d] -> [n][L] int64 SimHash codes: bit b of table t is
+    x . planes[t * K + b] > 0."""
+    pow2 = (1 << np.arange(k_bits)).astype(np.int64)
+    return ((x @ planes.T) > 0).reshape(len(x), -1, k_bits) @ pow2
+
+
 def open_docs(data_dir, spec):
     """Dumps doc{i:04d}.qk for i in the range spec "a:b" (end exclusive)."""
     a, b = (int(x) for x in spec.split(":"))

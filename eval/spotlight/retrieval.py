@@ -84,7 +84,6 @@ def main():
     bit_set = sorted({s.bits for s in spots})
     planes = {b: rng.standard_normal((b, d)) for b in bit_set}
     lsh = rng.standard_normal((args.lsh_l * args.lsh_k, d))
-    pow2 = (1 << np.arange(args.lsh_k)).astype(np.int64)
     rows = []
     t0 = time.time()
     for layer in layers:
@@ -103,8 +102,8 @@ def main():
                 s = q @ k[kv].T
                 truth = nearest(-s, top)
                 # MagicPIG(K, L): >= 2 collisions.
-                kc = ((k[kv] @ lsh.T) > 0).reshape(r, args.lsh_l, args.lsh_k) @ pow2
-                qc = ((q @ lsh.T) > 0).reshape(-1, args.lsh_l, args.lsh_k) @ pow2
+                kc = qkdata.lsh_codes(k[kv], lsh, args.lsh_k)
+                qc = qkdata.lsh_codes(q, lsh, args.lsh_k)
                 hits = np.zeros(s.shape, np.int32)
                 for t in range(args.lsh_l):
                     hits += qc[:, t][:, None] == kc[:, t][None, :]
