@@ -20,8 +20,13 @@ before hashing; centring shifts every logit of a query by the same amount, so th
 are those of the raw keys). SimHash planes are Gaussian, K x L per kv head, seeded; the dumps' last
 queries are scored against the whole offloaded region (qkdata.Dump.region).
 
+With --spot FILE (trained hashes, eval/spotlight/train.py) two more finders are judged with a
+uniform residual: the --spot-fraction of keys nearest the query by learned code (what
+vattention-spotlight keeps exact), and their union with the SimHash candidates.
+
 Usage: vattention_strata.py --dumps 'DIR/doc000[01].qk' [--epsilon 0.3] [--delta 0.1]
                             [--base-rate 0.02] [--k 10] [--l 150] [--query-stride 4]
+                            [--spot FILE.spot --spot-fraction 0.01]
 """
 
 import argparse
@@ -34,9 +39,16 @@ from statistics import NormalDist
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "spotlight"))
-from qkdata import Dump, lsh_codes  # noqa: E402
+from qkdata import Dump, hamming, lsh_codes, nearest, pack_bits  # noqa: E402
+import spotfile  # noqa: E402
 
 NORM_QUANTILES = {4: [0.5, 0.8, 0.95], 8: [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98]}
+
+
+def learned_nearest(sp, slot, head, q, key_codes, fraction):
+    """Boolean [R]: the ceil(fraction * R) keys nearest q by learned code (ties: lower index)."""
+    qb = pack_bits(spotfile.outputs64(sp.queries[slot][head], q[None, :]))
+    return nearest(hamming(qb, key_codes), max(1, int(np.ceil(fraction * len(key_codes)))))[0]
 
 
 def oracle_size(w, strata, z, eps, d):
@@ -80,7 +92,10 @@ def main():
     ap.add_argument("--l", type=int, default=150)
     ap.add_argument("--query-stride", type=int, default=4, help="use every n-th dumped query")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--spot", default="", help="trained hashes: also judge learned finders")
+    ap.add_argument("--spot-fraction", type=float, default=0.01)
     args = ap.parse_args()
+    spot = spotfile.read(args.spot) if args.spot else None
     paths = sorted(glob.glob(args.dumps))
     if not paths:
         raise SystemExit(f"no dump matches {args.dumps}")
@@ -103,8 +118,11 @@ def main():
                 norm = np.linalg.norm(k, axis=1)
                 bucket = {nb: np.digitize(norm, np.quantile(norm, q))
                           for nb, q in NORM_QUANTILES.items()}
+                if spot is not None:
+                    slot = spot.layers.index(layer)
+                    key_codes = pack_bits(spotfile.outputs64(spot.keys[slot][kv], k))
                 group_q = queries[:, kv * g:(kv + 1) * g].reshape(-1, dump.head_dim)
-                for q, qcode in zip(group_q, lsh_codes(group_q, planes, args.k)):
+                for i, (q, qcode) in enumerate(zip(group_q, lsh_codes(group_q, planes, args.k))):
                     count = (kcode == qcode).sum(1)
                     x = k @ q / np.sqrt(dump.head_dim)
                     w = np.exp(x - x.max())
@@ -121,6 +139,17 @@ def main():
                     designs["candidates + true top 1%"] = [np.setdiff1d(rest, top)]
                     designs["true top 1% alone (vattention)"] = [
                         np.setdiff1d(np.arange(len(w)), top)]
+                    finders = {"candidates + true top 1%": None,
+                               "true top 1% alone (vattention)": None}
+                    if spot is not None:
+                        near = learned_nearest(spot, slot, kv * g + i % g, q, key_codes,
+                                               args.spot_fraction)
+                        tot["learned recall"] += near[top].mean()
+                        tot["learned union recall"] += (near | cand)[top].mean()
+                        for name, f in ((f"learned nearest {args.spot_fraction:.1%}", near),
+                                        ("learned nearest ∪ candidates", near | cand)):
+                            designs[name] = [np.flatnonzero(~f)]
+                            finders[name] = f
                     tot["queries"] += 1
                     tot["candidates"] += cand.mean()
                     tot["top-1% recall"] += cand[top].mean()
@@ -132,9 +161,10 @@ def main():
                     ideal[top] = True
                     only_top = np.zeros_like(cand)
                     only_top[top] = True
+                    finders["candidates + true top 1%"] = ideal
+                    finders["true top 1% alone (vattention)"] = only_top
                     for name, strata in designs.items():
-                        finder = {"candidates + true top 1%": ideal,
-                                  "true top 1% alone (vattention)": only_top}.get(name, cand)
+                        finder = finders.get(name, cand)
                         tot[name, "oracle"] += (finder.sum() + oracle_size(
                             w, strata, z, args.epsilon, d)) / len(w)
                         d_hat, touched = realised(w, finder, strata, z, args.epsilon,
@@ -147,6 +177,10 @@ def main():
     print(f"candidates {tot['candidates'] / n:.2%} of the keys; they hold "
           f"{tot['top-1% recall'] / n:.1%} of the true top 1%; the keys colliding in >= 1 table "
           f"({tot['one collision'] / n:.1%}) hold {tot['one collision recall'] / n:.1%} of it")
+    if spot is not None:
+        print(f"learned codes ({spot.bits} bits), nearest {args.spot_fraction:.1%}: they hold "
+              f"{tot['learned recall'] / n:.1%} of the true top 1%; with the candidates "
+              f"{tot['learned union recall'] / n:.1%}")
     print("| deterministic set, residual sample | keys touched, oracle size | keys touched, realised | D within eps |")
     print("|---|---:|---:|---:|")
     for name in designs:

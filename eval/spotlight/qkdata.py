@@ -73,6 +73,27 @@ def lsh_codes(x, planes, k_bits):
     return ((x @ planes.T) > 0).reshape(len(x), -1, k_bits) @ pow2
 
 
+POP8 = np.array([bin(i).count("1") for i in range(256)], np.uint8)
+
+
+def pack_bits(z):
+    """[..., bits] bool/float (> 0) -> [..., bits / 8] uint8, bit i of the code = z_i > 0."""
+    return np.packbits(np.asarray(z) > 0, axis=-1, bitorder="little")
+
+
+def hamming(qc, kc):
+    """qc [Q][nb] uint8, kc [R][nb] uint8 -> [Q][R] distances."""
+    return POP8[qc[:, None, :] ^ kc[None, :, :]].sum(axis=2, dtype=np.int32)
+
+
+def nearest(dist, m):
+    """Boolean [Q][R]: the m smallest distances per row, ties by lower index."""
+    order = np.argsort(dist, axis=1, kind="stable")[:, :m]
+    out = np.zeros(dist.shape, bool)
+    np.put_along_axis(out, order, True, axis=1)
+    return out
+
+
 def open_docs(data_dir, spec):
     """Dumps doc{i:04d}.qk for i in the range spec "a:b" (end exclusive)."""
     a, b = (int(x) for x in spec.split(":"))

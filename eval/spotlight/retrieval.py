@@ -18,7 +18,7 @@ entries plus its bucket offsets (L (2^K + 1) offsets, 16-bit below 65,536 keys a
 stores them) spread over the region's keys.
 
 Usage: retrieval.py --data DIR --docs 96:120 --spot FILE [--spot FILE ...] [--top 0.02]
-                    [--lsh-k 10] [--lsh-l 150] [--query-stride 4] [--dense 0,15] [--json OUT]
+                    [--lsh-k 10] [--lsh-l 150] [--query-stride 4] [--dense 0,N/2] [--json OUT]
 """
 
 import argparse
@@ -31,27 +31,6 @@ import numpy as np
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import qkdata  # noqa: E402
 import spotfile  # noqa: E402
-
-POP8 = np.array([bin(i).count("1") for i in range(256)], np.uint8)
-
-
-def pack_bits(z):
-    """[..., bits] bool/float (> 0) -> [..., bits / 8] uint8."""
-    return np.packbits(np.asarray(z) > 0, axis=-1, bitorder="little")
-
-
-def hamming(qc, kc):
-    """qc [Q][nb] uint8, kc [R][nb] uint8 -> [Q][R] distances."""
-    return POP8[qc[:, None, :] ^ kc[None, :, :]].sum(axis=2, dtype=np.int32)
-
-
-def nearest(dist, m):
-    """Boolean [Q][R]: the m smallest distances per row, ties by lower index."""
-    order = np.argsort(dist, axis=1, kind="stable")[:, :m]
-    out = np.zeros(dist.shape, bool)
-    np.put_along_axis(out, order, True, axis=1)
-    return out
-
 
 def scores(ret, truth):
     inter = (ret & truth).sum(1)
@@ -67,7 +46,8 @@ def main():
     ap.add_argument("--lsh-k", type=int, default=10)
     ap.add_argument("--lsh-l", type=int, default=150)
     ap.add_argument("--query-stride", type=int, default=4)
-    ap.add_argument("--dense", default="0,15", help="layers kept exact (skipped)")
+    ap.add_argument("--dense", default="",
+                    help="layers kept exact (skipped); default the engine's {0, n_layer / 2}")
     ap.add_argument("--layers", default="", help="comma list (default: every sparse layer)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", default="")
@@ -75,7 +55,8 @@ def main():
     docs = qkdata.open_docs(args.data, args.docs)
     d0 = docs[0]
     spots = [spotfile.read(p) for p in args.spot]
-    dense = {int(x) for x in args.dense.split(",") if x}
+    dense = ({int(x) for x in args.dense.split(",") if x} if args.dense
+             else {0, d0.n_layer_model // 2})
     layers = ([int(x) for x in args.layers.split(",")] if args.layers
               else [layer for layer in d0.layers if layer not in dense])
     group = d0.n_head // d0.n_head_kv
@@ -100,7 +81,7 @@ def main():
                 kv = h // group
                 q = q_all[:, h, :]
                 s = q @ k[kv].T
-                truth = nearest(-s, top)
+                truth = qkdata.nearest(-s, top)
                 # MagicPIG(K, L): >= 2 collisions.
                 kc = qkdata.lsh_codes(k[kv], lsh, args.lsh_k)
                 qc = qkdata.lsh_codes(q, lsh, args.lsh_k)
@@ -113,16 +94,19 @@ def main():
                 m_eq = max(1, int(round(ret.mean() * r)))
                 cand = []
                 for b in bit_set:
-                    cand.append((f"simhash-{b}", pack_bits(q @ planes[b].T),
-                                 pack_bits(k[kv] @ planes[b].T)))
+                    cand.append((f"simhash-{b}", qkdata.pack_bits(q @ planes[b].T),
+                                 qkdata.pack_bits(k[kv] @ planes[b].T)))
                 for sp in spots:
                     slot = sp.layers.index(layer)
-                    cand.append((f"spotlight-{sp.bits}", pack_bits(spotfile.outputs64(sp.queries[slot][h], q)),
-                                 pack_bits(spotfile.outputs64(sp.keys[slot][kv], k[kv]))))
+                    cand.append((f"spotlight-{sp.bits}",
+                                 qkdata.pack_bits(spotfile.outputs64(sp.queries[slot][h], q)),
+                                 qkdata.pack_bits(spotfile.outputs64(sp.keys[slot][kv], k[kv]))))
                 for name, qb, kb in cand:
-                    dist = hamming(qb, kb)
-                    acc.setdefault(f"{name} @top", []).append(scores(nearest(dist, top), truth))
-                    acc.setdefault(f"{name} @mp", []).append(scores(nearest(dist, m_eq), truth))
+                    dist = qkdata.hamming(qb, kb)
+                    acc.setdefault(f"{name} @top", []).append(
+                        scores(qkdata.nearest(dist, top), truth))
+                    acc.setdefault(f"{name} @mp", []).append(
+                        scores(qkdata.nearest(dist, m_eq), truth))
             frac_doc.append(float(np.mean(mp_fracs)))
             for name, parts in acc.items():
                 rec = np.concatenate([p[0] for p in parts]).mean()
