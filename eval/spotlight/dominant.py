@@ -4,7 +4,7 @@
 For every sparse layer, query head and every 4th dumped query of the documents DOCS in DIR, the
 key of highest exact score (centred keys, as the engine scores them) is looked up in (a) the keys
 colliding with the query in >= 2 of 150 SimHash tables of 10 bits (seeded planes) and (b) the same
-number of keys nearest by the 64-bit learned code of SPOT. Reported over all queries and over the
+number of keys nearest by the 64-bit learned code of SPOT, and (c) their union. Reported over all queries and over the
 queries whose top key carries softmax weight > 0.3 (a dominant key, as a needle is).
 
 Usage: dominant.py DIR FIRST:END [SPOT]     (docs/vattention.md, Qwen 4K)
@@ -22,7 +22,7 @@ sp = spotfile.read(sys.argv[3] if len(sys.argv) > 3 else 'models/qwen2.5-coder-1
 rng = np.random.default_rng(7)
 d0 = docs[0]; g = d0.n_head // d0.n_head_kv
 lsh = rng.standard_normal((1500, d0.head_dim))
-res = {'spot': [], 'mp': []}
+res = {'spot': [], 'mp': [], 'union': []}
 for doc in docs:
     for layer in d0.layers:
         if layer in (0, d0.n_layer_model // 2): continue
@@ -43,7 +43,7 @@ for doc in docs:
             dist = qkdata.hamming(qkdata.pack_bits(spotfile.outputs64(sp.queries[slot][h], q)),
                                   qkdata.pack_bits(spotfile.outputs64(sp.keys[slot][kv], k[kv])))
             ret_sp = qkdata.nearest(dist, m)
-            for name, r in (('spot', ret_sp), ('mp', ret_mp)):
+            for name, r in (('spot', ret_sp), ('mp', ret_mp), ('union', ret_sp | ret_mp)):
                 got = r[np.arange(len(q)), top1]
                 res[name].append((got[dom].sum(), dom.sum(), got.sum(), len(q)))
 for name, v in res.items():
