@@ -39,7 +39,8 @@ from statistics import NormalDist
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "spotlight"))
-from qkdata import Dump, hamming, lsh_codes, nearest, pack_bits  # noqa: E402
+from qkdata import (Dump, engine_dense_layers, hamming, lsh_codes, nearest,  # noqa: E402
+                    pack_bits)
 import spotfile  # noqa: E402
 
 NORM_QUANTILES = {4: [0.5, 0.8, 0.95], 8: [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98]}
@@ -104,7 +105,7 @@ def main():
     tot = defaultdict(float)
     for path in paths:
         dump = Dump(path)
-        dense = {0, dump.n_layer_model // 2}
+        dense = engine_dense_layers(dump.n_layer_model)
         g = dump.n_head // dump.n_head_kv
         for layer in dump.layers:
             if layer in dense:
@@ -139,8 +140,7 @@ def main():
                     designs["candidates + true top 1%"] = [np.setdiff1d(rest, top)]
                     designs["true top 1% alone (vattention)"] = [
                         np.setdiff1d(np.arange(len(w)), top)]
-                    finders = {"candidates + true top 1%": None,
-                               "true top 1% alone (vattention)": None}
+                    finders = {}  # deterministic sets other than the SimHash candidates
                     if spot is not None:
                         near = learned_nearest(spot, slot, kv * g + i % g, q, key_codes,
                                                args.spot_fraction)
@@ -161,8 +161,8 @@ def main():
                     ideal[top] = True
                     only_top = np.zeros_like(cand)
                     only_top[top] = True
-                    finders["candidates + true top 1%"] = ideal
-                    finders["true top 1% alone (vattention)"] = only_top
+                    finders.update({"candidates + true top 1%": ideal,
+                                    "true top 1% alone (vattention)": only_top})
                     for name, strata in designs.items():
                         finder = finders.get(name, cand)
                         tot[name, "oracle"] += (finder.sum() + oracle_size(

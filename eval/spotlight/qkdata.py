@@ -73,6 +73,20 @@ def lsh_codes(x, planes, k_bits):
     return ((x @ planes.T) > 0).reshape(len(x), -1, k_bits) @ pow2
 
 
+def collisions(qc, kc):
+    """qc [Q][L], kc [R][L] SimHash codes -> [Q][R] int32: tables in which each key collides with
+    each query (MagicPIG samples the keys with >= 2)."""
+    hits = np.zeros((len(qc), len(kc)), np.int32)
+    for t in range(qc.shape[1]):
+        hits += qc[:, t][:, None] == kc[:, t][None, :]
+    return hits
+
+
+def engine_dense_layers(n_layer):
+    """The layers the engine keeps exact by default (SparseAttentionOptions::dense_layers)."""
+    return {0, n_layer // 2}
+
+
 POP8 = np.array([bin(i).count("1") for i in range(256)], np.uint8)
 
 

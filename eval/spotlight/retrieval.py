@@ -56,7 +56,7 @@ def main():
     d0 = docs[0]
     spots = [spotfile.read(p) for p in args.spot]
     dense = ({int(x) for x in args.dense.split(",") if x} if args.dense
-             else {0, d0.n_layer_model // 2})
+             else qkdata.engine_dense_layers(d0.n_layer_model))
     layers = ([int(x) for x in args.layers.split(",")] if args.layers
               else [layer for layer in d0.layers if layer not in dense])
     group = d0.n_head // d0.n_head_kv
@@ -85,10 +85,7 @@ def main():
                 # MagicPIG(K, L): >= 2 collisions.
                 kc = qkdata.lsh_codes(k[kv], lsh, args.lsh_k)
                 qc = qkdata.lsh_codes(q, lsh, args.lsh_k)
-                hits = np.zeros(s.shape, np.int32)
-                for t in range(args.lsh_l):
-                    hits += qc[:, t][:, None] == kc[:, t][None, :]
-                ret = hits >= 2
+                ret = qkdata.collisions(qc, kc) >= 2
                 mp_fracs.append(ret.mean())
                 acc.setdefault(f"magicpig({args.lsh_k},{args.lsh_l})", []).append(scores(ret, truth))
                 m_eq = max(1, int(round(ret.mean() * r)))
