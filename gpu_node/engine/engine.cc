@@ -262,7 +262,17 @@ void Sequence::Finish(FinishReason reason) {
     result_.stats.attention_phases = router_->stats().phases;
     if (kv_ != nullptr) result_.stats.kv_bytes_released = kv_->released_bytes();
   }
-  // The memory goes as soon as the sequence ends, not when the caller drops it.
+  // The memory goes as soon as the sequence ends, not when the caller drops it; with a deleter on
+  // its thread (router first: it points into the shards and the cache).
+  if (deleter_ != nullptr) {
+    struct Held {  // members go in reverse order: the router, the shards, the cache
+      std::unique_ptr<KvCache> kv;
+      std::unique_ptr<attention::AttentionShards> shards;
+      std::unique_ptr<SparseAttentionRouter> router;
+    };
+    deleter_->Add(Held{std::move(kv_), std::move(shards_), std::move(router_)});
+    return;
+  }
   router_.reset();
   shards_.reset();
   kv_.reset();
@@ -390,6 +400,9 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
   MAGICPIG_ASSIGN_OR_RETURN(
       seq->kv_, KvCache::Create(c.n_layer, c.n_head_kv, c.head_dim, seq->capacity_, backend_.get(),
                                 &kv_accounting_));
+  // Embedded shards and a host cache hold only memory: they are freed off the decode step. Device
+  // memory stays with its owner's thread, and remote shards talk to their nodes as they go.
+  if (node_pool_ == nullptr && backend_->host_memory()) seq->deleter_ = &deleter_;
   seq->sampler_ = std::make_unique<Sampler>(request.sampling);
   seq->stream_ = std::make_unique<TextStream>(request.stop);
   seq->result_.stats.prompt_tokens = n_prompt;
@@ -585,6 +598,8 @@ absl::StatusOr<std::vector<int32_t>> Engine::EncodeChat(
   }
   return ids;
 }
+
+void Engine::DrainReleases() { deleter_.Drain(); }
 
 attention::AttentionRunner::PhaseSeconds Engine::TakeEstimatorPhaseSeconds() {
   absl::MutexLock lock(&mu_);

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/attention/attention_runner.h"
+#include "common/background_deleter.h"
 #include "common/fabric/transport_security.h"
 #include "gpu_node/backend/backend.h"
 #include "gpu_node/backend/backend_factory.h"
@@ -213,6 +214,9 @@ class Sequence {
   std::unique_ptr<const attention::Estimator> estimator_;
   std::unique_ptr<attention::AttentionShards> shards_;
   std::unique_ptr<SparseAttentionRouter> router_;
+  // Where Finish hands the router, shards and cache to be freed (embedded attention on a
+  // host-memory backend); null: freed inline.
+  BackgroundDeleter* deleter_ = nullptr;
   std::vector<float> logits_;  // of the next token
   int64_t capacity_ = 0;
   bool finished_ = false;
@@ -277,6 +281,11 @@ class Engine {
   // between steps.
   attention::AttentionRunner::PhaseSeconds TakeEstimatorPhaseSeconds();
 
+  // Returns once the memory of every sequence finished so far has been given back (finished
+  // sequences free their cache and shards on a thread of their own; benchmarks wait here so that
+  // one run's freeing is not timed in the next).
+  void DrainReleases();
+
   // Teacher-forced logits for every position of `tokens` ([n][n_vocab]); for evaluation and tests.
   absl::StatusOr<std::vector<float>> ScoreAll(const std::vector<int32_t>& tokens);
 
@@ -325,6 +334,9 @@ class Engine {
   PingPong ping_pong_ = PingPong::kAuto;
   remote::MicroBatchTuner micro_batch_tuner_;  // with PingPong::kAuto
   absl::Mutex mu_;
+  // Frees finished sequences' caches and embedded shards off the decode step (declared last:
+  // destroyed, and so drained, before the accounting and the runner those objects point to).
+  BackgroundDeleter deleter_;
 };
 
 }  // namespace magicpig::engine
