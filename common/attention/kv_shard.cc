@@ -263,10 +263,18 @@ absl::Status KvShard::MergePending() {
 namespace {
 
 // The MagicPIG rule for one pending key: its codes equal the query's in >= 2 of the l tables.
+// Counted 32 tables at a time without a branch per table (the compiler vectorises the inner loop:
+// a pending key usually collides in none or one table, so the scan reads all l codes anyway; the
+// branchy per-table loop made the pending segment's brute force cost more than the retrieval from
+// the tables at a 4K-key block with 256 pending keys).
 bool CollidesTwice(const uint16_t* key_codes, const uint16_t* query_codes, int l) {
   int hits = 0;
-  for (int t = 0; t < l && hits < 2; ++t) hits += key_codes[t] == query_codes[t];
-  return hits >= 2;
+  for (int t0 = 0; t0 < l; t0 += 32) {
+    const int t1 = std::min(l, t0 + 32);
+    for (int t = t0; t < t1; ++t) hits += key_codes[t] == query_codes[t] ? 1 : 0;
+    if (hits >= 2) return true;
+  }
+  return false;
 }
 
 }  // namespace
