@@ -236,7 +236,9 @@ absl::Status KvShard::AppendWithCodes(const float* centred_keys, const uint16_t*
   pending_codes_.insert(pending_codes_.end(), codes, codes + m * l());
   n_ += m;
   if (index_ == KvIndex::kCodes) return absl::OkStatus();
-  if (pending() >= std::max<int64_t>(kMinMergeRows, indexed() / 8)) return MergePending();
+  if (pending() >= std::clamp<int64_t>(indexed() / 8, kMinMergeRows, kMaxMergeRows)) {
+    return MergePending();
+  }
   return absl::OkStatus();
 }
 

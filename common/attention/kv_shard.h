@@ -11,9 +11,12 @@
 //
 // Append segment (docs/architecture.md §6.4): keys that arrive after the build (tokens leaving the
 // compute node's static window) are centred with the same c, hashed, and kept with their codes in a
-// pending segment that retrieval scans by brute force; once it holds max(kMinMergeRows, indexed /
-// 8) keys it is merged into the tables (LshTables::Append), so retrieval never scans more than
-// that.
+// pending segment that retrieval scans by brute force; once it holds indexed / 8 keys, clamped to
+// [kMinMergeRows, kMaxMergeRows], it is merged into the tables (LshTables::Append), so retrieval
+// never scans more than that. Why those bounds: per decode step the scan compares each pending
+// key's L codes with each head's (vectorised, ~16 per instruction), while a merge rewrites the
+// block's L tables (n entries each) once per T appended keys; n L / T + (T / 2) g L / 16 is least
+// near T = sqrt(32 n / g), 210-420 for blocks of 4K-16K keys and g = 3 heads per group.
 //
 // Thread-safety: const methods may be called concurrently; Append and MergePending mutate and must
 // not overlap any other call on the same shard (the owner serialises them with the decode step).
@@ -91,6 +94,7 @@ class KvShard {
                              std::vector<int32_t>* rows, std::vector<uint32_t>* masks) const;
 
   static constexpr int64_t kMinMergeRows = 256;
+  static constexpr int64_t kMaxMergeRows = 512;
 
   int64_t size() const { return n_; }
   int64_t dim() const { return d_; }

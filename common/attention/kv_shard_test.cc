@@ -199,5 +199,48 @@ TEST(KvShardTest, RetrieveGroupEqualsRetrievePerHeadWithPendingKeys) {
   }
 }
 
+// The pending segment is merged once it holds indexed / 8 keys, but never later than at
+// kMaxMergeRows; before and after, retrieval equals the MagicPIG rule by brute force over every
+// key's codes (L = 70: the pending scan's chunks of 32 tables, the last one partial).
+TEST(KvShardTest, PendingSegmentIsCappedAndRetrievalMatchesBruteForce) {
+  const int64_t n = 8000, d = 16, step = 100;
+  const int k = 6, l = 70;
+  auto hash = SimHash::Create(d, k, l, 5);
+  ASSERT_TRUE(hash.ok());
+  std::mt19937 rng(6);
+  const int64_t total = n + 6 * step;
+  const std::vector<float> keys = Randn(total * d, rng, 1.0f);
+  const std::vector<float> values = Randn(total * d, rng);
+  std::vector<uint16_t> key_codes(static_cast<size_t>(total * l));
+  ASSERT_TRUE(hash->Codes(keys.data(), total, d, key_codes.data()).ok());
+  auto shard = KvShard::Create(*hash, keys.data(), nullptr, values.data(), n);
+  ASSERT_TRUE(shard.ok());
+  ASSERT_GT(n / 8, KvShard::kMaxMergeRows);  // the cap, not indexed / 8, decides here
+  const std::vector<float> q = Randn(d, rng, 1.0f);
+  std::vector<uint16_t> qc(static_cast<size_t>(l));
+  ASSERT_TRUE(hash->Codes(q.data(), 1, d, qc.data()).ok());
+  LshScratch scratch;
+  for (int64_t added = 0; added <= 6 * step; added += step) {
+    if (added > 0) {
+      ASSERT_TRUE(shard->Append(*hash, keys.data() + (n + added - step) * d,
+                                values.data() + (n + added - step) * d, step)
+                      .ok());
+    }
+    const int64_t pending_want = added < 600 ? added : 0;  // 600 >= 512: merged at that append
+    ASSERT_EQ(shard->pending(), pending_want) << "after " << added << " appended keys";
+    std::vector<int32_t> want;
+    for (int64_t j = 0; j < n + added; ++j) {
+      int hits = 0;
+      for (int t = 0; t < l; ++t) hits += key_codes[static_cast<size_t>(j * l + t)] == qc[t];
+      if (hits >= 2) want.push_back(static_cast<int32_t>(j));
+    }
+    std::vector<int32_t> got;
+    ASSERT_TRUE(shard->Retrieve(qc.data(), &scratch, &got).ok());
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, want) << "after " << added << " appended keys";
+    ASSERT_LT(want.size(), static_cast<size_t>(n + added)) << "every key collides: vacuous";
+  }
+}
+
 }  // namespace
 }  // namespace magicpig::attention

@@ -81,8 +81,11 @@ struct SparseAttentionOptions {
   // The prompt region is stored in blocks of this many tokens (the last block also takes the
   // tokens that leave the static window later); each block is attended on its own and the blocks'
   // partials merge in position order, embedded and remote alike, so the arithmetic — hence the
-  // tokens — does not depend on how blocks are spread over attention nodes.
-  int64_t shard_block = 4096;
+  // tokens — does not depend on how blocks are spread over attention nodes. Each block costs L
+  // bucket lookups per query head and step: at 64K keys, 4,096-key blocks made magicpig(10, 150)'s
+  // step 1.3x slower than 16,384-key ones (docs/attention-core-bench.md), which were within 5% of
+  // one unblocked shard; the sample sets do not depend on the block.
+  int64_t shard_block = 16384;
   // Time the phases of every sparse decode step (SparseAttentionStats::phases); off, the router
   // reads no clock.
   bool time_phases = false;
