@@ -322,6 +322,49 @@ double GatherSecondsPerRow(int threads) {
   return best / static_cast<double>(picked.size());
 }
 
+// The physical floor of the retrieval: seconds per cache line when independent random lines are
+// read with the retrieval's pipelining (each line's address known kLineAhead lines ahead and
+// prefetched then, one word of it summed). 2^21 random lines of the 1 GiB probe buffer, split
+// over `threads` threads; best of two runs. A bucket lookup reads one line of offsets and then
+// the line(s) of its entries, whose address the offsets give: the pipeline overlaps those two
+// dependent misses with the other lookups' misses, so per line it can at best match this probe.
+double RandomLineSeconds(int threads) {
+  const std::vector<uint64_t>& buf = ProbeBuffer();
+  constexpr size_t kLineWords = 64 / 8;
+  constexpr int kLineAhead = 32;
+  static const std::vector<uint32_t> lines = [&] {
+    std::vector<uint32_t> out(size_t{1} << 21);
+    std::mt19937_64 rng(78);
+    std::uniform_int_distribution<uint32_t> pick(
+        0, static_cast<uint32_t>(buf.size() / kLineWords - 1));
+    for (uint32_t& x : out) x = pick(rng);
+    return out;
+  }();
+  const AliasU64* words = reinterpret_cast<const AliasU64*>(buf.data());
+  auto part = [&](int t, uint64_t* out) {
+    const size_t b = lines.size() * t / threads, e = lines.size() * (t + 1) / threads;
+    uint64_t s = 0;
+    for (size_t i = b; i < e; ++i) {
+      if (i + kLineAhead < e) __builtin_prefetch(words + lines[i + kLineAhead] * kLineWords);
+      s += words[lines[i] * kLineWords];
+    }
+    *out = s;
+  };
+  double best = 1e30;
+  for (int r = 0; r < 2; ++r) {
+    FlushCaches();
+    std::vector<uint64_t> sums(static_cast<size_t>(threads));
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(part, t, &sums[static_cast<size_t>(t)]);
+    part(0, &sums[0]);
+    for (auto& th : pool) th.join();
+    best = std::min(best, Seconds(t0, Clock::now()));
+    benchmark::DoNotOptimize(sums.data());
+  }
+  return best / static_cast<double>(lines.size());
+}
+
 void BM_Probe(benchmark::State& state, int threads) {
   const std::vector<uint64_t>& buf = ProbeBuffer();
   double seconds = 0;
@@ -443,6 +486,8 @@ struct StepStats {
   double union_frac = 0;  // mean |union| / n over the 8 kv heads
   double bytes = 0;       // bytes read by the step (see the file comment)
   double entries = 0;     // bucket entries scanned by the 32 retrievals
+  double lines = 0;       // distinct cache lines those retrievals read: one line of offsets and
+                          // the lines that a bucket's entries span, per (head, table) lookup
 };
 
 struct DataSet {
@@ -476,6 +521,10 @@ StepStats ComputeStats(const DataSet& ds, int step) {
       for (int t = 0; t < ds.l; ++t) {
         const std::vector<int32_t> off = shard.tables().TableOffsets(t);
         st.entries += off[c[t] + 1] - off[c[t]];
+        // The offsets' line, then the entries' lines (index bytes each, from the table's start).
+        const int64_t ib = shard.tables().index_bytes();
+        const int64_t first = off[c[t]] * ib / 64, last = (off[c[t] + 1] * ib - 1) / 64;
+        st.lines += 1 + (off[c[t] + 1] > off[c[t]] ? last - first + 1 : 0);
       }
     }
     std::fill(in_union.begin(), in_union.end(), 0);
@@ -694,17 +743,128 @@ void BM_MagicPig(benchmark::State& state, int64_t n, int k, int l, int threads) 
   state.counters["hash_us"] = hash.MeanWall() * 1e6;
   state.counters["step_speedup"] = fl.MeanWall() / (mp.MeanWall() + hash.MeanWall());
   state.counters["retr_cpu_ms"] = retrieve.MeanCpu() * 1e3;
+  // The retrieval's lines at the random-line probe's rate (one thread, as the timed retrieval),
+  // and the speedup over full that the gather floor plus this floor allow.
+  double lines = 0;
+  for (const StepStats& st : ds->stats) lines += st.lines;
+  lines /= static_cast<double>(ds->stats.size());
+  const double retr_floor_s = lines * RandomLineSeconds(1);
+  state.counters["retr_lines"] = lines;
+  state.counters["retr_floor_ms"] = retr_floor_s * 1e3;
   // What the union rows alone would cost at the gather probe's rate, and the speedup over full
   // that this floor allows.
   const double gather_s =
       union_frac / iter * static_cast<double>(ds->n) * kKvHeads * GatherSecondsPerRow(threads);
   state.counters["gather_floor_ms"] = gather_s * 1e3;
   state.counters["speedup_bound"] = fl.MeanWall() / gather_s;
+  // Gather and retrieval floors together (both probes' seconds are wall time with `threads`).
+  state.counters["speedup_bound2"] =
+      fl.MeanWall() / (gather_s + lines * RandomLineSeconds(threads));
   if (threads == 1) {
     state.counters["cpu_ms"] = mp.MeanCpu() * 1e3;
     state.counters["full_cpu_ms"] = fl.MeanCpu() * 1e3;
     state.counters["speedup_cpu"] = fl.MeanCpu() / mp.MeanCpu();
   }
+}
+
+// The same n keys per kv head cut into blocks of `block` keys, one shard (and table set) per
+// block, as the engine and the attention nodes store a sequence (--shard-block, default 4,096):
+// magicpig(10, 150) over all (kv head, block) work items, against the unblocked case above. The
+// sample sets are the same (a key's collisions do not depend on its block); a block multiplies
+// the bucket lookups (L per head and block) and shrinks each lookup's entries.
+void BM_MagicPigBlocks(benchmark::State& state, int64_t n, int64_t block, int threads) {
+  constexpr int k = 10, l = 150;
+  const DataSet* ds = GetDataSet(n, k, l);
+  if (ds == nullptr) {
+    state.SkipWithError("data set build failed");
+    return;
+  }
+  const int64_t blocks = (n + block - 1) / block;
+  static std::vector<KvShard>* shards = nullptr;
+  static int64_t shards_n = 0, shards_block = 0;
+  if (shards == nullptr || shards_n != n || shards_block != block) {
+    delete shards;
+    shards = new std::vector<KvShard>();
+    std::vector<HeadGeometry> geo;
+    for (int g = 0; g < kKvHeads; ++g) geo.push_back(MakeGeometry(g));
+    for (int g = 0; g < kKvHeads; ++g) {
+      std::vector<float> keys, values, center;
+      MakeKeys(geo[g], g, n, &keys, &values, &center);  // the unblocked shards' keys and centre
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t first = b * block, m = std::min(block, n - first);
+        absl::StatusOr<KvShard> shard =
+            KvShard::Create(*ds->hash, keys.data() + first * kDim, center.data(),
+                            values.data() + first * kDim, m, KvStorage::kBf16);
+        if (!shard.ok()) {
+          state.SkipWithError("block shard build failed");
+          return;
+        }
+        shards->push_back(*std::move(shard));
+      }
+    }
+    shards_n = n;
+    shards_block = block;
+  }
+  AttentionRunner runner(threads);
+  const MagicPigEstimator magicpig(k, l);
+  const FullEstimator full;
+  std::vector<PartialAttention> out(static_cast<size_t>(kQHeads * blocks)), full_out(kQHeads);
+  auto work_for = [&](int s) {
+    const float* q = ds->q.data() + s * kQHeads * kDim;
+    const uint16_t* c = ds->codes.data() + s * kQHeads * l;
+    std::vector<GroupWork> work;
+    for (int g = 0; g < kKvHeads; ++g) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        GroupWork w;
+        w.shard = &(*shards)[static_cast<size_t>(g * blocks + b)];
+        w.q = q + g * kGroup * kDim;
+        w.codes = c + g * kGroup * l;
+        w.g = kGroup;
+        w.out = out.data() + (b * kQHeads + g * kGroup);
+        work.push_back(w);
+      }
+    }
+    return work;
+  };
+  for (int s = 0; s < kSteps; ++s) (void)runner.Run(magicpig, work_for(s), kScale);  // warm-up
+  LshScratch lsh;
+  std::vector<int32_t> sample;
+  std::vector<uint32_t> sample_masks;
+  Lap mp, fl, retrieve;
+  int64_t iter = 0;
+  for (auto _ : state) {
+    const int s = static_cast<int>(iter % kSteps);
+    if (iter % kFullEvery == 0) {
+      if (!TimeFullStep(state, runner, full, *ds, ds->q.data() + s * kQHeads * kDim,
+                        full_out.data(), &fl)) {
+        return;
+      }
+      const uint16_t* c = ds->codes.data() + s * kQHeads * l;
+      FlushCaches();
+      const Stamp t1 = Now();
+      for (int g = 0; g < kKvHeads; ++g) {
+        for (int64_t b = 0; b < blocks; ++b) {
+          (void)(*shards)[static_cast<size_t>(g * blocks + b)].RetrieveGroup(
+              c + g * kGroup * l, kGroup, &lsh, &sample, &sample_masks);
+        }
+      }
+      retrieve.Add(t1, Now());
+    }
+    const std::vector<GroupWork> work = work_for(s);
+    FlushCaches();
+    const Stamp t0 = Now();
+    if (!runner.Run(magicpig, work, kScale).ok()) {
+      state.SkipWithError("magicpig step failed");
+      return;
+    }
+    state.SetIterationTime(mp.Add(t0, Now()));
+    ++iter;
+  }
+  if (iter == 0) return;
+  state.counters["blocks"] = static_cast<double>(blocks);
+  state.counters["full_ms"] = fl.MeanWall() * 1e3;
+  state.counters["speedup"] = fl.MeanWall() / mp.MeanWall();
+  state.counters["retr_cpu_ms"] = retrieve.MeanCpu() * 1e3;
 }
 
 void BM_Full(benchmark::State& state, int64_t n, int threads) {
@@ -1171,6 +1331,15 @@ void RegisterAll() {
       }
     }
     for (int t : {1, 2}) {
+      for (int64_t block : {int64_t{4096}, int64_t{16384}, n}) {
+        if (block > n || (block == n && n == 16384)) continue;
+        RegisterBenchmark(("MagicPigBlocks/n:" + std::to_string(n) +
+                           "/block:" + std::to_string(block) + "/threads:" + std::to_string(t))
+                              .c_str(),
+                          BM_MagicPigBlocks, n, block, t)
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
+      }
       RegisterBenchmark(("Full/n:" + std::to_string(n) + "/threads:" + std::to_string(t)).c_str(),
                         BM_Full, n, t)
           ->Unit(benchmark::kMicrosecond)

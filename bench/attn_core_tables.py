@@ -1,7 +1,9 @@
 """Markdown tables (docs/attention-core-bench.md) from magicpig_attn_core_bench output.
 
-Reads the `_median` lines of a run with --benchmark_repetitions and prints three tables: full vs
-the probe, magicpig(K, L) vs full with the gather floor, and the table build vs ten key reads.
+Reads the `_median` lines of a run with --benchmark_repetitions and prints five tables: full vs
+the probe, magicpig(K, L) vs full with the gather floor, the retrieval against its random-line
+floor (where the run has those counters), magicpig(10, 150) over blocks of keys (MagicPigBlocks),
+and the table build vs ten key reads.
 
 usage: python3 bench/attn_core_tables.py BENCH_OUTPUT.txt
 """
@@ -53,6 +55,29 @@ def main():
                       f"| {c['retr_cpu_ms']:.2f} | {c['gather_floor_ms']:.2f} | {c['full_ms']:.1f} "
                       f"| {b}{c['speedup']:.2f}{b} | {c['speedup_bound']:.1f} "
                       f"| {c['step_speedup']:.2f} |")
+    floors = [(n, k, l, t) for n in sizes for k, l in configs for t in [1, 2]
+              if "retr_lines" in rows.get(f"MagicPig/n:{n}/K:{k}/L:{l}/threads:{t}", (0, {}))[1]]
+    if floors:
+        print()
+        print("| n | (K, L) | threads | retrieval ms | lines read | line floor ms | retrieval / floor "
+              "| gather floor ms | full ms | bound (both floors) |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for n, k, l, t in floors:
+            ms, c = rows[f"MagicPig/n:{n}/K:{k}/L:{l}/threads:{t}"]
+            print(f"| {n // 1024}K | ({k}, {l}) | {t} | {c['retr_cpu_ms']:.2f} "
+                  f"| {c['retr_lines'] / 1000:.1f}K | {c['retr_floor_ms']:.2f} "
+                  f"| {c['retr_cpu_ms'] / c['retr_floor_ms']:.1f} | {c['gather_floor_ms']:.2f} "
+                  f"| {c['full_ms']:.1f} | {c['speedup_bound2']:.1f} |")
+    blocked = [key for key in rows if key.startswith("MagicPigBlocks/")]
+    if blocked:
+        print()
+        print("| n | block | blocks | threads | magicpig ms | retrieval ms | full ms | speedup |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for key in blocked:
+            n, block, t = (int(x) for x in re.findall(r":(\d+)", key))
+            ms, c = rows[key]
+            print(f"| {n // 1024}K | {block // 1024}K | {n // block} | {t} | {ms:.2f} "
+                  f"| {c['retr_cpu_ms']:.2f} | {c['full_ms']:.1f} | {c['speedup']:.2f} |")
     print()
     print("| (K, L) | threads | build ms | first build ms | key read ms (GB/s) | build / 10 reads "
           "| tables MiB |")

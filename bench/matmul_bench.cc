@@ -94,6 +94,48 @@ void BM_MatMul(benchmark::State& state, GgmlType type, Shape shape, int64_t n_to
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// One decode token through SmolLM2-135M's dense products in the transformer's order: 30 layers of
+// Q4_1 q, k, v, o, gate, up, down (each layer its own copy of the bytes, so that, as in the engine,
+// nothing is left in a cache from the previous token: 61 MB) and the tied Q8_0 head (28 MB). The
+// weights rate against ReadBandwidth is the share of the memory bound that decode's dense work
+// reaches with MatMul's fork-join per product; the single-matrix cases above run from cache.
+void BM_DecodeStream(benchmark::State& state, SimdLevel level, int threads) {
+  constexpr int kLayers = 30;
+  const Shape layer_shapes[] = {{"q", 576, 576},    {"k", 192, 576},     {"v", 192, 576},
+                                {"o", 576, 576},    {"gate", 1536, 576}, {"up", 1536, 576},
+                                {"down", 576, 1536}};
+  std::vector<std::vector<uint8_t>> one_layer;
+  for (const Shape& s : layer_shapes)
+    one_layer.push_back(RandomWeights(GgmlType::kQ4_1, s.rows, s.cols));
+  std::vector<std::vector<uint8_t>> layers;  // [layer * 7 + product]
+  for (int l = 0; l < kLayers; ++l) {
+    for (const std::vector<uint8_t>& w : one_layer) layers.push_back(w);
+  }
+  const std::vector<uint8_t> head = RandomWeights(GgmlType::kQ8_0, 49152, 576);
+  std::vector<float> x(1536, 0.5f);
+  std::vector<float> y(49152);
+  int64_t bytes = static_cast<int64_t>(head.size());
+  for (const std::vector<uint8_t>& w : layers) bytes += static_cast<int64_t>(w.size());
+  tbb::task_arena arena(threads);
+  for (auto _ : state) {
+    arena.execute([&] {
+      for (int l = 0; l < kLayers; ++l) {
+        for (int p = 0; p < 7; ++p) {
+          const Shape& s = layer_shapes[p];
+          const QuantMatrix m{GgmlType::kQ4_1, layers[static_cast<size_t>(l * 7 + p)].data(),
+                              s.rows, s.cols, WeightLayout::kRowMajor};
+          (void)MatMul(m, x.data(), s.cols, 1, y.data(), s.rows, level);
+        }
+      }
+      const QuantMatrix m{GgmlType::kQ8_0, head.data(), 49152, 576, WeightLayout::kRowMajor};
+      (void)MatMul(m, x.data(), 576, 1, y.data(), 49152, level);
+    });
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weights"] =
+      benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // Sums a 1 GiB buffer (far larger than any cache): the read bandwidth a matvec can hope for.
 void BM_ReadBandwidth(benchmark::State& state, int threads) {
   static const std::vector<uint64_t>* buffer = new std::vector<uint64_t>((1u << 30) / 8, 1);
@@ -120,6 +162,16 @@ void RegisterAll() {
                                  BM_ReadBandwidth, threads)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+  }
+  for (SimdLevel level : SupportedSimdLevels()) {
+    for (int threads : {1, 2}) {
+      benchmark::RegisterBenchmark(("DecodeStream_smollm2/" + std::string(SimdLevelName(level)) +
+                                    "/threads:" + std::to_string(threads))
+                                       .c_str(),
+                                   BM_DecodeStream, level, threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
     for (const Shape& shape : kShapes) {
