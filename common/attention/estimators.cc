@@ -13,9 +13,31 @@
 #include "common/attention/inclusion_probability.h"
 #include "common/attention/kernels/group_attention_kernel.h"
 #include "common/status_macros.h"
+#include "tbb/parallel_invoke.h"
 
 namespace magicpig::attention {
+
+// See EstimatorScratch::split.
+struct MagicPigSplit {
+  std::vector<int32_t> rows;
+  std::vector<uint32_t> masks;
+  EstimatorScratch halves[2];
+  std::vector<PartialAttention> second;  // [g] the second half's partials
+};
+
 namespace {
+
+// MagicPIG's union rows from which AttendGroup runs the kernel as two halves (at ~70 ns per row, a
+// half of 128 rows is ~9 us, several times the cost of the extra task and merge).
+constexpr int64_t kSplitRows = 256;
+
+// out[h].n_touched = the rows whose mask has bit h.
+void CountTouched(const std::vector<uint32_t>& masks, int g, PartialAttention* out) {
+  for (int h = 0; h < g; ++h) out[h].n_touched = 0;
+  for (uint32_t m : masks) {
+    for (; m != 0; m &= m - 1) ++out[__builtin_ctz(m)].n_touched;
+  }
+}
 
 using internal::CheckCommon;
 using internal::CheckGroup;
@@ -115,13 +137,46 @@ absl::Status MagicPigEstimator::AttendGroup(const KvShard& shard, const float* q
                                                  &scratch->rows, &scratch->row_masks));
     const auto retrieved = scratch->time_phases ? std::chrono::steady_clock::now()
                                                 : std::chrono::steady_clock::time_point{};
-    for (int h = 0; h < gc; ++h) out[h0 + h].n_touched = 0;
-    for (uint32_t m : scratch->row_masks) {
-      for (; m != 0; m &= m - 1) ++out[h0 + __builtin_ctz(m)].n_touched;
+    const float* lnu = options_.force_unit_inclusion ? nullptr : lnu_table_.data();
+    const float* qh = q + h0 * shard.dim();
+    const int64_t n_rows = static_cast<int64_t>(scratch->rows.size());
+    if (n_rows >= kSplitRows) {
+      // Two halves on two tasks: when a layer has fewer work items than twice the threads
+      // (SmolLM2 at 8K: 3 kv heads in one block on 2 threads), a thread done with its items takes
+      // the other half instead of waiting. The halves depend on the row count alone and merge by
+      // LSE, so the result does not depend on the number of threads. While this thread waits it
+      // may run another work item with the same scratch: everything the halves use is moved out
+      // of it first (the rows, the masks and two scratches of their own).
+      std::shared_ptr<MagicPigSplit> split = std::move(scratch->split);
+      if (split == nullptr) split = std::make_shared<MagicPigSplit>();
+      split->rows.swap(scratch->rows);
+      split->masks.swap(scratch->row_masks);
+      split->second.resize(static_cast<size_t>(gc));
+      const int64_t half = n_rows / 2;
+      const int32_t* rows = split->rows.data();
+      const uint32_t* masks = split->masks.data();
+      tbb::parallel_invoke(
+          [&] {
+            RunGroupKernel(kernel, shard, qh, gc, scale, rows, half, masks, lnu, &split->halves[0],
+                           out + h0);
+          },
+          [&] {
+            RunGroupKernel(kernel, shard, qh, gc, scale, rows + half, n_rows - half, masks + half,
+                           lnu, &split->halves[1], split->second.data());
+          });
+      for (int h = 0; h < gc; ++h) {
+        const PartialAttention parts[2] = {std::move(out[h0 + h]), split->second[h]};
+        out[h0 + h] = MergePartials(parts);
+      }
+      CountTouched(split->masks, gc, out + h0);
+      split->rows.swap(scratch->rows);  // back for reuse (or a nested call's, equally reusable)
+      split->masks.swap(scratch->row_masks);
+      scratch->split = std::move(split);
+    } else {
+      RunGroupKernel(kernel, shard, qh, gc, scale, scratch->rows.data(), n_rows,
+                     scratch->row_masks.data(), lnu, scratch, out + h0);
+      CountTouched(scratch->row_masks, gc, out + h0);
     }
-    RunGroupKernel(kernel, shard, q + h0 * shard.dim(), gc, scale, scratch->rows.data(),
-                   static_cast<int64_t>(scratch->rows.size()), scratch->row_masks.data(),
-                   options_.force_unit_inclusion ? nullptr : lnu_table_.data(), scratch, out + h0);
     if (scratch->time_phases) {
       scratch->retrieve_seconds += std::chrono::duration<double>(retrieved - start).count();
       scratch->kernel_seconds +=

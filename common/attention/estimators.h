@@ -60,6 +60,7 @@
 #define MAGICPIG_COMMON_ATTENTION_ESTIMATORS_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -94,6 +95,10 @@ struct EstimatorScratch {
   bool time_phases = false;
   double retrieve_seconds = 0;
   double kernel_seconds = 0;
+  // MagicPIG's state for a union attended as two halves (estimators.cc): taken out of the scratch
+  // while the halves run, so that a call this thread makes while it waits for the other half (a
+  // task it takes meanwhile) finds the scratch free; made at the first split.
+  std::shared_ptr<struct MagicPigSplit> split;
 };
 
 class Estimator {
