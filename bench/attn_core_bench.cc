@@ -269,6 +269,25 @@ double ProbeGbps(int threads) {
   return static_cast<double>(buf.size() * 8) / best * 1e-9;
 }
 
+// Best of two runs of part(t, &sum) on `threads` threads at once (t = 0 on this one), each after
+// a cache flush: the wall seconds of a probe whose threads each read their own share.
+template <class Part>
+double BestOfTwoColdSeconds(int threads, const Part& part) {
+  double best = 1e30;
+  for (int r = 0; r < 2; ++r) {
+    FlushCaches();
+    std::vector<uint64_t> sums(static_cast<size_t>(threads));
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(part, t, &sums[static_cast<size_t>(t)]);
+    part(0, &sums[0]);
+    for (auto& th : pool) th.join();
+    best = std::min(best, Seconds(t0, Clock::now()));
+    benchmark::DoNotOptimize(sums.data());
+  }
+  return best;
+}
+
 // The physical floor of a sampled step: seconds per gathered row when rows are only read, no
 // arithmetic. The 1 GiB probe buffer is two arrays of 256-byte rows (the bf16 key and value rows
 // at d = 128); each row of the key array is taken with probability kGatherFraction (about the
@@ -307,19 +326,7 @@ double GatherSecondsPerRow(int threads) {
     }
     *out = s;
   };
-  double best = 1e30;
-  for (int r = 0; r < 2; ++r) {
-    FlushCaches();
-    std::vector<uint64_t> sums(static_cast<size_t>(threads));
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(part, t, &sums[static_cast<size_t>(t)]);
-    part(0, &sums[0]);
-    for (auto& th : pool) th.join();
-    best = std::min(best, Seconds(t0, Clock::now()));
-    benchmark::DoNotOptimize(sums.data());
-  }
-  return best / static_cast<double>(picked.size());
+  return BestOfTwoColdSeconds(threads, part) / static_cast<double>(picked.size());
 }
 
 // The physical floor of the retrieval: seconds per cache line when independent random lines are
@@ -350,19 +357,7 @@ double RandomLineSeconds(int threads) {
     }
     *out = s;
   };
-  double best = 1e30;
-  for (int r = 0; r < 2; ++r) {
-    FlushCaches();
-    std::vector<uint64_t> sums(static_cast<size_t>(threads));
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(part, t, &sums[static_cast<size_t>(t)]);
-    part(0, &sums[0]);
-    for (auto& th : pool) th.join();
-    best = std::min(best, Seconds(t0, Clock::now()));
-    benchmark::DoNotOptimize(sums.data());
-  }
-  return best / static_cast<double>(lines.size());
+  return BestOfTwoColdSeconds(threads, part) / static_cast<double>(lines.size());
 }
 
 void BM_Probe(benchmark::State& state, int threads) {
