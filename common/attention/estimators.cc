@@ -165,7 +165,7 @@ absl::Status MagicPigEstimator::AttendGroup(const KvShard& shard, const float* q
                            lnu, &split->halves[1], split->second.data());
           });
       for (int h = 0; h < gc; ++h) {
-        const PartialAttention parts[2] = {std::move(out[h0 + h]), split->second[h]};
+        const PartialAttention parts[2] = {std::move(out[h0 + h]), std::move(split->second[h])};
         out[h0 + h] = MergePartials(parts);
       }
       CountTouched(split->masks, gc, out + h0);

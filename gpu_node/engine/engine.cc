@@ -262,20 +262,16 @@ void Sequence::Finish(FinishReason reason) {
     result_.stats.attention_phases = router_->stats().phases;
     if (kv_ != nullptr) result_.stats.kv_bytes_released = kv_->released_bytes();
   }
-  // The memory goes as soon as the sequence ends, not when the caller drops it; with a deleter on
-  // its thread (router first: it points into the shards and the cache).
-  if (deleter_ != nullptr) {
-    struct Held {  // members go in reverse order: the router, the shards, the cache
-      std::unique_ptr<KvCache> kv;
-      std::unique_ptr<attention::AttentionShards> shards;
-      std::unique_ptr<SparseAttentionRouter> router;
-    };
-    deleter_->Add(Held{std::move(kv_), std::move(shards_), std::move(router_)});
-    return;
-  }
-  router_.reset();
-  shards_.reset();
-  kv_.reset();
+  // The memory goes as soon as the sequence ends, not when the caller drops it: on the deleter's
+  // thread when there is one, else at the end of this scope. Members go in reverse order: the
+  // router first (it points into the shards and the cache), then the shards, then the cache.
+  struct Held {
+    std::unique_ptr<KvCache> kv;
+    std::unique_ptr<attention::AttentionShards> shards;
+    std::unique_ptr<SparseAttentionRouter> router;
+  };
+  Held held{std::move(kv_), std::move(shards_), std::move(router_)};
+  if (deleter_ != nullptr) deleter_->Add(std::move(held));
 }
 
 absl::Status Engine::SetUpSparseAttention(const SparseAttentionOptions& attention, Sequence& seq,
