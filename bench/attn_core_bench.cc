@@ -292,9 +292,11 @@ double BestOfTwoColdSeconds(int threads, const Part& part) {
 // arithmetic. The 1 GiB probe buffer is two arrays of 256-byte rows (the bf16 key and value rows
 // at d = 128); each row of the key array is taken with probability kGatherFraction (about the
 // union fraction of magicpig(10, 150)), in increasing order like a group's union, and one word of
-// each of its 8 cache lines (4 key, 4 value) is summed, with the same prefetch distance as the
-// kernel. Best of two runs with `threads` threads, each on its own contiguous part of the rows.
+// each of its 8 cache lines (4 key, 4 value) is summed, with the kernel's two prefetch stages
+// (into L2 kGatherFarRows rows ahead, into L1 4 rows ahead; group_attention_kernel-inl.h). Best of
+// two runs with `threads` threads, each on its own contiguous part of the rows.
 constexpr double kGatherFraction = 0.079;
+constexpr size_t kGatherFarRows = 24;  // the kernel's kFarPrefetchBytes over a 512-byte row
 double GatherSecondsPerRow(int threads) {
   const std::vector<uint64_t>& buf = ProbeBuffer();
   constexpr size_t kRowWords = 256 / 8;
@@ -314,6 +316,12 @@ double GatherSecondsPerRow(int threads) {
     const size_t b = picked.size() * t / threads, e = picked.size() * (t + 1) / threads;
     uint64_t s = 0;
     for (size_t i = b; i < e; ++i) {
+      if (i + kGatherFarRows < e) {
+        for (size_t w = 0; w < kRowWords; w += 8) {
+          __builtin_prefetch(keys + picked[i + kGatherFarRows] * kRowWords + w, 0, 2);
+          __builtin_prefetch(values + picked[i + kGatherFarRows] * kRowWords + w, 0, 2);
+        }
+      }
       if (i + 4 < e) {
         for (size_t w = 0; w < kRowWords; w += 8) {
           __builtin_prefetch(keys + picked[i + 4] * kRowWords + w);

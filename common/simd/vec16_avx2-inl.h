@@ -88,6 +88,7 @@ inline void DotAccReduce8(const DotAcc* a, float* out) {
                                       _mm256_permute2f128_ps(abcd, efgh, 0x31)));
 }
 inline void Prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+inline void PrefetchL2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 // Bit i = lane i > 0 (strict; NaN gives 0).
 inline uint32_t PositiveMask(V v) {
   const __m256 z = _mm256_setzero_ps();

@@ -52,6 +52,7 @@ inline float ReduceAdd(V v) {
 inline V LoadBf16Shuffled(const uint16_t* p) { return LoadBf16(p); }
 inline int Bf16ShuffledSource(int lane) { return lane; }
 inline void Prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+inline void PrefetchL2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 // Bit i = lane i > 0 (strict; NaN gives 0).
 inline uint32_t PositiveMask(V v) {
   return static_cast<uint32_t>(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ));

@@ -81,6 +81,7 @@ inline float ReduceAdd(V v) {
 inline V LoadBf16Shuffled(const uint16_t* p) { return LoadBf16(p); }
 inline int Bf16ShuffledSource(int lane) { return lane; }
 inline void Prefetch(const void* p) { __builtin_prefetch(p); }
+inline void PrefetchL2(const void* p) { __builtin_prefetch(p, 0, 2); }
 // Bit i = lane i > 0 (strict; NaN gives 0).
 inline uint32_t PositiveMask(V v) {
   uint32_t m = 0;

@@ -20,8 +20,8 @@
 // Rows are read 16 elements at a time in the ISA's LoadBf16Shuffled lane order (one load and two
 // bit operations on AVX2 instead of a widening shuffle); the queries are permuted into that order
 // once per call and the accumulators permuted back at the end, so the dot products and value sums
-// are the same sums in another order. A gathered row list prefetches the key and value rows
-// kPrefetchRows entries ahead.
+// are the same sums in another order. A gathered row list prefetches the key and value rows in
+// two stages: into L2 kFarPrefetchBytes ahead, into L1 kPrefetchRows rows ahead.
 #include <cstdint>
 
 #include "common/attention/kernels/group_attention_kernel.h"
@@ -29,9 +29,16 @@
 namespace magicpig::attention::internal {
 namespace MAGICPIG_GROUP_NS {
 
-// Gathered rows ahead. A row's key and value are 8 cache lines at d = 128 (bf16) and a core keeps
-// only a few dozen misses in flight: a longer distance only stalls on full miss queues.
+// Gathered rows are prefetched in two stages. A row's key and value are 8 cache lines at d = 128
+// (bf16); the L1 tracks only a couple of dozen misses, so prefetching into L1 further than a few
+// rows ahead stalls on full miss buffers (8, 10 or 12 rows were no faster than 4), while memory
+// latency needs far more lines in flight than 4 rows hold. So rows kFarPrefetchBytes ahead (of
+// key + value) are prefetched into L2 only (PrefetchL2: L2 tracks more misses, and the L1's buffer
+// is free once the request is handed on), and the rows kPrefetchRows ahead, by then on their way or
+// in L2, into L1. At 64K keys on 8B shapes this made the gather and kernel ~15% faster
+// (docs/attention-core-bench.md); 8 to 24 KiB ahead measured the same within the VM's noise.
 constexpr int64_t kPrefetchRows = 4;
+constexpr int64_t kFarPrefetchBytes = 12 * 1024;
 
 // Key rows ahead in a dense tile's pass A. The key stream is sequential, but the value prefetches
 // interleaved with it keep the hardware prefetchers from running far enough ahead: 8 rows (2 KB
@@ -61,10 +68,22 @@ inline int64_t SourceIndex(int64_t i) {
 }
 
 template <int64_t kChunks, bool kBf16>
+inline int64_t RowBytes(int64_t d) {
+  return (kChunks > 0 ? kChunks * kLanes : d) * (kBf16 ? 2 : 4);
+}
+
+template <int64_t kChunks, bool kBf16>
 inline void PrefetchRow(const void* base, int64_t r, int64_t d) {
-  const int64_t bytes = (kChunks > 0 ? kChunks * kLanes : d) * (kBf16 ? 2 : 4);
+  const int64_t bytes = RowBytes<kChunks, kBf16>(d);
   const char* p = static_cast<const char*>(base) + r * bytes;
   for (int64_t off = 0; off < bytes; off += 64) Prefetch(p + off);
+}
+
+template <int64_t kChunks, bool kBf16>
+inline void PrefetchRowL2(const void* base, int64_t r, int64_t d) {
+  const int64_t bytes = RowBytes<kChunks, kBf16>(d);
+  const char* p = static_cast<const char*>(base) + r * bytes;
+  for (int64_t off = 0; off < bytes; off += 64) PrefetchL2(p + off);
 }
 
 // ln(u(c) + 1e-4) by linear interpolation in the caller's table (uniform grid on [-1, 1]).
@@ -264,8 +283,11 @@ void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m
 // masks and the MagicPIG correction), streamed one row at a time: each row's key is dotted with
 // the heads that sampled it (usually one), each such head's running softmax is updated
 // (the accumulator rescaled when its maximum rises) and the value row added to it. No tile state:
-// the row loop issues a steady stream of prefetches kPrefetchRows ahead, so the gather keeps
-// misses in flight instead of pausing between the passes of a tile.
+// the row loop issues a steady stream of prefetches (two stages, see kFarPrefetchBytes), so the
+// gather keeps misses in flight instead of pausing between the passes of a tile. (Batches of 16
+// rows scored, then turned into logits and weights 16 lanes at a time, then added, were 10-20%
+// slower at d = 64 and d = 128: the per-row division, lookup and exponential are not what bounds
+// this loop; the misses are.)
 //
 // Without values (a.values == nullptr) only the softmax sums are kept: l, and with l2 != nullptr
 // also l2[h] = sum exp(2 (x - m)) (the second moment of the weights, for vattention's spread).
@@ -278,14 +300,25 @@ __attribute__((noinline)) void RunStreamed(const GroupAttentionArgs& a, const fl
   const int g = a.g;
   const bool correct = a.lnu_table != nullptr;
   const uint32_t all = g >= 32 ? 0xffffffffu : ((1u << g) - 1u);
+  // The far stage's distance in rows (24 at d = 128 with values, 48 at d = 64).
+  const int64_t row_bytes = RowBytes<kChunks, kBf16>(d) * (with_values ? 2 : 1);
+  const int64_t far = kFarPrefetchBytes / row_bytes > 2 * kPrefetchRows
+                          ? kFarPrefetchBytes / row_bytes
+                          : 2 * kPrefetchRows;
   for (int64_t j = 0; j < a.n_rows; ++j) {
-    const int64_t ahead = j + kPrefetchRows;
     int64_t r;
     if (a.rows != nullptr) {
-      if (ahead < a.n_rows) {
-        PrefetchRow<kChunks, kBf16>(a.keys, a.rows[ahead], d);
-        if (with_values) PrefetchRow<kChunks, kBf16>(a.values, a.rows[ahead], d);
-        if (correct) Prefetch(a.key_norms + a.rows[ahead]);
+      if (j + far < a.n_rows) {
+        const int64_t rf = a.rows[j + far];
+        PrefetchRowL2<kChunks, kBf16>(a.keys, rf, d);
+        if (with_values) PrefetchRowL2<kChunks, kBf16>(a.values, rf, d);
+        if (correct) PrefetchL2(a.key_norms + rf);
+      }
+      if (j + kPrefetchRows < a.n_rows) {
+        const int64_t rn = a.rows[j + kPrefetchRows];
+        PrefetchRow<kChunks, kBf16>(a.keys, rn, d);
+        if (with_values) PrefetchRow<kChunks, kBf16>(a.values, rn, d);
+        if (correct) Prefetch(a.key_norms + rn);
       }
       r = a.rows[j];
     } else {
