@@ -2,11 +2,10 @@
 // headers defines, in magicpig::simd16::<isa>, kLanes == 16, a vector type V and Zero(),
 // Set1(float), LoadF32, LoadF16, LoadBf16, LoadBf16Shuffled + Bf16ShuffledSource (16 elements in an
 // ISA-chosen lane order), Store, Fma(a, b, c) = a*b + c, Mul, Add, Max, Sub, Floor, ScaleByPow2(p,
-// e) = p * 2^e (e integral), ReduceAdd, ReduceMax, Prefetch (into
-// L1) and PrefetchL2 (into L2 only: a far prefetch that frees the L1 miss buffers sooner) (and
-// ReduceAdd4 if it defines MAGICPIG_SIMD16_HAS_REDUCE_ADD4; DotAcc, DotAccZero, DotAccFma and
-// DotAccReduce8 if it defines MAGICPIG_SIMD16_HAS_DOT_ACC), then includes this file with
-// MAGICPIG_SIMD16_NS naming its namespace. No include guard on purpose.
+// e) = p * 2^e (e integral), ReduceAdd, ReduceMax, Prefetch (into L1), PrefetchL2 (into L2 only,
+// for a far prefetch stage) (and ReduceAdd4 if it defines MAGICPIG_SIMD16_HAS_REDUCE_ADD4; DotAcc,
+// DotAccZero, DotAccFma and DotAccReduce8 if it defines MAGICPIG_SIMD16_HAS_DOT_ACC), then
+// includes this file with MAGICPIG_SIMD16_NS naming its namespace. No include guard on purpose.
 #include <cstdint>
 #include <cstring>
 
