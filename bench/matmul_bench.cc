@@ -99,14 +99,21 @@ void BM_MatMul(benchmark::State& state, GgmlType type, Shape shape, int64_t n_to
 // nothing is left in a cache from the previous token: 61 MB) and the tied Q8_0 head (28 MB). The
 // weights rate against ReadBandwidth is the share of the memory bound that decode's dense work
 // reaches with MatMul's fork-join per product; the single-matrix cases above run from cache.
-void BM_DecodeStream(benchmark::State& state, SimdLevel level, int threads) {
+// layout: the Q4_1 layers' (kRows16 is what the CPU backend loads on AVX-512 machines).
+void BM_DecodeStream(benchmark::State& state, SimdLevel level, int threads, WeightLayout layout) {
   constexpr int kLayers = 30;
   const Shape layer_shapes[] = {{"q", 576, 576},    {"k", 192, 576},     {"v", 192, 576},
                                 {"o", 576, 576},    {"gate", 1536, 576}, {"up", 1536, 576},
                                 {"down", 576, 1536}};
   std::vector<std::vector<uint8_t>> one_layer;
-  for (const Shape& s : layer_shapes)
+  for (const Shape& s : layer_shapes) {
     one_layer.push_back(RandomWeights(GgmlType::kQ4_1, s.rows, s.cols));
+    if (layout == WeightLayout::kRows16 &&
+        !Interleave(GgmlType::kQ4_1, one_layer.back().data(), s.rows, s.cols).ok()) {
+      state.SkipWithError("interleave failed");
+      return;
+    }
+  }
   std::vector<std::vector<uint8_t>> layers;  // [layer * 7 + product]
   for (int l = 0; l < kLayers; ++l) {
     for (const std::vector<uint8_t>& w : one_layer) layers.push_back(w);
@@ -123,7 +130,7 @@ void BM_DecodeStream(benchmark::State& state, SimdLevel level, int threads) {
         for (int p = 0; p < 7; ++p) {
           const Shape& s = layer_shapes[p];
           const QuantMatrix m{GgmlType::kQ4_1, layers[static_cast<size_t>(l * 7 + p)].data(),
-                              s.rows, s.cols, WeightLayout::kRowMajor};
+                              s.rows, s.cols, layout};
           (void)MatMul(m, x.data(), s.cols, 1, y.data(), s.rows, level);
         }
       }
@@ -168,9 +175,16 @@ void RegisterAll() {
       benchmark::RegisterBenchmark(("DecodeStream_smollm2/" + std::string(SimdLevelName(level)) +
                                     "/threads:" + std::to_string(threads))
                                        .c_str(),
-                                   BM_DecodeStream, level, threads)
+                                   BM_DecodeStream, level, threads, WeightLayout::kRowMajor)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
+      if (level == SimdLevel::kAvx512) {
+        benchmark::RegisterBenchmark(
+            ("DecodeStream_smollm2-rows16/avx512/threads:" + std::to_string(threads)).c_str(),
+            BM_DecodeStream, level, threads, WeightLayout::kRows16)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
     }
   }
   for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
@@ -187,6 +201,13 @@ void RegisterAll() {
                                          threads, WeightLayout::kRowMajor)
                 ->UseRealTime()
                 ->Unit(benchmark::kMicrosecond);
+            if (level == SimdLevel::kAvx512) {
+              const std::string rows16 = name.substr(0, 4) + "-rows16" + name.substr(4);
+              benchmark::RegisterBenchmark(rows16.c_str(), BM_MatMul, type, shape, n_tokens, level,
+                                           threads, WeightLayout::kRows16)
+                  ->UseRealTime()
+                  ->Unit(benchmark::kMicrosecond);
+            }
           }
         }
       }

@@ -47,7 +47,7 @@ enum class GgmlType : uint32_t {
 };
 
 struct GgmlTypeInfo {
-  const char* name;  // const char* (not string_view): absl::StrCat takes it directly
+  const char* name;     // const char* (not string_view): absl::StrCat takes it directly
   int64_t block_size;   // values per block
   int64_t block_bytes;  // bytes per block
   bool supported;       // magicpig can dequantise and multiply it

@@ -11,10 +11,50 @@
 namespace magicpig {
 namespace {
 
-constexpr int64_t kSb = 256;  // values per super-block
+// Values per interleaved block: a K-quant super-block or a Q4_1 block.
+int64_t BlockValues(GgmlType type) {
+  return type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0 ? 32 : 256;
+}
 
-// Bytes of one file super-block: 144 (Q4_K), 210 (Q6_K: ql[128], qh[64], scales[16], d).
-int64_t BlockBytes(GgmlType type) { return GgmlRowBytes(type, kSb); }
+// Bytes of one file block: 144 (Q4_K), 210 (Q6_K: ql[128], qh[64], scales[16], d), 20 (Q4_1), 34
+// (Q8_0).
+int64_t BlockBytes(GgmlType type) { return GgmlRowBytes(type, BlockValues(type)); }
+
+// One Q4_1 block of 16 rows (file blocks at src + r * row_bytes) into dst (320 bytes).
+void InterleaveQ41GroupBlock(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
+  for (int r = 0; r < kInterleaveRows; ++r) {
+    const uint8_t* b = src + r * row_bytes;
+    std::memcpy(dst + 2 * r, b, 2);           // d
+    std::memcpy(dst + 32 + 2 * r, b + 2, 2);  // m
+    for (int k = 0; k < 4; ++k) std::memcpy(dst + 64 + 64 * k + 4 * r, b + 4 + 4 * k, 4);
+  }
+}
+
+// One Q8_0 block of 16 rows into dst (544 bytes), the quants biased by 128.
+void InterleaveQ80GroupBlock(const uint8_t* src, int64_t row_bytes, uint8_t* dst) {
+  for (int r = 0; r < kInterleaveRows; ++r) {
+    const uint8_t* b = src + r * row_bytes;
+    std::memcpy(dst + 2 * r, b, 2);  // d
+    for (int k = 0; k < 8; ++k) {
+      for (int i = 0; i < 4; ++i) dst[32 + 64 * k + 4 * r + i] = b[2 + 4 * k + i] ^ 0x80;
+    }
+  }
+}
+
+// Row r's file block of one Q8_0 group block.
+void DeinterleaveQ80Block(const uint8_t* src, int r, uint8_t* b) {
+  std::memcpy(b, src + 2 * r, 2);
+  for (int k = 0; k < 8; ++k) {
+    for (int i = 0; i < 4; ++i) b[2 + 4 * k + i] = src[32 + 64 * k + 4 * r + i] ^ 0x80;
+  }
+}
+
+// Row r's file block of one Q4_1 group block.
+void DeinterleaveQ41Block(const uint8_t* src, int r, uint8_t* b) {
+  std::memcpy(b, src + 2 * r, 2);
+  std::memcpy(b + 2, src + 32 + 2 * r, 2);
+  for (int k = 0; k < 4; ++k) std::memcpy(b + 4 + 4 * k, src + 64 + 64 * k + 4 * r, 4);
+}
 
 // Inverse of KScaleMin (dequantize.h): ggml's 12-byte packing of 8 six-bit scales and mins.
 void PackScales(const uint8_t sc[8], const uint8_t mn[8], uint8_t* p) {
@@ -128,18 +168,19 @@ void DeinterleaveQ4Block(const uint8_t* src, int r, uint8_t* b) {
 }  // namespace
 
 bool CanInterleave(GgmlType type, int64_t rows, int64_t cols) {
-  return (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) && rows > 0 &&
-         rows % kInterleaveRows == 0 && cols > 0 && cols % kSb == 0;
+  return (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K || type == GgmlType::kQ4_1 ||
+          type == GgmlType::kQ8_0) &&
+         rows > 0 && rows % kInterleaveRows == 0 && cols > 0 && cols % BlockValues(type) == 0;
 }
 
 absl::Status Interleave(GgmlType type, uint8_t* data, int64_t rows, int64_t cols) {
   if (!CanInterleave(type, rows, cols)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot interleave a ", std::string(GgmlTypeName(type)), " matrix of ", rows,
-                     " x ", cols, " (needs Q4_K or Q6_K, rows a multiple of 16, cols of 256)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot interleave a ", std::string(GgmlTypeName(type)), " matrix of ", rows, " x ", cols,
+        " (needs Q4_K, Q6_K or Q4_1, rows a multiple of 16, cols of its block)"));
   }
-  const int64_t block_bytes = BlockBytes(type), row_bytes = cols / kSb * block_bytes,
-                nsb = cols / kSb;
+  const int64_t block_bytes = BlockBytes(type), nsb = cols / BlockValues(type),
+                row_bytes = nsb * block_bytes;
   // Groups are independent (each rewrites its own byte range from a copy of itself).
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows / kInterleaveRows, 16),
                     [&](const tbb::blocked_range<int64_t>& range) {
@@ -152,6 +193,10 @@ absl::Status Interleave(GgmlType type, uint8_t* data, int64_t rows, int64_t cols
                           uint8_t* dst = base + sb * kInterleaveRows * block_bytes;
                           if (type == GgmlType::kQ6_K) {
                             InterleaveQ6GroupSb(src, row_bytes, dst);
+                          } else if (type == GgmlType::kQ4_1) {
+                            InterleaveQ41GroupBlock(src, row_bytes, dst);
+                          } else if (type == GgmlType::kQ8_0) {
+                            InterleaveQ80GroupBlock(src, row_bytes, dst);
                           } else {
                             InterleaveQ4GroupSb(src, row_bytes, dst);
                           }
@@ -162,13 +207,18 @@ absl::Status Interleave(GgmlType type, uint8_t* data, int64_t rows, int64_t cols
 }
 
 void DeinterleaveRow(GgmlType type, const uint8_t* data, int64_t cols, int64_t row, uint8_t* out) {
-  const int64_t block_bytes = BlockBytes(type), row_bytes = cols / kSb * block_bytes;
+  const int64_t block_bytes = BlockBytes(type), nsb = cols / BlockValues(type),
+                row_bytes = nsb * block_bytes;
   const int r = static_cast<int>(row % kInterleaveRows);
   const uint8_t* group = data + row / kInterleaveRows * kInterleaveRows * row_bytes;
-  for (int64_t sb = 0; sb < cols / kSb; ++sb) {
+  for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* src = group + sb * kInterleaveRows * block_bytes;
     if (type == GgmlType::kQ6_K) {
       DeinterleaveQ6Block(src, r, out + sb * block_bytes);
+    } else if (type == GgmlType::kQ4_1) {
+      DeinterleaveQ41Block(src, r, out + sb * block_bytes);
+    } else if (type == GgmlType::kQ8_0) {
+      DeinterleaveQ80Block(src, r, out + sb * block_bytes);
     } else {
       DeinterleaveQ4Block(src, r, out + sb * block_bytes);
     }

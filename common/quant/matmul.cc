@@ -41,7 +41,8 @@ absl::Status CheckMatrix(const QuantMatrix& w) {
   if (w.layout == WeightLayout::kRows16 && !CanInterleave(w.type, w.rows, w.cols)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a ", std::string(info->name), " matrix of ", w.rows, "x", w.cols,
-        " cannot be in the 16-row interleaved layout (needs Q4_K or Q6_K, rows a multiple of 16)"));
+        " cannot be in the 16-row interleaved layout (needs Q4_K, Q6_K, Q4_1 or Q8_0, rows a "
+        "multiple of 16)"));
   }
   return absl::OkStatus();
 }
@@ -254,7 +255,9 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
   auto run = [&](int64_t r0, int64_t r1) {
     switch (level) {
       case SimdLevel::kAvx512:
-        if (rows16) {
+        if (rows16 && (w.type == GgmlType::kQ4_1 || w.type == GgmlType::kQ8_0)) {
+          quant_internal::Block32Rows16Avx512(args, r0, r1, vnni);
+        } else if (rows16) {
           quant_internal::KQuantRows16Avx512(args, r0, r1, vnni);
         } else {
           quant_internal::MatMulRowsAvx512(args, r0, r1, vnni);

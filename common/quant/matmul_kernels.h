@@ -143,6 +143,9 @@ void KQuantRowsAvx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end
 // Q4_K or Q6_K in the 16-row interleaved layout (interleave.h; row_begin, row_end multiples of
 // 16), activations in KActOrder::kNatural (matmul_kquant_rows16_avx512.cc).
 void KQuantRows16Avx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end, bool use_vnni);
+// Q4_1 or Q8_0 in the 16-row interleaved layout (row_begin, row_end multiples of 16), activations
+// in the AVX-512 layout above (matmul_block32_rows16_avx512.cc).
+void Block32Rows16Avx512(const MatMulArgs& args, int64_t row_begin, int64_t row_end, bool use_vnni);
 
 }  // namespace magicpig::quant_internal
 

@@ -451,7 +451,9 @@ Problem Rows16Copy(const Problem& p) {
 
 TEST(MatMulRows16Test, InterleavingIsLosslessAndInPlace) {
   for (const Case& c : {Case{GgmlType::kQ4_K, 16, 256}, Case{GgmlType::kQ4_K, 48, 1536},
-                        Case{GgmlType::kQ6_K, 16, 256}, Case{GgmlType::kQ6_K, 48, 1536}}) {
+                        Case{GgmlType::kQ6_K, 16, 256}, Case{GgmlType::kQ6_K, 48, 1536},
+                        Case{GgmlType::kQ4_1, 16, 32}, Case{GgmlType::kQ4_1, 48, 576},
+                        Case{GgmlType::kQ8_0, 16, 32}, Case{GgmlType::kQ8_0, 48, 576}}) {
     const Problem p = MakeProblem(c, 1, 5);
     const Problem q = Rows16Copy(p);
     ASSERT_EQ(q.bytes.size(), p.bytes.size());
@@ -467,7 +469,9 @@ TEST(MatMulRows16Test, InterleavingIsLosslessAndInPlace) {
 
 TEST(MatMulRows16Test, MatchesFloat64TheRowMajorKernelAndIsBatchInvariant) {
   if (DetectedSimdLevel() != SimdLevel::kAvx512) GTEST_SKIP() << "needs AVX-512";
-  for (const Case& c : {Case{GgmlType::kQ4_K, 272, 1536}, Case{GgmlType::kQ6_K, 272, 1536}})
+  for (const Case& c : {Case{GgmlType::kQ4_K, 272, 1536}, Case{GgmlType::kQ6_K, 272, 1536},
+                        Case{GgmlType::kQ4_1, 272, 1536}, Case{GgmlType::kQ4_1, 48, 96},
+                        Case{GgmlType::kQ8_0, 272, 1536}, Case{GgmlType::kQ8_0, 48, 96}})
     for (int64_t n_tokens : {1, 3, 7, 64, 70}) {  // 17 groups: split unevenly over threads
       const Problem p = MakeProblem(c, n_tokens, static_cast<uint32_t>(n_tokens + 900));
       const Problem q = Rows16Copy(p);
@@ -538,8 +542,45 @@ TEST(MatMulRows16Test, VnniAndNonVnniAreBitIdentical) {
   }
 }
 
+TEST(MatMulRows16Test, Block32VnniAndNonVnniAreBitIdentical) {
+  if (DetectedSimdLevel() != SimdLevel::kAvx512 || !CpuHasAvx512Vnni()) {
+    GTEST_SKIP() << "needs AVX512-VNNI";
+  }
+  const int64_t rows = 32, cols = 224, n_tokens = 6;  // 7 blocks: the last activation group pads
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    const Problem q = Rows16Copy(MakeProblem(Case{type, rows, cols}, n_tokens, 9));
+    const int64_t qs = quant_internal::Avx512QStride(cols),
+                  ds = quant_internal::Avx512DStride(cols),
+                  ss = quant_internal::Avx512SStride(cols);
+    std::vector<int8_t> xq(n_tokens * qs);
+    std::vector<float> xd(n_tokens * ds), xs(n_tokens * ss);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      quant_internal::QuantizeActivationRowAvx512(q.x.data() + t * q.ldx, cols, xq.data() + t * qs,
+                                                  xd.data() + t * ds, xs.data() + t * ss);
+    }
+    quant_internal::MatMulArgs a;
+    a.type = type;
+    a.w = q.bytes.data();
+    a.row_bytes = GgmlRowBytes(a.type, cols);
+    a.cols = cols;
+    a.n_tokens = n_tokens;
+    a.xq = xq.data();
+    a.xd = xd.data();
+    a.xs = xs.data();
+    a.ldy = rows;
+    std::vector<float> y1(n_tokens * rows), y2(n_tokens * rows);
+    a.y = y1.data();
+    quant_internal::Block32Rows16Avx512(a, 0, rows, /*use_vnni=*/true);
+    a.y = y2.data();
+    quant_internal::Block32Rows16Avx512(a, 0, rows, /*use_vnni=*/false);
+    for (size_t i = 0; i < y1.size(); ++i)
+      ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << " " << i;
+  }
+}
+
 TEST(MatMulRows16Test, GetRowAndFloatActivationsReadTheLayout) {
-  for (const Case& c : {Case{GgmlType::kQ4_K, 32, 512}, Case{GgmlType::kQ6_K, 32, 512}}) {
+  for (const Case& c : {Case{GgmlType::kQ4_K, 32, 512}, Case{GgmlType::kQ6_K, 32, 512},
+                        Case{GgmlType::kQ4_1, 32, 160}, Case{GgmlType::kQ8_0, 32, 160}}) {
     const Problem p = MakeProblem(c, 3, 77);
     const Problem q = Rows16Copy(p);
     std::vector<float> row(static_cast<size_t>(c.cols));
@@ -574,6 +615,12 @@ TEST(MatMulRows16Test, RejectsOtherLevelsTypesAndShapes) {
   EXPECT_EQ(Interleave(GgmlType::kQ5_K, bytes.data(), 16, 256).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Interleave(GgmlType::kQ4_K, bytes.data(), 15, 256).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Interleave(GgmlType::kQ4_1, bytes.data(), 16, 48).code(),  // not whole blocks
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Interleave(GgmlType::kQ8_0, bytes.data(), 16, 40).code(),  // not whole blocks
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Interleave(GgmlType::kQ4_0, bytes.data(), 16, 32).code(),
             absl::StatusCode::kInvalidArgument);
   QuantMatrix wrong_type{GgmlType::kQ5_K, bytes.data(), 16, 256, WeightLayout::kRows16};
   float row[256];

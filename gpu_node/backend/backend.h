@@ -119,9 +119,9 @@ class Backend {
   // --- Memory (see the file comment) ---
   // True when the operations' pointers are host memory (the CPU backend).
   virtual bool host_memory() const { return true; }
-  // True when the backend's products are faster with K-quant weights in the 16-row interleaved
-  // layout (common/quant/interleave.h); the engine then loads them that way.
-  virtual bool wants_interleaved_kquants() const { return false; }
+  // True when the backend's products are faster with Q4_K, Q6_K, Q4_1 and Q8_0 weights in the
+  // 16-row interleaved layout (common/quant/interleave.h); the engine then loads them that way.
+  virtual bool wants_interleaved_weights() const { return false; }
   // Device memory allocated through this backend now, and the device's size; zeros for a backend
   // that computes in host memory.
   struct DeviceMemoryStats {

@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
   MAGICPIG_ASSIGN_OR_RETURN(
       std::unique_ptr<model::GgufFile> file,
       model::GgufFile::Open(options.model_path, map ? model::GgufLoad::kMap
-                                                : backend->wants_interleaved_kquants()
+                                                : backend->wants_interleaved_weights()
                                                     ? model::GgufLoad::kReadInterleaved
                                                     : model::GgufLoad::kRead));
   return Create(std::shared_ptr<const model::GgufFile>(std::move(file)), std::move(backend),

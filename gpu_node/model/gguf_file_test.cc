@@ -253,7 +253,8 @@ TEST(GgufFileTest, OpenMapsAFile) {
 }
 
 TEST(GgufFileTest, ReadInterleavedConvertsExactlyTheMatricesThatCan) {
-  // Arbitrary bytes: the conversion is a lossless permutation of any Q4_K / Q6_K block.
+  // Arbitrary bytes: the conversion is a lossless permutation of any Q4_K / Q6_K / Q4_1 / Q8_0
+  // block.
   struct T {
     std::string name;
     std::vector<int64_t> dims;
@@ -264,6 +265,9 @@ TEST(GgufFileTest, ReadInterleavedConvertsExactlyTheMatricesThatCan) {
   const std::vector<T> tensors = {
       {"q4k_32", {256, 32}, GgmlType::kQ4_K, Bytes(32 * 144, 3), true},
       {"q6k_16", {512, 16}, GgmlType::kQ6_K, Bytes(16 * 420, 5), true},
+      {"q41_32", {64, 32}, GgmlType::kQ4_1, Bytes(32 * 40, 8), true},
+      {"q80_16", {32, 16}, GgmlType::kQ8_0, Bytes(16 * 34, 10), true},
+      {"q40_16", {64, 16}, GgmlType::kQ4_0, Bytes(16 * 36, 9), false},    // no such kernel
       {"q4k_15", {256, 15}, GgmlType::kQ4_K, Bytes(15 * 144, 4), false},  // not whole groups
       {"q5k_16", {256, 16}, GgmlType::kQ5_K, Bytes(16 * 176, 7), false},  // no such kernel
       {"vec", {256}, GgmlType::kQ4_K, Bytes(144, 6), false},              // not a matrix

@@ -28,7 +28,7 @@ class CpuBackend final : public Backend {
   int num_threads() const { return num_threads_; }
   SimdLevel simd_level() const { return level_; }
   // The interleaved K-quant kernels exist at AVX-512 only.
-  bool wants_interleaved_kquants() const override { return level_ == SimdLevel::kAvx512; }
+  bool wants_interleaved_weights() const override { return level_ == SimdLevel::kAvx512; }
 
   absl::Status Execute(absl::FunctionRef<absl::Status()> batch) override;
   absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, float* y) override;
