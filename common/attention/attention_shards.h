@@ -40,6 +40,10 @@ class AttentionShards {
     pending_ = Pending{layer, q, codes, scale};
     return absl::OkStatus();
   }
+  // True when the work of a step happens in the caller's FinishAttend (the default: shards in this
+  // process), so the caller may run other work beside it in parallel; false when StartAttend or
+  // FlushStarted hand it to elsewhere (attention nodes) and FinishAttend only waits.
+  virtual bool attends_in_finish() const { return true; }
   // After every sequence of a micro-batch has started its step: sends what StartAttend only
   // queued (shards that batch the queries of several sequences into one message). By default
   // nothing is queued.

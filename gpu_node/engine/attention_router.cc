@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "common/status_macros.h"
+#include "tbb/parallel_invoke.h"
 
 namespace magicpig::engine {
 namespace {
@@ -303,15 +304,31 @@ void SparseAttentionRouter::FlushStarted() {
   PhaseClock clock(options_.time_phases);
   if (pending_.start.ok()) pending_.start = shards_->FlushStarted();
   clock.Lap(&stats_.phases.shards);
-  // After the send: the nodes attend while this thread does the window.
-  AttendStaticWindow();
+  // After the send: the nodes attend while this thread does the window. Shards in this process
+  // attend in FinishAttend, which runs the window beside them.
+  if (!shards_->attends_in_finish()) AttendStaticWindow();
 }
 
 absl::Status SparseAttentionRouter::FinishAttend() {
-  AttendStaticWindow();
   const PendingStep p = pending_;
+  absl::Status status = p.start;
+  if (!p.window_done && p.start.ok() && shards_->attends_in_finish()) {
+    // Side by side (each lambda laps its own phase; the two phases overlap in wall time). A
+    // layer's shards are a few work items (SmolLM2: 3 kv heads on 2 threads), and the window's
+    // tasks fill the thread that would wait for the last one.
+    tbb::parallel_invoke([this] { AttendStaticWindow(); },
+                         [&] {
+                           PhaseClock clock(options_.time_phases);
+                           status = shards_->FinishAttend(parts_.data());
+                           clock.Lap(&stats_.phases.shards);
+                         });
+  } else {
+    AttendStaticWindow();
+    PhaseClock clock(options_.time_phases);
+    if (status.ok()) status = shards_->FinishAttend(parts_.data());
+    clock.Lap(&stats_.phases.shards);
+  }
   PhaseClock clock(options_.time_phases);
-  absl::Status status = p.start.ok() ? shards_->FinishAttend(parts_.data()) : p.start;
   if (!status.ok()) {
     // Recover (re-offload) and ask again, synchronously, as a plain Attend would.
     if (!RecoversInPlace() || !shards_->IsRecoverable(status) ||
@@ -323,8 +340,8 @@ absl::Status SparseAttentionRouter::FinishAttend() {
       parts_.assign(static_cast<size_t>(config_.n_head), PartialAttention{});
       return shards_->Attend(p.layer, p.q, codes_.data(), p.scale, parts_.data());
     }));
+    clock.Lap(&stats_.phases.shards);
   }
-  clock.Lap(&stats_.phases.shards);
   const int64_t n_head = config_.n_head, n_kv = config_.n_head_kv, hd = config_.head_dim;
   const int64_t group = n_head / n_kv;
   const Layer& st = layers_[static_cast<size_t>(p.layer)];

@@ -170,8 +170,10 @@ class SparseAttentionRouter final : public LayerAttentionHook {
                               const backend::KvLayerView& cache, float scale, float* out) override;
   // StartAttend hashes the query and hands the sampled part to the shards (StartAttend on them);
   // FlushStarted has them send it, then attends the static window (FinishAttend does, if
-  // FlushStarted was not called); FinishAttend waits for the shards (recovering from a lost node
-  // as Attend does) and merges. q, cache and out must stay valid until FinishAttend.
+  // FlushStarted was not called, or if the shards attend in FinishAttend, i.e. in this process:
+  // then the window and the shards run side by side, the window filling the threads that the
+  // shards' few work items leave idle); FinishAttend waits for the shards (recovering from a lost
+  // node as Attend does) and merges. q, cache and out must stay valid until FinishAttend.
   absl::StatusOr<bool> StartAttend(int64_t layer, const float* q, int64_t pos,
                                    const backend::KvLayerView& cache, float scale,
                                    float* out) override;

@@ -103,6 +103,7 @@ class RemoteAttentionShards final : public attention::AttentionShards {
   absl::Status StartAttend(int64_t layer, const float* q, const uint16_t* codes,
                            float scale) override;
   absl::Status FlushStarted() override;
+  bool attends_in_finish() const override { return false; }
   absl::Status FinishAttend(attention::PartialAttention* out) override;
   absl::Status Attend(int64_t layer, const float* q, const uint16_t* codes, float scale,
                       attention::PartialAttention* out) override;
