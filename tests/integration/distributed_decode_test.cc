@@ -108,11 +108,16 @@ std::unique_ptr<engine::Engine> LoadEngine(
   }
   absl::StatusOr<std::unique_ptr<engine::Engine>> e;
   if (fake_device) {
-    auto file = model::GgufFile::Open(options.model_path);
+    // Read the weights in the layout the embedded CPU engine uses (interleaved on AVX-512), so
+    // that the two compute the same products.
+    auto device = std::make_unique<testing::FakeDeviceBackend>(2);
+    auto file = model::GgufFile::Open(options.model_path, device->wants_interleaved_weights()
+                                                              ? model::GgufLoad::kReadInterleaved
+                                                              : model::GgufLoad::kMap);
     EXPECT_TRUE(file.ok()) << file.status();
     if (!file.ok()) return nullptr;
     e = engine::Engine::Create(std::shared_ptr<const model::GgufFile>(*std::move(file)),
-                               std::make_unique<testing::FakeDeviceBackend>(2), options);
+                               std::move(device), options);
   } else {
     e = engine::Engine::Load(options);
   }

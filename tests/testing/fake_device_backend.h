@@ -32,6 +32,10 @@ class FakeDeviceBackend final : public backend::Backend {
 
   std::string_view name() const override { return "fake-device"; }
   bool host_memory() const override { return false; }
+  // The CPU backend's layout (the arithmetic is its): a caller that opens the model for this
+  // backend should read it interleaved when this is true, or the products round differently from
+  // a CpuBackend's (Engine::Load maps the file for device backends and cannot).
+  bool wants_interleaved_weights() const override { return cpu_.wants_interleaved_weights(); }
   DeviceMemoryStats DeviceMemory() const override { return {bytes_in_use(), 0}; }
   absl::StatusOr<backend::BackendBuffer> Allocate(int64_t bytes) override;
   absl::Status CopyIn(void* dst, const void* host_src, int64_t bytes) override;
