@@ -34,17 +34,7 @@ constexpr int kMaxTokens = 4;
 constexpr int64_t kQ41GroupBlockBytes = kInterleaveRows * Block<GgmlType::kQ4_1>::kBytes;  // 320
 constexpr int64_t kQ80GroupBlockBytes = kInterleaveRows * Block<GgmlType::kQ8_0>::kBytes;  // 544
 
-// acc + the exact int32 dot of 4 unsigned weights with 4 signed activations per lane; pair sums
-// of the non-VNNI form must stay below 2^15 (Q4_1: 2 x 15 x 127).
-template <bool kVnni>
-MAGICPIG_INLINE __m512i Dot4(__m512i acc, __m512i w, __m512i x) {
-  if constexpr (kVnni) {
-    return _mm512_dpbusd_epi32(acc, w, x);
-  } else {
-    return _mm512_add_epi32(acc,
-                            _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1)));
-  }
-}
+#include "common/quant/matmul_rows16_avx512-inl.h"  // NOLINT(build/include): per-unit copy
 
 // acc + the exact int32 dot of 4 signed weights, stored + 128, with 4 signed activations per lane,
 // minus 128 x the activations' sum when kVnni (the caller starts acc at -128 sum x for the block).
@@ -59,12 +49,6 @@ MAGICPIG_INLINE __m512i Dot4Biased(__m512i acc, __m512i biased, __m512i x) {
     return _mm512_add_epi32(
         acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), xs), _mm512_set1_epi16(1)));
   }
-}
-
-MAGICPIG_INLINE __m512i Broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
 }
 
 // Sum of the 16 int8 at p and the 16 at p + 64 (one block's activations).

@@ -29,23 +29,7 @@ constexpr int kMaxTokens = 4;
 constexpr int64_t kGroupSbBytes = kInterleaveRows * Block<GgmlType::kQ4_K>::kBytes;    // 2304
 constexpr int64_t kQ6GroupSbBytes = kInterleaveRows * Block<GgmlType::kQ6_K>::kBytes;  // 3360
 
-// acc + the exact int32 dot of 4 unsigned weights with 4 signed activations per lane.
-template <bool kVnni>
-MAGICPIG_INLINE __m512i Dot4(__m512i acc, __m512i w, __m512i x) {
-  if constexpr (kVnni) {
-    return _mm512_dpbusd_epi32(acc, w, x);
-  } else {
-    // Pair sums are at most 2 * 63 * 127 (Q6_K): no saturation.
-    return _mm512_add_epi32(acc,
-                            _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1)));
-  }
-}
-
-MAGICPIG_INLINE __m512i Broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
-}
+#include "common/quant/matmul_rows16_avx512-inl.h"  // NOLINT(build/include): per-unit copy
 
 // Q4_K rows of group `base` (16 rows) for tokens t0..t0 + NT - 1.
 template <bool kVnni, int NT>

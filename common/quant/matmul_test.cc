@@ -343,6 +343,23 @@ void ExpectVnniMatchesNonVnni(quant_internal::MatMulArgs a, int64_t rows) {
     ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(a.type) << " " << i;
 }
 
+// The activations of p's first n_tokens tokens in the AVX-512 kernels' layout (matmul_kernels.h).
+struct Avx512Activations {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+};
+Avx512Activations QuantizeForAvx512(const Problem& p, int64_t n_tokens) {
+  const int64_t cols = p.m.cols, qs = quant_internal::Avx512QStride(cols),
+                ds = quant_internal::Avx512DStride(cols), ss = quant_internal::Avx512SStride(cols);
+  Avx512Activations a{std::vector<int8_t>(n_tokens * qs), std::vector<float>(n_tokens * ds),
+                      std::vector<float>(n_tokens * ss)};
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    quant_internal::QuantizeActivationRowAvx512(p.x.data() + t * p.ldx, cols, a.q.data() + t * qs,
+                                                a.d.data() + t * ds, a.s.data() + t * ss);
+  }
+  return a;
+}
+
 // VNNI (vpdpbusd) and vpmaddubsw/vpmaddwd paths compute the same exact int32 sums and then do the
 // same float operations in the same order, so their outputs must be bit-identical.
 TEST(MatMulAvx512Test, VnniAndNonVnniAreBitIdentical) {
@@ -357,25 +374,16 @@ TEST(MatMulAvx512Test, VnniAndNonVnniAreBitIdentical) {
     for (int64_t n_tokens : {1, 7}) {
       const int64_t cols = 608;  // 19 blocks: exercises the odd-block tail
       const Problem p = MakeProblem(Case{type, 21, cols}, n_tokens, 5);
-      const int64_t qs = quant_internal::Avx512QStride(cols),
-                    ds = quant_internal::Avx512DStride(cols),
-                    ss = quant_internal::Avx512SStride(cols);
-      std::vector<int8_t> xq(n_tokens * qs);
-      std::vector<float> xd(n_tokens * ds), xs(n_tokens * ss);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        quant_internal::QuantizeActivationRowAvx512(p.x.data() + t * p.ldx, cols,
-                                                    xq.data() + t * qs, xd.data() + t * ds,
-                                                    xs.data() + t * ss);
-      }
+      const Avx512Activations x = QuantizeForAvx512(p, n_tokens);
       quant_internal::MatMulArgs a;
       a.type = type;
       a.w = p.bytes.data();
       a.row_bytes = GgmlRowBytes(type, cols);
       a.cols = cols;
       a.n_tokens = n_tokens;
-      a.xq = xq.data();
-      a.xd = xd.data();
-      a.xs = xs.data();
+      a.xq = x.q.data();
+      a.xd = x.d.data();
+      a.xs = x.s.data();
       ExpectVnniMatchesNonVnni(a, 21);
     }
   }
@@ -507,13 +515,21 @@ TEST(MatMulRows16Test, MatchesFloat64TheRowMajorKernelAndIsBatchInvariant) {
     }
 }
 
-TEST(MatMulRows16Test, VnniAndNonVnniAreBitIdentical) {
-  if (DetectedSimdLevel() != SimdLevel::kAvx512 || !CpuHasAvx512Vnni()) {
-    GTEST_SKIP() << "needs AVX512-VNNI";
-  }
-  const int64_t rows = 32, cols = 768, nsb = cols / 256, n_tokens = 6;
-  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
-    const Problem q = Rows16Copy(MakeProblem(Case{type, rows, cols}, n_tokens, 8));
+// y of an interleaved matrix straight from its AVX-512 kernel (KQuantRows16Avx512 or
+// Block32Rows16Avx512), with or without VNNI, the activations quantised as MatMul would.
+std::vector<float> Rows16KernelOutput(const Problem& q, int64_t n_tokens, bool vnni) {
+  const int64_t rows = q.m.rows, cols = q.m.cols;
+  quant_internal::MatMulArgs a;
+  a.type = q.m.type;
+  a.w = q.bytes.data();
+  a.row_bytes = GgmlRowBytes(a.type, cols);
+  a.cols = cols;
+  a.n_tokens = n_tokens;
+  a.ldy = rows;
+  std::vector<float> y(n_tokens * rows);
+  a.y = y.data();
+  if (quant_internal::IsKQuant(a.type)) {
+    const int64_t nsb = cols / 256;
     std::vector<int8_t> kq(n_tokens * cols);
     std::vector<float> kd(n_tokens * nsb);
     std::vector<int16_t> kbs(n_tokens * cols / 16);
@@ -522,59 +538,33 @@ TEST(MatMulRows16Test, VnniAndNonVnniAreBitIdentical) {
           q.x.data() + t * q.ldx, cols, quant_internal::KActOrder::kNatural, kq.data() + t * cols,
           kd.data() + t * nsb, kbs.data() + t * cols / 16);
     }
-    quant_internal::MatMulArgs a;
-    a.type = type;
-    a.w = q.bytes.data();
-    a.row_bytes = GgmlRowBytes(a.type, cols);
-    a.cols = cols;
-    a.n_tokens = n_tokens;
     a.kq = kq.data();
     a.kd = kd.data();
     a.kbs = kbs.data();
-    a.ldy = rows;
-    std::vector<float> y1(n_tokens * rows), y2(n_tokens * rows);
-    a.y = y1.data();
-    quant_internal::KQuantRows16Avx512(a, 0, rows, /*use_vnni=*/true);
-    a.y = y2.data();
-    quant_internal::KQuantRows16Avx512(a, 0, rows, /*use_vnni=*/false);
-    for (size_t i = 0; i < y1.size(); ++i)
-      ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << " " << i;
+    quant_internal::KQuantRows16Avx512(a, 0, rows, vnni);
+  } else {
+    const Avx512Activations x = QuantizeForAvx512(q, n_tokens);
+    a.xq = x.q.data();
+    a.xd = x.d.data();
+    a.xs = x.s.data();
+    quant_internal::Block32Rows16Avx512(a, 0, rows, vnni);
   }
+  return y;
 }
 
-TEST(MatMulRows16Test, Block32VnniAndNonVnniAreBitIdentical) {
+TEST(MatMulRows16Test, VnniAndNonVnniAreBitIdentical) {
   if (DetectedSimdLevel() != SimdLevel::kAvx512 || !CpuHasAvx512Vnni()) {
     GTEST_SKIP() << "needs AVX512-VNNI";
   }
-  const int64_t rows = 32, cols = 224, n_tokens = 6;  // 7 blocks: the last activation group pads
-  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
-    const Problem q = Rows16Copy(MakeProblem(Case{type, rows, cols}, n_tokens, 9));
-    const int64_t qs = quant_internal::Avx512QStride(cols),
-                  ds = quant_internal::Avx512DStride(cols),
-                  ss = quant_internal::Avx512SStride(cols);
-    std::vector<int8_t> xq(n_tokens * qs);
-    std::vector<float> xd(n_tokens * ds), xs(n_tokens * ss);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      quant_internal::QuantizeActivationRowAvx512(q.x.data() + t * q.ldx, cols, xq.data() + t * qs,
-                                                  xd.data() + t * ds, xs.data() + t * ss);
-    }
-    quant_internal::MatMulArgs a;
-    a.type = type;
-    a.w = q.bytes.data();
-    a.row_bytes = GgmlRowBytes(a.type, cols);
-    a.cols = cols;
-    a.n_tokens = n_tokens;
-    a.xq = xq.data();
-    a.xd = xd.data();
-    a.xs = xs.data();
-    a.ldy = rows;
-    std::vector<float> y1(n_tokens * rows), y2(n_tokens * rows);
-    a.y = y1.data();
-    quant_internal::Block32Rows16Avx512(a, 0, rows, /*use_vnni=*/true);
-    a.y = y2.data();
-    quant_internal::Block32Rows16Avx512(a, 0, rows, /*use_vnni=*/false);
+  const int64_t n_tokens = 6;
+  // Q4_1 / Q8_0 at 7 blocks: the last activation group is padded.
+  for (const Case& c : {Case{GgmlType::kQ4_K, 32, 768}, Case{GgmlType::kQ6_K, 32, 768},
+                        Case{GgmlType::kQ4_1, 32, 224}, Case{GgmlType::kQ8_0, 32, 224}}) {
+    const Problem q = Rows16Copy(MakeProblem(c, n_tokens, 8));
+    const std::vector<float> y1 = Rows16KernelOutput(q, n_tokens, /*vnni=*/true);
+    const std::vector<float> y2 = Rows16KernelOutput(q, n_tokens, /*vnni=*/false);
     for (size_t i = 0; i < y1.size(); ++i)
-      ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(type) << " " << i;
+      ASSERT_EQ(y1[i], y2[i]) << GgmlTypeName(c.type) << " " << i;
   }
 }
 
