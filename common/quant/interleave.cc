@@ -11,7 +11,7 @@
 namespace magicpig {
 namespace {
 
-// Values per interleaved block: a K-quant super-block or a Q4_1 block.
+// Values per interleaved block: a K-quant super-block, or a Q4_1 or Q8_0 block.
 int64_t BlockValues(GgmlType type) {
   return type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0 ? 32 : 256;
 }
@@ -177,7 +177,7 @@ absl::Status Interleave(GgmlType type, uint8_t* data, int64_t rows, int64_t cols
   if (!CanInterleave(type, rows, cols)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot interleave a ", std::string(GgmlTypeName(type)), " matrix of ", rows, " x ", cols,
-        " (needs Q4_K, Q6_K or Q4_1, rows a multiple of 16, cols of its block)"));
+        " (needs Q4_K, Q6_K, Q4_1 or Q8_0, rows a multiple of 16, cols of its block)"));
   }
   const int64_t block_bytes = BlockBytes(type), nsb = cols / BlockValues(type),
                 row_bytes = nsb * block_bytes;

@@ -25,16 +25,12 @@
 namespace magicpig::quant_internal {
 namespace {
 
-constexpr int kMaxTokens = 4;
-
-#include "common/quant/matmul_isa_common-inl.h"  // NOLINT(build/include): per-ISA copy
+#include "common/quant/matmul_rows16_avx512-inl.h"  // NOLINT(build/include): per-unit copy
 
 #define MAGICPIG_INLINE inline __attribute__((always_inline))
 
 constexpr int64_t kQ41GroupBlockBytes = kInterleaveRows * Block<GgmlType::kQ4_1>::kBytes;  // 320
 constexpr int64_t kQ80GroupBlockBytes = kInterleaveRows * Block<GgmlType::kQ8_0>::kBytes;  // 544
-
-#include "common/quant/matmul_rows16_avx512-inl.h"  // NOLINT(build/include): per-unit copy
 
 // acc + the exact int32 dot of 4 signed weights, stored + 128, with 4 signed activations per lane,
 // minus 128 x the activations' sum when kVnni (the caller starts acc at -128 sum x for the block).
@@ -86,6 +82,10 @@ void GroupTokens(const MatMulArgs& a, const uint8_t* base, int64_t r0, int64_t t
       }
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    // Q4_1's minima of the 16 rows (unused for Q8_0).
+    const __m512 m =
+        kQ8 ? _mm512_setzero_ps()
+            : _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
     // Block b's activations: values 0..15 at xq[0..16), values 16..31 at xq[64..80).
     const int64_t q_off = (b / 4) * 128 + (b % 4) * 16, d_off = (b / 4) * 16 + (b % 4) * 4;
     for (int t = 0; t < NT; ++t) {
@@ -103,8 +103,6 @@ void GroupTokens(const MatMulArgs& a, const uint8_t* base, int64_t r0, int64_t t
           dot = Dot4<kVnni>(dot, w[k], Broadcast4(xq + 4 * k));
           dot = Dot4<kVnni>(dot, w[4 + k], Broadcast4(xq + 64 + 4 * k));
         }
-        const __m512 m =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
         const __m512 sx = _mm512_set1_ps(a.xs[(t0 + t) * s_stride + b]);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, dx), acc[t]);
         acc[t] = _mm512_fmadd_ps(m, sx, acc[t]);
@@ -116,13 +114,8 @@ void GroupTokens(const MatMulArgs& a, const uint8_t* base, int64_t r0, int64_t t
 
 template <GgmlType T, bool kVnni>
 void Groups(const MatMulArgs& a, int64_t r0, int64_t r1) {
-  ForTokenBlocks(a.n_tokens, [&](int64_t tb, int64_t te) {
-    for (int64_t r = r0; r < r1; r += kInterleaveRows) {
-      const uint8_t* base = a.w + r * a.row_bytes;  // the group occupies its rows' byte range
-      ForTokenChunks(tb, te, [&](int64_t t, auto nt) {
-        GroupTokens<T, kVnni, decltype(nt)::value>(a, base, r, t);
-      });
-    }
+  ForGroupsAndTokens(a, r0, r1, [&](const uint8_t* base, int64_t r, int64_t t, auto nt) {
+    GroupTokens<T, kVnni, decltype(nt)::value>(a, base, r, t);
   });
 }
 

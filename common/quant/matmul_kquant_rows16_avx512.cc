@@ -20,16 +20,12 @@
 namespace magicpig::quant_internal {
 namespace {
 
-constexpr int kMaxTokens = 4;
-
-#include "common/quant/matmul_isa_common-inl.h"  // NOLINT(build/include): per-ISA copy
+#include "common/quant/matmul_rows16_avx512-inl.h"  // NOLINT(build/include): per-unit copy
 
 #define MAGICPIG_INLINE inline __attribute__((always_inline))
 
 constexpr int64_t kGroupSbBytes = kInterleaveRows * Block<GgmlType::kQ4_K>::kBytes;    // 2304
 constexpr int64_t kQ6GroupSbBytes = kInterleaveRows * Block<GgmlType::kQ6_K>::kBytes;  // 3360
-
-#include "common/quant/matmul_rows16_avx512-inl.h"  // NOLINT(build/include): per-unit copy
 
 // Q4_K rows of group `base` (16 rows) for tokens t0..t0 + NT - 1.
 template <bool kVnni, int NT>
@@ -142,16 +138,11 @@ void GroupTokensQ6(const MatMulArgs& a, const uint8_t* base, int64_t r0, int64_t
 
 template <GgmlType T, bool kVnni>
 void Groups(const MatMulArgs& a, int64_t r0, int64_t r1) {
-  ForTokenBlocks(a.n_tokens, [&](int64_t tb, int64_t te) {
-    for (int64_t r = r0; r < r1; r += kInterleaveRows) {
-      const uint8_t* base = a.w + r * a.row_bytes;  // the group occupies its rows' byte range
-      ForTokenChunks(tb, te, [&](int64_t t, auto nt) {
-        if constexpr (T == GgmlType::kQ6_K) {
-          GroupTokensQ6<kVnni, decltype(nt)::value>(a, base, r, t);
-        } else {
-          GroupTokensQ4<kVnni, decltype(nt)::value>(a, base, r, t);
-        }
-      });
+  ForGroupsAndTokens(a, r0, r1, [&](const uint8_t* base, int64_t r, int64_t t, auto nt) {
+    if constexpr (T == GgmlType::kQ6_K) {
+      GroupTokensQ6<kVnni, decltype(nt)::value>(a, base, r, t);
+    } else {
+      GroupTokensQ4<kVnni, decltype(nt)::value>(a, base, r, t);
     }
   });
 }

@@ -46,9 +46,8 @@ void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options) {
                "read it into process memory on transparent huge pages (reads the whole file at "
                "start and adds its size to the RSS; CPU decoding ~7% faster from fewer TLB "
                "misses; on AVX-512 the Q4_K, Q6_K, Q4_1 and Q8_0 matrices are also put in the "
-               "interleaved layout "
-               "of their faster kernels); auto: off for the cpu backend, on for cuda (which "
-               "copies the weights to the device)",
+               "interleaved layout of their faster kernels); auto: off for the cpu backend, on "
+               "for cuda (which copies the weights to the device)",
                {{"auto", MapWeights::kAuto}, {"on", MapWeights::kOn}, {"off", MapWeights::kOff}});
 }
 

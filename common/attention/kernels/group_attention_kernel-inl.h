@@ -72,18 +72,18 @@ inline int64_t RowBytes(int64_t d) {
   return (kChunks > 0 ? kChunks * kLanes : d) * (kBf16 ? 2 : 4);
 }
 
-template <int64_t kChunks, bool kBf16>
+// Every line of row r, into L1 (or into L2 only: kL2).
+template <int64_t kChunks, bool kBf16, bool kL2 = false>
 inline void PrefetchRow(const void* base, int64_t r, int64_t d) {
   const int64_t bytes = RowBytes<kChunks, kBf16>(d);
   const char* p = static_cast<const char*>(base) + r * bytes;
-  for (int64_t off = 0; off < bytes; off += 64) Prefetch(p + off);
-}
-
-template <int64_t kChunks, bool kBf16>
-inline void PrefetchRowL2(const void* base, int64_t r, int64_t d) {
-  const int64_t bytes = RowBytes<kChunks, kBf16>(d);
-  const char* p = static_cast<const char*>(base) + r * bytes;
-  for (int64_t off = 0; off < bytes; off += 64) PrefetchL2(p + off);
+  for (int64_t off = 0; off < bytes; off += 64) {
+    if constexpr (kL2) {
+      PrefetchL2(p + off);
+    } else {
+      Prefetch(p + off);
+    }
+  }
 }
 
 // ln(u(c) + 1e-4) by linear interpolation in the caller's table (uniform grid on [-1, 1]).
@@ -310,8 +310,8 @@ __attribute__((noinline)) void RunStreamed(const GroupAttentionArgs& a, const fl
     if (a.rows != nullptr) {
       if (j + far < a.n_rows) {
         const int64_t rf = a.rows[j + far];
-        PrefetchRowL2<kChunks, kBf16>(a.keys, rf, d);
-        if (with_values) PrefetchRowL2<kChunks, kBf16>(a.values, rf, d);
+        PrefetchRow<kChunks, kBf16, true>(a.keys, rf, d);
+        if (with_values) PrefetchRow<kChunks, kBf16, true>(a.values, rf, d);
         if (correct) PrefetchL2(a.key_norms + rf);
       }
       if (j + kPrefetchRows < a.n_rows) {

@@ -27,7 +27,7 @@ class CpuBackend final : public Backend {
   std::string Describe() const override;
   int num_threads() const { return num_threads_; }
   SimdLevel simd_level() const { return level_; }
-  // The interleaved K-quant kernels exist at AVX-512 only.
+  // The interleaved-layout kernels (Q4_K, Q6_K, Q4_1, Q8_0) exist at AVX-512 only.
   bool wants_interleaved_weights() const override { return level_ == SimdLevel::kAvx512; }
 
   absl::Status Execute(absl::FunctionRef<absl::Status()> batch) override;
