@@ -111,7 +111,7 @@ absl::Status SparseAttentionRouter::Offload(int64_t layer, const backend::KvLaye
       }
     }
   }
-  if (!st.offloaded) {
+  if (st.center.empty()) {
     // c: the mean offloaded key of each kv head of this layer, in float64.
     st.center.assign(static_cast<size_t>(n_kv * hd), 0.0f);
     for (int64_t g = 0; g < n_kv; ++g) {
@@ -179,27 +179,59 @@ absl::Status SparseAttentionRouter::Recover() {
   return status;
 }
 
-absl::Status SparseAttentionRouter::OffloadNew(int64_t layer, const backend::KvLayerView& cache,
-                                               int64_t n_tokens) {
+absl::Status SparseAttentionRouter::OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
+                                                  int64_t n_tokens) {
+  MAGICPIG_RETURN_IF_ERROR(WaitStored());
+  if (IsDense(layer)) return absl::OkStatus();
   Layer& st = layers_[static_cast<size_t>(layer)];
+  int64_t begin = 0;
   if (!st.offloaded) {
     // Offload [n_sinks, n - n_local) once it holds min_offload_keys (at prefill for any long
     // prompt, else at the decode step that makes it that long).
     if (!RegionOffloads(options_, n_tokens)) return absl::OkStatus();
-    return Offload(layer, cache, options_.n_sinks, n_tokens - options_.n_local);
+    begin = options_.n_sinks;
+  } else if (n_tokens - st.window_begin > options_.window_budget) {
+    // Window overflow: its oldest tokens (all but the last n_local) join the append segment.
+    begin = st.window_begin;
+  } else {
+    return absl::OkStatus();
   }
-  // Window overflow: its oldest tokens (all but the last n_local) join the append segment.
-  if (n_tokens - st.window_begin > options_.window_budget) {
-    return Offload(layer, cache, st.window_begin, n_tokens - options_.n_local);
+  const int64_t end = n_tokens - options_.n_local;
+  st.offload_end = end;
+  auto offload = [this, layer, cache, begin, end] {
+    return WithRecovery([&] { return Offload(layer, cache, begin, end); });
+  };
+  offload_layer_ = layer;
+  if (!options_.overlap_offload) {
+    offload_status_ = offload();
+    ForgetFailedOffload();
+    return std::exchange(offload_status_, absl::OkStatus());
   }
+  offload_started_ = true;
+  offload_task_->run([this, offload] { offload_status_ = offload(); });
   return absl::OkStatus();
 }
 
-absl::Status SparseAttentionRouter::OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
-                                                  int64_t n_tokens) {
-  if (IsDense(layer)) return absl::OkStatus();
-  return WithRecovery([&] { return OffloadNew(layer, cache, n_tokens); });
+void SparseAttentionRouter::ForgetFailedOffload() {
+  if (offload_status_.ok()) return;
+  // Nothing was committed: the region is where the last completed offload left it.
+  Layer& st = layers_[static_cast<size_t>(offload_layer_)];
+  st.offload_end = st.offloaded ? st.window_begin : 0;
 }
+
+void SparseAttentionRouter::JoinOffload() {
+  if (!offload_started_) return;
+  offload_task_->wait();
+  offload_started_ = false;
+  ForgetFailedOffload();
+}
+
+absl::Status SparseAttentionRouter::WaitStored() {
+  JoinOffload();
+  return std::exchange(offload_status_, absl::OkStatus());
+}
+
+SparseAttentionRouter::~SparseAttentionRouter() { JoinOffload(); }
 
 absl::StatusOr<bool> SparseAttentionRouter::Attend(int64_t layer, const float* q, int64_t pos,
                                                    const backend::KvLayerView& cache, float scale,
@@ -225,6 +257,7 @@ absl::StatusOr<bool> SparseAttentionRouter::StartAttendWith(int64_t layer, const
 
 bool SparseAttentionRouter::PlanDeviceWork(int64_t layer, int64_t pos, DeviceWork* work) {
   if (IsDense(layer)) return false;
+  JoinOffload();  // its status is reported by the StartAttendWith that follows
   const Layer& st = layers_[static_cast<size_t>(layer)];
   if (!st.offloaded) return false;
   // The device computes SimHash codes; learned codes are computed here from the host query.
@@ -236,8 +269,8 @@ bool SparseAttentionRouter::PlanDeviceWork(int64_t layer, int64_t pos, DeviceWor
 std::pair<int64_t, int64_t> SparseAttentionRouter::OffloadedPositions(int64_t layer) const {
   if (IsDense(layer)) return {0, 0};
   const Layer& st = layers_[static_cast<size_t>(layer)];
-  if (!st.offloaded) return {0, 0};
-  return {options_.n_sinks, st.window_begin};
+  if (st.offload_end == 0) return {0, 0};
+  return {options_.n_sinks, st.offload_end};
 }
 
 std::vector<std::pair<int64_t, int64_t>> SparseAttentionRouter::WindowRanges(const Layer& st,
@@ -248,6 +281,7 @@ std::vector<std::pair<int64_t, int64_t>> SparseAttentionRouter::WindowRanges(con
 absl::StatusOr<bool> SparseAttentionRouter::Start(int64_t layer, const float* q, int64_t pos,
                                                   const backend::KvLayerView& cache, float scale,
                                                   float* out, const DeviceResults* results) {
+  MAGICPIG_RETURN_IF_ERROR(WaitStored());
   if (IsDense(layer)) return false;
   Layer& st = layers_[static_cast<size_t>(layer)];
   if (!st.offloaded) return false;

@@ -30,8 +30,15 @@
 //   (docs/architecture.md §9.3: prefill of the prompt, replay of the generated tokens) on fresh
 //   shards.
 //
+// Overlapped offload (SparseAttentionOptions::overlap_offload): OnLayerStored starts the layer's
+// offload (copy, centring, hashing, the shards' table build) as a oneTBB task and returns, so that
+// a prefill's next layer computes while this one's tables are built (a thread with nothing else
+// to do takes the task, the others steal its parallel parts); the next call into the router, or
+// WaitStored, waits for it and reports its status. At most one offload is in flight.
+//
 // Thread-safety: one router per sequence, used by one decode loop at a time; the shared SimHash is
-// thread-safe.
+// thread-safe. The in-flight offload touches only the shards, the offload scratch and the state it
+// commits, which every other call reads after waiting for it.
 #ifndef MAGICPIG_GPU_NODE_ENGINE_ATTENTION_ROUTER_H_
 #define MAGICPIG_GPU_NODE_ENGINE_ATTENTION_ROUTER_H_
 
@@ -52,6 +59,7 @@
 #include "gpu_node/engine/kv_cache.h"
 #include "gpu_node/engine/transformer.h"
 #include "gpu_node/model/model_config.h"
+#include "tbb/task_group.h"
 
 namespace magicpig::engine {
 
@@ -89,6 +97,9 @@ struct SparseAttentionOptions {
   // Time the phases of every sparse decode step (SparseAttentionStats::phases); off, the router
   // reads no clock.
   bool time_phases = false;
+  // Build a layer's shards while the next layer computes (see SparseAttentionRouter); false: in
+  // OnLayerStored, before it returns.
+  bool overlap_offload = true;
 
   attention::EstimatorParams estimator_params() const {
     return {.lsh_k = lsh_k,
@@ -163,9 +174,16 @@ class SparseAttentionRouter final : public LayerAttentionHook {
                         const attention::SimHash* hash, const attention::SpotlightHashes* spot,
                         attention::AttentionShards* shards, backend::Backend* backend,
                         KvCache* kv = nullptr, bool release_offloaded = false);
+  // Waits for an offload in flight.
+  ~SparseAttentionRouter() override;
 
+  // Starts the layer's offload when its region reaches min_offload_keys or its window overflows;
+  // with overlap_offload it runs on after the return (cache must stay valid and unchanged in
+  // [0, n_tokens) until WaitStored or the next call).
   absl::Status OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
                              int64_t n_tokens) override;
+  // The status of the offload in flight, once it is done (OK when none was started).
+  absl::Status WaitStored() override;
   absl::StatusOr<bool> Attend(int64_t layer, const float* q, int64_t pos,
                               const backend::KvLayerView& cache, float scale, float* out) override;
   // StartAttend hashes the query and hands the sampled part to the shards (StartAttend on them);
@@ -192,6 +210,8 @@ class SparseAttentionRouter final : public LayerAttentionHook {
                                        const DeviceResults& results) override;
 
   bool IsDense(int64_t layer) const;
+  // Complete once WaitStored (or any call that waits) has returned: recoveries during an overlapped
+  // offload are counted when it ends.
   const SparseAttentionStats& stats() const { return stats_; }
   // The statistics carried over from the router this one replaces (after a rebuild).
   void RestoreStats(const SparseAttentionStats& stats) { stats_ = stats; }
@@ -200,15 +220,22 @@ class SparseAttentionRouter final : public LayerAttentionHook {
 
  private:
   struct Layer {
+    // Set by the offload when it completes:
     bool offloaded = false;
     std::vector<float> center;  // [n_kv][d]: mean offloaded key per kv head
     int64_t window_begin = 0;   // first position of the local part of the static window
+    // Set when an offload starts: where the region on the shards ends once it completes (0: no
+    // offload started). What OffloadedPositions reports while the offload may still run.
+    int64_t offload_end = 0;
   };
-  // Centres positions [begin, end) of every kv head with the layer's c, hashes them and hands them
-  // to the shards.
+  // Centres positions [begin, end) of every kv head with the layer's c (computed at the layer's
+  // first offload), hashes them, hands them to the shards and commits the layer's state.
   absl::Status Offload(int64_t layer, const backend::KvLayerView& cache, int64_t begin,
                        int64_t end);
-  absl::Status OffloadNew(int64_t layer, const backend::KvLayerView& cache, int64_t n_tokens);
+  // Waits for the offload in flight, keeping its status for WaitStored.
+  void JoinOffload();
+  // After offload_layer_'s offload failed: its offload_end back to what is committed.
+  void ForgetFailedOffload();
   // After a recoverable shard failure: forget the shards and offload every layer's region again
   // from the cache, with the same centres (so the same codes and the same sample sets).
   absl::Status Recover();
@@ -261,8 +288,16 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   std::vector<float> static_o_, static_lse_, center_dot_;
   std::vector<uint16_t> codes_;
   std::vector<attention::PartialAttention> parts_;
+  // Offload scratch (the offload in flight's alone).
   std::vector<float> keys_, values_;
   std::vector<uint16_t> key_codes_;
+  // The offload in flight (overlap_offload): its task, whether one was started and not yet
+  // joined, its layer, and its status once joined (until WaitStored reports it).
+  // (Held by pointer: task_group's destructor may throw, which a hook's destructor may not.)
+  std::unique_ptr<tbb::task_group> offload_task_ = std::make_unique<tbb::task_group>();
+  bool offload_started_ = false;
+  int64_t offload_layer_ = 0;
+  absl::Status offload_status_;
 };
 
 }  // namespace magicpig::engine

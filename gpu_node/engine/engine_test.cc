@@ -21,8 +21,9 @@ SparseAttentionOptions FullAttention() {
 }
 
 std::unique_ptr<Engine> MakeEngine(int64_t context_length = 0, int64_t prefill_chunk = 256,
-                                   SparseAttentionOptions attention = FullAttention()) {
-  testing::SyntheticModelOptions o = testing::SmallModel(2);
+                                   SparseAttentionOptions attention = FullAttention(),
+                                   int64_t n_layer = 2) {
+  testing::SyntheticModelOptions o = testing::SmallModel(n_layer);
   o.context_length = 128;
   EngineOptions options;
   options.context_length = context_length;
@@ -124,6 +125,33 @@ TEST(EngineTest, LayersStayExactUntilTheRegionHoldsMinOffloadKeys) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->tokens, exact->tokens);
   EXPECT_EQ(b->stats.attention_keys_offloaded, 0);
+}
+
+// The offload overlapped with the next layers' prefill (the default) hands the shards the same
+// rows as one done before OnLayerStored returns: the same tokens and the same sample sizes, on
+// four layers (three sparse, each offload overlapping the next layer), with prefill in one chunk
+// and in chunks of 16 tokens, and with the window overflowing during decode.
+TEST(EngineTest, OverlappedOffloadChangesNoToken) {
+  for (int64_t chunk : {256, 16}) {
+    SparseAttentionOptions overlapped = SmallMagicPig();
+    overlapped.dense_layers = {0};
+    SparseAttentionOptions in_place = overlapped;
+    in_place.overlap_offload = false;
+    ASSERT_TRUE(overlapped.overlap_offload);  // the default
+    auto a_engine = MakeEngine(0, chunk, overlapped, 4);
+    auto b_engine = MakeEngine(0, chunk, in_place, 4);
+    GenerateRequest req;
+    req.prompt = a_engine->tokenizer().Encode(kLongPrompt, false);
+    req.max_tokens = 30;
+    req.ignore_eos = true;
+    auto a = a_engine->Generate(req, {});
+    auto b = b_engine->Generate(req, {});
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    EXPECT_EQ(a->tokens, b->tokens) << chunk;
+    EXPECT_GT(a->stats.attention_keys_offloaded, 0);
+    EXPECT_EQ(a->stats.attention_keys_offloaded, b->stats.attention_keys_offloaded) << chunk;
+    EXPECT_EQ(a->stats.attention_keys_touched, b->stats.attention_keys_touched) << chunk;
+  }
 }
 
 // Phase timers: off they read no clock (all zero); on they time every sparse decode step, and

@@ -281,7 +281,7 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
   MAGICPIG_ASSIGN_OR_RETURN(backend::BackendBuffer x_buffer,
                             backend_->Allocate(n * c.n_embd * static_cast<int64_t>(sizeof(float))));
   float* x = x_buffer.as<float>();
-  return backend_->Execute([&]() -> absl::Status {
+  auto forward = [&]() -> absl::Status {
     MAGICPIG_RETURN_IF_ERROR(backend_->Embed(weights_->token_embd(), tokens, x));
     for (int64_t l = 0; l < c.n_layer; ++l) {
       for (int64_t t0 = 0; t0 < n; t0 += chunk) {
@@ -329,6 +329,13 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
     const int64_t n_out = n - first_out;
     logits->resize(n_out * c.n_vocab);
     return Logits(x + first_out * c.n_embd, n_out, logits->data());
+  };
+  return backend_->Execute([&]() -> absl::Status {
+    absl::Status status = forward();
+    // The hook may still be offloading the last layers (the LM head ran beside it); on an error
+    // too, nothing it does may outlive the call.
+    if (options.attention_hook != nullptr) status.Update(options.attention_hook->WaitStored());
+    return status;
   });
 }
 
@@ -400,8 +407,10 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
       MAGICPIG_RETURN_IF_ERROR(backend_->FlushCopies());  // the rows MirrorRows queued
       for (const Slot& s : part_of(m)) {
         if (s.hook != nullptr) {
+          // A step's offload (a window overflow, a few hundred rows) is not overlapped.
           MAGICPIG_RETURN_IF_ERROR(
               s.hook->OnLayerStored(l, s.kv->host().layer(l), s.first_pos + 1));
+          MAGICPIG_RETURN_IF_ERROR(s.hook->WaitStored());
         }
       }
       return absl::OkStatus();

@@ -42,9 +42,12 @@ class LayerAttentionHook {
  public:
   virtual ~LayerAttentionHook() = default;
   // After every chunk of a Forward call passed `layer`: positions [0, n_tokens) of the layer's
-  // cache are filled.
+  // cache are filled. The hook may go on using them after the return, until WaitStored, which the
+  // transformer calls before Forward returns (and right after OnLayerStored in a decode step).
   virtual absl::Status OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
                                      int64_t n_tokens) = 0;
+  // Waits for the work OnLayerStored left running and returns its status.
+  virtual absl::Status WaitStored() { return absl::OkStatus(); }
   // A one-token step at position `pos` (its own KV already stored): returns true after writing the
   // attention output out [n_head][head_dim], or false to let the exact path run.
   virtual absl::StatusOr<bool> Attend(int64_t layer, const float* q, int64_t pos,
