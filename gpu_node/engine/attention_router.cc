@@ -143,9 +143,6 @@ absl::Status SparseAttentionRouter::Offload(int64_t layer, const backend::KvLaye
       shards_->Append(layer, begin, n, keys_.data(), values_.data(), key_codes_.data()));
   st.offloaded = true;
   st.window_begin = end;
-  // The shards have the rows (or will, before the next step attends: appends may be in flight;
-  // they were copied out of the cache above).
-  if (release_offloaded_) kv_->Release(layer, begin, end);
   return absl::OkStatus();
 }
 
@@ -202,9 +199,10 @@ absl::Status SparseAttentionRouter::OnLayerStored(int64_t layer, const backend::
     return WithRecovery([&] { return Offload(layer, cache, begin, end); });
   };
   offload_layer_ = layer;
+  offload_begin_ = begin;
   if (!options_.overlap_offload) {
     offload_status_ = offload();
-    ForgetFailedOffload();
+    EndOffload();
     return std::exchange(offload_status_, absl::OkStatus());
   }
   offload_started_ = true;
@@ -212,18 +210,24 @@ absl::Status SparseAttentionRouter::OnLayerStored(int64_t layer, const backend::
   return absl::OkStatus();
 }
 
-void SparseAttentionRouter::ForgetFailedOffload() {
-  if (offload_status_.ok()) return;
-  // Nothing was committed: the region is where the last completed offload left it.
+void SparseAttentionRouter::EndOffload() {
   Layer& st = layers_[static_cast<size_t>(offload_layer_)];
-  st.offload_end = st.offloaded ? st.window_begin : 0;
+  if (!offload_status_.ok()) {
+    // Nothing was committed: the region is where the last completed offload left it.
+    st.offload_end = st.offloaded ? st.window_begin : 0;
+    return;
+  }
+  // The shards have the rows (or will, before the next step attends: appends may be in flight;
+  // they were copied out of the cache). Here, not in the offload's task: the cache is this
+  // thread's.
+  if (release_offloaded_) kv_->Release(offload_layer_, offload_begin_, st.window_begin);
 }
 
 void SparseAttentionRouter::JoinOffload() {
   if (!offload_started_) return;
   offload_task_->wait();
   offload_started_ = false;
-  ForgetFailedOffload();
+  EndOffload();
 }
 
 absl::Status SparseAttentionRouter::WaitStored() {

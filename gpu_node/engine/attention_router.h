@@ -234,8 +234,9 @@ class SparseAttentionRouter final : public LayerAttentionHook {
                        int64_t end);
   // Waits for the offload in flight, keeping its status for WaitStored.
   void JoinOffload();
-  // After offload_layer_'s offload failed: its offload_end back to what is committed.
-  void ForgetFailedOffload();
+  // After offload_layer_'s offload: if it failed, its offload_end back to what is committed;
+  // else, in release mode, the offloaded rows' memory back to the system.
+  void EndOffload();
   // After a recoverable shard failure: forget the shards and offload every layer's region again
   // from the cache, with the same centres (so the same codes and the same sample sets).
   absl::Status Recover();
@@ -292,11 +293,12 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   std::vector<float> keys_, values_;
   std::vector<uint16_t> key_codes_;
   // The offload in flight (overlap_offload): its task, whether one was started and not yet
-  // joined, its layer, and its status once joined (until WaitStored reports it).
+  // joined, its layer and first position, and its status once joined (until WaitStored reports
+  // it).
   // (Held by pointer: task_group's destructor may throw, which a hook's destructor may not.)
   std::unique_ptr<tbb::task_group> offload_task_ = std::make_unique<tbb::task_group>();
   bool offload_started_ = false;
-  int64_t offload_layer_ = 0;
+  int64_t offload_layer_ = 0, offload_begin_ = 0;
   absl::Status offload_status_;
 };
 
