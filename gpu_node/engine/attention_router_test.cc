@@ -98,25 +98,33 @@ struct Cache {
   }
 };
 
-// A prefill of 64 tokens then single-token stores to 96 (two window overflows per sparse layer).
-std::vector<RecordingShards::Call> OffloadAll(bool overlap) {
-  auto hash = attention::SimHash::Create(kDim, 4, 6, 1);
-  EXPECT_TRUE(hash.ok());
-  RecordingShards shards;
-  shards.Configure(kKv, kDim, 6);
-  Cache cache;
-  SparseAttentionRouter router(Config(), Options(overlap), &*hash, nullptr, &shards, nullptr);
-  for (int64_t l = 0; l < kLayers; ++l) {
-    EXPECT_TRUE(router.OnLayerStored(l, cache.view(l), 64).ok());
+// A router over recording shards and a random cache.
+struct RouterOverRecordingShards {
+  explicit RouterOverRecordingShards(bool overlap)
+      : hash(*attention::SimHash::Create(kDim, 4, 6, 1)),
+        router(Config(), Options(overlap), &hash, nullptr, &shards, nullptr) {
+    shards.Configure(kKv, kDim, 6);
   }
-  EXPECT_TRUE(router.WaitStored().ok());
+  attention::SimHash hash;
+  RecordingShards shards;
+  Cache cache;
+  SparseAttentionRouter router;
+};
+
+// A prefill of 64 tokens then single-token stores to 96 (three window overflows per sparse layer).
+std::vector<RecordingShards::Call> OffloadAll(bool overlap) {
+  RouterOverRecordingShards t(overlap);
+  for (int64_t l = 0; l < kLayers; ++l) {
+    EXPECT_TRUE(t.router.OnLayerStored(l, t.cache.view(l), 64).ok());
+  }
+  EXPECT_TRUE(t.router.WaitStored().ok());
   for (int64_t n = 65; n <= kTokens; ++n) {
     for (int64_t l = 0; l < kLayers; ++l) {
-      EXPECT_TRUE(router.OnLayerStored(l, cache.view(l), n).ok());
+      EXPECT_TRUE(t.router.OnLayerStored(l, t.cache.view(l), n).ok());
     }
   }
-  EXPECT_TRUE(router.WaitStored().ok());
-  return shards.calls();
+  EXPECT_TRUE(t.router.WaitStored().ok());
+  return t.shards.calls();
 }
 
 TEST(AttentionRouterTest, OverlappedOffloadHandsTheShardsTheSameRows) {
@@ -134,15 +142,12 @@ TEST(AttentionRouterTest, OverlappedOffloadHandsTheShardsTheSameRows) {
 }
 
 TEST(AttentionRouterTest, OnLayerStoredReturnsBeforeTheOffloadAndWaitStoredWaits) {
-  auto hash = attention::SimHash::Create(kDim, 4, 6, 1);
-  ASSERT_TRUE(hash.ok());
-  RecordingShards shards;
-  shards.Configure(kKv, kDim, 6);
+  RouterOverRecordingShards t(true);
+  SparseAttentionRouter& router = t.router;
+  RecordingShards& shards = t.shards;
   absl::Notification release;
   shards.HoldAppends(&release);
-  Cache cache;
-  SparseAttentionRouter router(Config(), Options(true), &*hash, nullptr, &shards, nullptr);
-  ASSERT_TRUE(router.OnLayerStored(1, cache.view(1), 64).ok());
+  ASSERT_TRUE(router.OnLayerStored(1, t.cache.view(1), 64).ok());
   // Returned while the append is held: the region is already reported as leaving the cache.
   EXPECT_EQ(shards.appended(), 0);
   EXPECT_EQ(router.OffloadedPositions(1), (std::pair<int64_t, int64_t>{4, 56}));
@@ -152,12 +157,10 @@ TEST(AttentionRouterTest, OnLayerStoredReturnsBeforeTheOffloadAndWaitStoredWaits
 }
 
 TEST(AttentionRouterTest, AFailedOverlappedOffloadIsReportedOnceByTheNextCall) {
-  auto hash = attention::SimHash::Create(kDim, 4, 6, 1);
-  ASSERT_TRUE(hash.ok());
-  RecordingShards shards;
-  shards.Configure(kKv, kDim, 6);
-  Cache cache;
-  SparseAttentionRouter router(Config(), Options(true), &*hash, nullptr, &shards, nullptr);
+  RouterOverRecordingShards t(true);
+  SparseAttentionRouter& router = t.router;
+  RecordingShards& shards = t.shards;
+  Cache& cache = t.cache;
   shards.FailNext();
   ASSERT_TRUE(router.OnLayerStored(1, cache.view(1), 64).ok());
   // The next call waits for the failed offload and returns its error, once.
