@@ -134,7 +134,6 @@ TEST(EngineTest, LayersStayExactUntilTheRegionHoldsMinOffloadKeys) {
 TEST(EngineTest, OverlappedOffloadChangesNoToken) {
   for (int64_t chunk : {256, 16}) {
     SparseAttentionOptions overlapped = SmallMagicPig();
-    overlapped.dense_layers = {0};
     SparseAttentionOptions in_place = overlapped;
     in_place.overlap_offload = false;
     ASSERT_TRUE(overlapped.overlap_offload);  // the default
