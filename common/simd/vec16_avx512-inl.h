@@ -48,6 +48,18 @@ inline float ReduceAdd(V v) {
   x = _mm_add_ss(x, _mm_movehdup_ps(x));
   return _mm_cvtss_f32(x);
 }
+// out[0..4) = the lane sums of a, b, c, d: the halves added, then one horizontal-add tree for
+// all four (a third of the instructions of four separate reductions).
+inline void ReduceAdd4(V a, V b, V c, V d, float* out) {
+  auto fold = [](V v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  };
+  const __m256 ab = _mm256_hadd_ps(fold(a), fold(b));
+  const __m256 cd = _mm256_hadd_ps(fold(c), fold(d));
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
 // 16 bf16 values in the order of Bf16ShuffledSource (here the natural order).
 inline V LoadBf16Shuffled(const uint16_t* p) { return LoadBf16(p); }
 inline int Bf16ShuffledSource(int lane) { return lane; }
@@ -60,7 +72,9 @@ inline uint32_t PositiveMask(V v) {
 }  // namespace magicpig::simd16::avx512
 
 #define MAGICPIG_SIMD16_NS avx512
+#define MAGICPIG_SIMD16_HAS_REDUCE_ADD4
 #include "common/simd/vec16_math-inl.h"
+#undef MAGICPIG_SIMD16_HAS_REDUCE_ADD4
 #undef MAGICPIG_SIMD16_NS
 
 #endif  // MAGICPIG_COMMON_SIMD_VEC16_AVX512_INL_H_

@@ -2,7 +2,7 @@
 // translation unit after that unit brings one of common/simd/vec16_<isa>-inl.h's vector
 // namespaces into magicpig::attention::internal::MAGICPIG_GROUP_NS.
 //
-// Two paths:
+// Three paths:
 // - A contiguous range that every head attends to with exact logits (FullEstimator): tiles of
 //   kGroupTile rows, in three passes each:
 //   A. scores: each key row is loaded once and dotted with up to 4 heads at a time (the 4 sums
@@ -12,16 +12,18 @@
 //   B. softmax: per head, the tile's maximum, the weights exp(x - m) and the running sum;
 //   C. values, 4 heads x one 16-element chunk at a time with the accumulators in registers
 //      across the tile's rows, so each value chunk is loaded once for 4 heads.
-// - Anything else, in practice a MagicPIG group's sampled union (a row list, head masks, the
-//   correction; usually one head per row): streamed one row at a time with a running softmax per
-//   head (RunStreamed), so the gather's prefetches flow steadily.
+// - A row list with values, in practice a MagicPIG group's sampled union (head masks, the
+//   correction; usually one head per row): tiles of kSampledTile rows, gathered into a buffer
+//   first, then scored, weighed and added per head over each head's own rows (RunSampledTiles).
+// - Anything else (sums only for vattention's spread; a contiguous range with masks or the
+//   correction): one row at a time with a running softmax per head (RunStreamed).
 // - Logits only (Scores, for top-k and oracle sampling): pass A of the tiles over the whole
 //   range, written to the caller's [g][n] buffer, without the value prefetches.
 // Rows are read 16 elements at a time in the ISA's LoadBf16Shuffled lane order (one load and two
 // bit operations on AVX2 instead of a widening shuffle); the queries are permuted into that order
 // once per call and the accumulators permuted back at the end, so the dot products and value sums
-// are the same sums in another order. A gathered row list prefetches the key and value rows in
-// two stages: into L2 kFarPrefetchBytes ahead, into L1 kPrefetchRows rows ahead.
+// are the same sums in another order. A row list's key and value rows are prefetched in two
+// stages: into L2 some KiB ahead, into L1 kPrefetchRows rows ahead.
 #include <cstdint>
 
 #include "common/attention/kernels/group_attention_kernel.h"
@@ -279,6 +281,198 @@ void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m
   }
 }
 
+// The far prefetch distance of a sampled tile's gather (GatherTile), in bytes of key + value
+// rows: 12 KiB (24 rows at d = 128, 48 at d = 64). At 64K keys on 8B shapes 6 and 24 KiB were
+// both ~25% slower per row than 12 in a gather-bound microbenchmark (tiles of 32 rows).
+constexpr int64_t kSampledFarBytes = 12 * 1024;
+
+// q . key row r for one head, the chunks spread over 4 accumulators (4 short FMA chains instead
+// of one long one, so the next pair's product need not wait for this one).
+template <int64_t kChunks, bool kBf16>
+inline float DotOne(const void* keys, int64_t r, int64_t d, int64_t chunks, const float* q) {
+  V acc[4] = {Zero(), Zero(), Zero(), Zero()};
+  const int64_t nc = kChunks > 0 ? kChunks : chunks;
+  for (int64_t c = 0; c < nc; ++c) {
+    acc[c & 3] = Fma(LoadF32(q + c * kLanes), LoadChunk<kBf16>(keys, r, d, c), acc[c & 3]);
+  }
+  return ReduceAdd(Add(Add(acc[0], acc[1]), Add(acc[2], acc[3])));
+}
+
+// Stage 1 of a sampled tile (RunSampledTiles): copies the key and value rows rows[t0 .. t0 + nt)
+// into kbuf / vbuf (row j at j * RowBytes), with loads and stores only, prefetching `far` rows
+// ahead into L2 and kPrefetchRows ahead into L1; kn[j] = |k_(rows[t0 + j])| with the correction.
+template <int64_t kChunks, bool kBf16>
+__attribute__((noinline)) void GatherTile(const GroupAttentionArgs& a, int64_t t0, int64_t nt,
+                                          int64_t far, char* kbuf, char* vbuf, float* kn) {
+  const int64_t d = a.d;
+  const bool correct = a.lnu_table != nullptr;
+  const int64_t bytes = RowBytes<kChunks, kBf16>(d);
+  const char* keys = static_cast<const char*>(a.keys);
+  const char* values = static_cast<const char*>(a.values);
+  for (int64_t j = 0; j < nt; ++j) {
+    const int64_t i = t0 + j;
+    if (i + far < a.n_rows) {
+      const int64_t rf = a.rows[i + far];
+      PrefetchRow<kChunks, kBf16, true>(a.keys, rf, d);
+      PrefetchRow<kChunks, kBf16, true>(a.values, rf, d);
+      if (correct) PrefetchL2(a.key_norms + rf);
+    }
+    if (i + kPrefetchRows < a.n_rows) {
+      const int64_t rn = a.rows[i + kPrefetchRows];
+      PrefetchRow<kChunks, kBf16>(a.keys, rn, d);
+      PrefetchRow<kChunks, kBf16>(a.values, rn, d);
+      if (correct) Prefetch(a.key_norms + rn);
+    }
+    const int64_t r = a.rows[i];
+    __builtin_memcpy(kbuf + j * bytes, keys + r * bytes, static_cast<size_t>(bytes));
+    __builtin_memcpy(vbuf + j * bytes, values + r * bytes, static_cast<size_t>(bytes));
+    if (correct) kn[j] = a.key_norms[r];
+  }
+}
+
+// Stage 2 of a sampled tile: for each row j of the gathered tile and each head h that sampled it,
+// x[h * kSampledTile + j] = q_h . k_j, and j is appended to head h's list (list[h * kSampledTile +
+// count[h]++], in row order). Not inlined (see ScoreDenseTile).
+template <int64_t kChunks, bool kBf16>
+__attribute__((noinline)) void ScoreSampledTile(const GroupAttentionArgs& a, int64_t t0, int64_t nt,
+                                                int64_t chunks, const char* kbuf, const float* qp,
+                                                uint32_t all, float* x, int32_t* list,
+                                                int32_t* count) {
+  const int64_t d = a.d;
+  const int g = a.g;
+  constexpr int64_t kT = kSampledTile;
+  for (int h = 0; h < g; ++h) count[h] = 0;
+  for (int64_t j = 0; j < nt; ++j) {
+    const uint32_t mask = a.masks != nullptr ? a.masks[t0 + j] & all : all;
+    for (int h0 = 0; h0 < g; h0 += 4) {
+      const int hb = static_cast<int>(MinI(4, g - h0));
+      const uint32_t bits = (mask >> h0) & ((1u << hb) - 1u);
+      if (bits == 0) continue;
+      if (__builtin_popcount(bits) >= 3) {
+        float sh[4];
+        DotRowHeads<kChunks, kBf16>(hb, kbuf, j, d, chunks, qp + h0 * d, sh);
+        for (uint32_t b = bits; b != 0; b &= b - 1) {
+          const int h = h0 + __builtin_ctz(b);
+          x[h * kT + j] = sh[h - h0];
+          list[h * kT + count[h]++] = static_cast<int32_t>(j);
+        }
+      } else {
+        for (uint32_t b = bits; b != 0; b &= b - 1) {
+          const int h = h0 + __builtin_ctz(b);
+          x[h * kT + j] = DotOne<kChunks, kBf16>(kbuf, j, d, chunks, qp + h * d);
+          list[h * kT + count[h]++] = static_cast<int32_t>(j);
+        }
+      }
+    }
+  }
+}
+
+// acc = corr * acc + sum over the listed rows j of w[j] v_j (vbuf: the tile's gathered value
+// rows), the accumulator in registers across the list.
+template <int64_t kChunks, bool kBf16>
+inline void SampledValuesOneHead(const char* vbuf, const int32_t* list, int32_t count,
+                                 const float* w, int64_t d, int64_t chunks, float corr,
+                                 float* acc) {
+  if constexpr (kChunks > 0) {
+    V s[kChunks];
+    for (int64_t c = 0; c < kChunks; ++c) s[c] = Mul(LoadF32(acc + c * kLanes), Set1(corr));
+    for (int32_t i = 0; i < count; ++i) {
+      const int32_t j = list[i];
+      const V wv = Set1(w[j]);
+      for (int64_t c = 0; c < kChunks; ++c) s[c] = Fma(wv, LoadChunk<kBf16>(vbuf, j, d, c), s[c]);
+    }
+    for (int64_t c = 0; c < kChunks; ++c) Store(acc + c * kLanes, s[c]);
+  } else {
+    for (int64_t c = 0; c < chunks; ++c) {
+      V s = Mul(LoadF32(acc + c * kLanes), Set1(corr));
+      for (int32_t i = 0; i < count; ++i) {
+        const int32_t j = list[i];
+        s = Fma(Set1(w[j]), LoadChunk<kBf16>(vbuf, j, d, c), s);
+      }
+      Store(acc + c * kLanes, s);
+    }
+  }
+}
+
+// A row list with values (a group's sampled union: head masks, usually the MagicPIG correction),
+// in tiles of kSampledTile rows, in stages:
+//   1. GatherTile: the tile's key and value rows copied into a buffer, the key norms read;
+//   2. ScoreSampledTile: the dot product of each (row, head that sampled it) pair, each head's
+//      list of its rows;
+//   3. per head: its rows' logits (the correction by a lookup; the rows are independent of one
+//      another), then 16 lanes at a time the tile's maximum (rows the head did not sample hold
+//      -inf), the weights exp(x - m) and the running sum (a head that sampled no row of the tile
+//      keeps its state), and its rows' values added to its accumulator, held in registers.
+// Why not one running softmax per (row, head) over the rows in place (RunStreamed): there each
+// pair is a long dependent chain (dot, reduction, division, lookup, exponential, the comparison
+// with the running maximum, the rescale, the accumulation through memory) between prefetches that
+// stall when the miss buffers are full, so the misses and the arithmetic mostly add up. Measured
+// with `magicpig_attn_core_bench` at 64K keys on 8B shapes (d = 128, 4 heads, ~1.25 sampling each
+// row): the MagicPIG step 5.6-6.0 -> 4.9-5.0 ms on one thread, 3.1-3.2 -> 2.6-2.8 on two. Scoring
+// every head for every row (no lists, no branches) was slower: it does ~3x the FMAs.
+template <int64_t kChunks, bool kBf16>
+void RunSampledTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m, float* l,
+                     float* scratch) {
+  const int64_t d = a.d;
+  const int64_t chunks = kChunks > 0 ? kChunks : d / kLanes;
+  const int g = a.g;
+  const bool correct = a.lnu_table != nullptr;
+  const uint32_t all = g >= 32 ? 0xffffffffu : ((1u << g) - 1u);
+  constexpr int64_t kT = kSampledTile;
+  const float neg_inf = -__builtin_inff();
+  // The scratch's tile part (GroupAttentionScratchFloats): int32 lists and counts live in floats
+  // of the same size, only ever accessed through their own pointers.
+  float* corr = scratch;   // [g] (unused here; the layout is shared with RunTiles)
+  float* x = corr + g;     // [g][kT] dot products, then logits, then weights
+  float* kn = x + g * kT;  // [kT] key norms
+  int32_t* list = reinterpret_cast<int32_t*>(kn + kT);  // [g][kT] each head's rows
+  int32_t* count = list + g * kT;                       // [g]
+  char* kbuf = reinterpret_cast<char*>(count + g);      // [kT] gathered key rows
+  const int64_t row_bytes = RowBytes<kChunks, kBf16>(d);
+  char* vbuf = kbuf + kT * row_bytes;  // [kT] gathered value rows
+  const int64_t far = kSampledFarBytes / (2 * row_bytes) > 2 * kPrefetchRows
+                          ? kSampledFarBytes / (2 * row_bytes)
+                          : 2 * kPrefetchRows;
+  for (int64_t t0 = 0; t0 < a.n_rows; t0 += kT) {
+    const int64_t nt = MinI(kT, a.n_rows - t0);
+    GatherTile<kChunks, kBf16>(a, t0, nt, far, kbuf, vbuf, kn);
+    for (int64_t i = 0; i < g * kT; i += kLanes) Store(x + i, Set1(neg_inf));
+    ScoreSampledTile<kChunks, kBf16>(a, t0, nt, chunks, kbuf, qp, all, x, list, count);
+    for (int h = 0; h < g; ++h) {
+      const int32_t nh = count[h];
+      if (nh == 0) continue;
+      float* xh = x + h * kT;
+      const int32_t* lh = list + h * kT;
+      for (int32_t i = 0; i < nh; ++i) {
+        const int32_t j = lh[i];
+        float xv = a.scale * xh[j];
+        if (correct) {
+          const float denom = a.q_norms[h] * kn[j];
+          const float cos = denom > 0.0f ? xh[j] / denom : 0.0f;
+          xv -= LookupLnU(a.lnu_table, a.lnu_size, cos);
+        }
+        xh[j] = xv;
+      }
+      V mv = Set1(neg_inf);
+      for (int64_t j = 0; j < kT; j += kLanes) mv = Max(mv, LoadF32(xh + j));
+      const float new_m = MaxF(m[h], ReduceMax(mv));
+      const float corr_h = FastExp(m[h] - new_m);
+      const V nm = Set1(new_m);
+      // Unsampled rows get exp(-inf - m), the clamp's ~1e-38: never read by the value sum, and
+      // below a float's resolution in the running sum, whose largest term is 1.
+      V vs = Zero();
+      for (int64_t j = 0; j < kT; j += kLanes) {
+        const V w = ExpV(Sub(LoadF32(xh + j), nm));
+        Store(xh + j, w);
+        vs = Add(vs, w);
+      }
+      l[h] = l[h] * corr_h + ReduceAdd(vs);
+      m[h] = new_m;
+      SampledValuesOneHead<kChunks, kBf16>(vbuf, lh, nh, xh, d, chunks, corr_h, acc + h * d);
+    }
+  }
+}
+
 // Everything but a contiguous exact range, i.e. a group's sampled union (a row list with head
 // masks and the MagicPIG correction), streamed one row at a time: each row's key is dotted with
 // the heads that sampled it (usually one), each such head's running softmax is updated
@@ -418,6 +612,8 @@ void RunImpl(const GroupAttentionArgs& a) {
   if (a.rows == nullptr && a.masks == nullptr && a.lnu_table == nullptr && a.values != nullptr &&
       a.lse2 == nullptr) {
     RunTiles<kChunks, kBf16>(a, qp, acc, m, l, l + g);
+  } else if (a.rows != nullptr && a.values != nullptr && a.lse2 == nullptr) {
+    RunSampledTiles<kChunks, kBf16>(a, qp, acc, m, l, l + g);
   } else {
     RunStreamed<kChunks, kBf16>(a, qp, acc, m, l, a.lse2 != nullptr ? l2 : nullptr);
   }

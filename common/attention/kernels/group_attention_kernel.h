@@ -13,10 +13,11 @@
 //                                                 cos clamped to [-1, 1], a zero norm gives cos 0)
 // and per head the normalised o_h = sum p v / sum p and lse_h = m + ln sum exp(x - m) (natural
 // log); a head that attends to no row gets o = 0, lse = -inf. Online softmax (no buffer
-// proportional to the row count): over tiles of kGroupTile rows for a contiguous exact range, one
-// row at a time otherwise; each key and value row is read from memory once for every head of the
-// group that uses it. Sums run in an order of the kernel's own (see the -inl.h file), so results
-// agree with a float64 reference to float rounding, not bit for bit with another order.
+// proportional to the row count): over tiles of kGroupTile rows for a contiguous exact range, of
+// kSampledTile gathered rows for a row list with values, one row at a time otherwise; each key and
+// value row is read from memory once for every head of the group that uses it. Sums run in an order
+// of the kernel's own (see the -inl.h file), so results agree with a float64 reference to float
+// rounding, not bit for bit with another order.
 //
 // Kernel units must not instantiate std templates (their COMDAT copies, compiled with AVX flags,
 // could be picked by the linker for baseline code), so the caller provides all memory.
@@ -59,8 +60,18 @@ struct GroupAttentionArgs {
   float* lse2 = nullptr;
 };
 
+// Rows per tile of a gathered row list (the sampled path; see the -inl.h file).
+inline constexpr int kSampledTile = 32;
+static_assert(kSampledTile <= kGroupTile && kSampledTile % 16 == 0);
+
+// Queries, accumulators and softmax state per head, then the larger of the two tile paths' needs
+// (the sampled one: logits and row lists per head, key norms, and the tile's gathered key and
+// value rows, as floats at most 4 bytes per element).
 inline int64_t GroupAttentionScratchFloats(int g, int64_t d) {
-  return static_cast<int64_t>(g) * (2 * d + 3 + kGroupTile);
+  const int64_t gl = g;
+  const int64_t dense_tile = gl * kGroupTile;
+  const int64_t sampled_tile = 2 * gl * kSampledTile + kSampledTile + gl + 2 * kSampledTile * d;
+  return gl * (2 * d + 3) + gl + (dense_tile > sampled_tile ? dense_tile : sampled_tile);
 }
 
 void GroupAttentionScalar(const GroupAttentionArgs& args);
