@@ -387,7 +387,10 @@ absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScr
           if (i + 2 * kAhead < lookups) prefetch_offsets(i + 2 * kAhead);
           if (i + kAhead < lookups) read_offsets(i + kAhead);
           const auto* idx = indices + t_count * n_;
-          for (int32_t p = begin[i]; p < end[i]; ++p) counter[idx[p]] += inc;
+          // Bounds in locals: end[] is int32 and counter uint32, which may alias, so a loop over
+          // end[i] would reload it after every increment.
+          const int32_t p_end = end[i];
+          for (int32_t p = begin[i]; p < p_end; ++p) counter[idx[p]] += inc;
           next(t_count);
           if (t_count == 0) inc <<= 8;  // the next head's byte
         }
