@@ -42,6 +42,14 @@ namespace MAGICPIG_GROUP_NS {
 constexpr int64_t kPrefetchRows = 4;
 constexpr int64_t kFarPrefetchBytes = 12 * 1024;
 
+// Rows of `row_bytes` each (key + value, or key alone) that make kFarPrefetchBytes, at least twice
+// the near stage's kPrefetchRows. The sampled tiles' gather uses the same distance: 6 and 24 KiB
+// were both ~25% slower per row than 12 there (a gather-bound microbenchmark at d = 128).
+inline int64_t FarPrefetchRows(int64_t row_bytes) {
+  return kFarPrefetchBytes / row_bytes > 2 * kPrefetchRows ? kFarPrefetchBytes / row_bytes
+                                                           : 2 * kPrefetchRows;
+}
+
 // Key rows ahead in a dense tile's pass A. The key stream is sequential, but the value prefetches
 // interleaved with it keep the hardware prefetchers from running far enough ahead: 8 rows (2 KB
 // at d = 128, bf16) made a one-thread `full` step ~4% faster on AVX2 (16 and 32 were no better).
@@ -99,12 +107,21 @@ inline float LookupLnU(const float* table, int size, float c) {
   return table[i] + f * (table[i + 1] - table[i]);
 }
 
-// s[0 .. kHeads) = key row r . qp[h * d ...] (kernel order) for kHeads (1..4) heads.
+// s[0 .. kHeads) = key row r . qp[h * d ...] (kernel order) for kHeads (1..4) heads (s has room
+// for 4). One head spreads its chunks over the 4 accumulators: 4 short FMA chains instead of one
+// long one, so the next row's or head's product need not wait for this one.
 template <int kHeads, int64_t kChunks, bool kBf16>
 inline void DotRow(const void* keys, int64_t r, int64_t d, int64_t chunks, const float* qp,
                    float* s) {
   V acc[4] = {Zero(), Zero(), Zero(), Zero()};
   const int64_t nc = kChunks > 0 ? kChunks : chunks;
+  if constexpr (kHeads == 1) {
+    for (int64_t c = 0; c < nc; ++c) {
+      acc[c & 3] = Fma(LoadF32(qp + c * kLanes), LoadChunk<kBf16>(keys, r, d, c), acc[c & 3]);
+    }
+    s[0] = ReduceAdd(Add(Add(acc[0], acc[1]), Add(acc[2], acc[3])));
+    return;
+  }
   for (int64_t c = 0; c < nc; ++c) {
     const V k = LoadChunk<kBf16>(keys, r, d, c);
     for (int h = 0; h < kHeads; ++h) acc[h] = Fma(LoadF32(qp + h * d + c * kLanes), k, acc[h]);
@@ -281,23 +298,6 @@ void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m
   }
 }
 
-// The far prefetch distance of a sampled tile's gather (GatherTile), in bytes of key + value
-// rows: 12 KiB (24 rows at d = 128, 48 at d = 64). At 64K keys on 8B shapes 6 and 24 KiB were
-// both ~25% slower per row than 12 in a gather-bound microbenchmark (tiles of 32 rows).
-constexpr int64_t kSampledFarBytes = 12 * 1024;
-
-// q . key row r for one head, the chunks spread over 4 accumulators (4 short FMA chains instead
-// of one long one, so the next pair's product need not wait for this one).
-template <int64_t kChunks, bool kBf16>
-inline float DotOne(const void* keys, int64_t r, int64_t d, int64_t chunks, const float* q) {
-  V acc[4] = {Zero(), Zero(), Zero(), Zero()};
-  const int64_t nc = kChunks > 0 ? kChunks : chunks;
-  for (int64_t c = 0; c < nc; ++c) {
-    acc[c & 3] = Fma(LoadF32(q + c * kLanes), LoadChunk<kBf16>(keys, r, d, c), acc[c & 3]);
-  }
-  return ReduceAdd(Add(Add(acc[0], acc[1]), Add(acc[2], acc[3])));
-}
-
 // Stage 1 of a sampled tile (RunSampledTiles): copies the key and value rows rows[t0 .. t0 + nt)
 // into kbuf / vbuf (row j at j * RowBytes), with loads and stores only, prefetching `far` rows
 // ahead into L2 and kPrefetchRows ahead into L1; kn[j] = |k_(rows[t0 + j])| with the correction.
@@ -359,7 +359,9 @@ __attribute__((noinline)) void ScoreSampledTile(const GroupAttentionArgs& a, int
       } else {
         for (uint32_t b = bits; b != 0; b &= b - 1) {
           const int h = h0 + __builtin_ctz(b);
-          x[h * kT + j] = DotOne<kChunks, kBf16>(kbuf, j, d, chunks, qp + h * d);
+          float one[4];
+          DotRow<1, kChunks, kBf16>(kbuf, j, d, chunks, qp + h * d, one);
+          x[h * kT + j] = one[0];
           list[h * kT + count[h]++] = static_cast<int32_t>(j);
         }
       }
@@ -424,17 +426,14 @@ void RunSampledTiles(const GroupAttentionArgs& a, const float* qp, float* acc, f
   const float neg_inf = -__builtin_inff();
   // The scratch's tile part (GroupAttentionScratchFloats): int32 lists and counts live in floats
   // of the same size, only ever accessed through their own pointers.
-  float* corr = scratch;   // [g] (unused here; the layout is shared with RunTiles)
-  float* x = corr + g;     // [g][kT] dot products, then logits, then weights
+  float* x = scratch;      // [g][kT] dot products, then logits, then weights
   float* kn = x + g * kT;  // [kT] key norms
   int32_t* list = reinterpret_cast<int32_t*>(kn + kT);  // [g][kT] each head's rows
   int32_t* count = list + g * kT;                       // [g]
   char* kbuf = reinterpret_cast<char*>(count + g);      // [kT] gathered key rows
   const int64_t row_bytes = RowBytes<kChunks, kBf16>(d);
   char* vbuf = kbuf + kT * row_bytes;  // [kT] gathered value rows
-  const int64_t far = kSampledFarBytes / (2 * row_bytes) > 2 * kPrefetchRows
-                          ? kSampledFarBytes / (2 * row_bytes)
-                          : 2 * kPrefetchRows;
+  const int64_t far = FarPrefetchRows(2 * row_bytes);
   for (int64_t t0 = 0; t0 < a.n_rows; t0 += kT) {
     const int64_t nt = MinI(kT, a.n_rows - t0);
     GatherTile<kChunks, kBf16>(a, t0, nt, far, kbuf, vbuf, kn);
@@ -498,9 +497,7 @@ __attribute__((noinline)) void RunStreamed(const GroupAttentionArgs& a, const fl
   const uint32_t all = g >= 32 ? 0xffffffffu : ((1u << g) - 1u);
   // The far stage's distance in rows (24 at d = 128 with values, 48 at d = 64).
   const int64_t row_bytes = RowBytes<kChunks, kBf16>(d) * (with_values ? 2 : 1);
-  const int64_t far = kFarPrefetchBytes / row_bytes > 2 * kPrefetchRows
-                          ? kFarPrefetchBytes / row_bytes
-                          : 2 * kPrefetchRows;
+  const int64_t far = FarPrefetchRows(row_bytes);
   for (int64_t j = 0; j < a.n_rows; ++j) {
     int64_t r;
     if (a.rows != nullptr) {

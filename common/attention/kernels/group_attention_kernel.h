@@ -69,9 +69,9 @@ static_assert(kSampledTile <= kGroupTile && kSampledTile % 16 == 0);
 // value rows, as floats at most 4 bytes per element).
 inline int64_t GroupAttentionScratchFloats(int g, int64_t d) {
   const int64_t gl = g;
-  const int64_t dense_tile = gl * kGroupTile;
+  const int64_t dense_tile = gl * (1 + kGroupTile);  // rescale factors, logits
   const int64_t sampled_tile = 2 * gl * kSampledTile + kSampledTile + gl + 2 * kSampledTile * d;
-  return gl * (2 * d + 3) + gl + (dense_tile > sampled_tile ? dense_tile : sampled_tile);
+  return gl * (2 * d + 2) + (dense_tile > sampled_tile ? dense_tile : sampled_tile);
 }
 
 void GroupAttentionScalar(const GroupAttentionArgs& args);
