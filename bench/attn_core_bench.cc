@@ -4,6 +4,10 @@
 //
 // Cases, in run order:
 //   Probe/threads:T            read-only sum over a 1 GiB buffer (std::thread), GB/s.
+//   RandomLines/threads:T      independent reads of random cache lines of the 1 GiB buffer, 32
+//                              prefetched ahead (RandomLineSeconds): ns_per_line, the rate at
+//                              which retrieval's bucket lines and a sampled union's rows can
+//                              arrive.
 //   QueryHash/K/L              SimHash::Codes of the 32 query heads of one step.
 //   MagicPig/n/K/L/threads     AttentionRunner(T) running MagicPigEstimator::AttendGroup over the 8
 //                              (shard, kv head) GroupWork items of one step (retrieval + gather +
@@ -366,6 +370,16 @@ double RandomLineSeconds(int threads) {
     *out = s;
   };
   return BestOfTwoColdSeconds(threads, part) / static_cast<double>(lines.size());
+}
+
+void BM_RandomLines(benchmark::State& state, int threads) {
+  double seconds = 0;
+  int64_t iter = 0;
+  for (auto _ : state) {
+    seconds += RandomLineSeconds(threads);
+    ++iter;
+  }
+  if (iter > 0) state.counters["ns_per_line"] = seconds / static_cast<double>(iter) * 1e9;
 }
 
 void BM_Probe(benchmark::State& state, int threads) {
@@ -1261,6 +1275,12 @@ void RegisterAll() {
   for (int t : {1, 2}) {
     RegisterBenchmark(("Probe/threads:" + std::to_string(t)).c_str(), BM_Probe, t)
         ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  for (int t : {1, 2}) {
+    RegisterBenchmark(("RandomLines/threads:" + std::to_string(t)).c_str(), BM_RandomLines, t)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(3)
         ->UseRealTime();
   }
   for (const KL& c : kConfigs) {
