@@ -42,12 +42,14 @@ TEST(DecodeStepBytesTest, MagicPigReadsDenseLayersWindowsSampleAndBuckets) {
   // A prompt inside the window stays exact.
   EXPECT_EQ(DecodeStepBytes(c, 0, mp, 50, 0, 0).exact_kv, 30.0 * 50 * 192 * 2 * 2);
   // So does one whose region (pos + 1 - sinks - local) is below min_offload_keys: at 1K with the
-  // default 1536 every layer reads every position, nothing is sampled; from 1536 on it samples.
+  // default every layer reads every position, nothing is sampled; from the default on it samples.
+  const int64_t min_keys = engine::SparseAttentionOptions::kDefaultMinOffloadKeys;
+  ASSERT_GT(min_keys, 1024);
   const StepBytes short_prompt = DecodeStepBytes(c, 0, mp, 1024, 0, 1000);
   EXPECT_EQ(short_prompt.exact_kv, 30.0 * 1024 * 192 * 2 * 2);
   EXPECT_EQ(short_prompt.sampled + short_prompt.buckets, 0);
-  EXPECT_GT(DecodeStepBytes(c, 0, mp, 1536 + 67, 0, 1000).sampled, 0);
-  EXPECT_EQ(DecodeStepBytes(c, 0, mp, 1536 + 66, 0, 1000).sampled, 0);
+  EXPECT_GT(DecodeStepBytes(c, 0, mp, min_keys + 67, 0, 1000).sampled, 0);
+  EXPECT_EQ(DecodeStepBytes(c, 0, mp, min_keys + 66, 0, 1000).sampled, 0);
 }
 
 TEST(DecodeStepBytesTest, TopKScoresEveryOffloadedKey) {

@@ -81,9 +81,10 @@ struct SparseAttentionOptions {
   int64_t window_budget = 64 + 256;
   // A sparse layer stays exact until [n_sinks, n - n_local) holds this many keys (>= 1).
   int64_t min_offload_keys = kDefaultMinOffloadKeys;
-  // Where decoding with SmolLM2 (d = 64) on 2 threads stopped being slower with magicpig(10, 150)
-  // than with exact attention (docs/benchmarks.md).
-  static constexpr int64_t kDefaultMinOffloadKeys = 1536;
+  // Where decoding with SmolLM2 (d = 64) on 2 threads stops being slower with magicpig(10, 150)
+  // than with exact attention (docs/benchmarks.md: 0.90x at 2K, 0.94x at 3K, 1.09x at 4K since the
+  // exact decode kernel prefetches; 1536 before).
+  static constexpr int64_t kDefaultMinOffloadKeys = 3072;
   std::vector<int64_t> dense_layers;  // empty: {0, n_layer / 2}
   attention::KvStorage storage = attention::KvStorage::kBf16;
   // The prompt region is stored in blocks of this many tokens (the last block also takes the

@@ -81,7 +81,7 @@ void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* atte
   table.Number("sparse-min-keys", &attention->min_offload_keys,
                "a sparse layer attends exactly until its offloaded region (the prompt minus the "
                "sinks and the local window, then the tokens that leave the window) holds this "
-               "many keys; below about 1.5K keys the sampled path costs more than exact attention "
+               "many keys; below about 3K keys the sampled path costs more than exact attention "
                "(docs/benchmarks.md). 1: sample as soon as there is anything to sample",
                int64_t{1}, int64_t{1} << 40);
   table.Number("shard-block", &attention->shard_block,
