@@ -305,7 +305,6 @@ void RunWideTile(const AttentionTile& a) {
   }
   const int64_t first_row_pos = a.first_pos + a.t0;
   const int64_t last_pos = a.first_pos + a.t1 - 1;
-  const int64_t ahead = PrefetchKeysAhead(hd);
   const int64_t key_end = a.key_end > 0 ? Min(a.key_end, last_pos + 1) : last_pos + 1;
   // Position of row r (padding rows see every key; their results are dropped).
   auto row_pos = [&](int64_t r) { return r < n_rows ? first_row_pos + r / group : last_pos; };
