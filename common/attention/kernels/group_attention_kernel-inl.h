@@ -262,6 +262,35 @@ __attribute__((noinline)) void ScoreDenseTile(const GroupAttentionArgs& a, int64
   }
 }
 
+// One head's online-softmax update over a tile's logits x[0 .. n): the tile's maximum, the weights
+// exp(x - m') written over x, the running maximum m and sum l updated. Returns exp(m - m'), the
+// factor by which the head's accumulator must be rescaled.
+inline float SoftmaxTileStep(float* x, int64_t n, float* m, float* l) {
+  const int64_t nv = n - n % kLanes;  // the whole vectors; the rest one lane at a time
+  V mv = Set1(-__builtin_inff());
+  for (int64_t j = 0; j < nv; j += kLanes) mv = Max(mv, LoadF32(x + j));
+  float tile_max = ReduceMax(mv);
+  for (int64_t j = nv; j < n; ++j) tile_max = MaxF(tile_max, x[j]);
+  const float new_m = MaxF(*m, tile_max);
+  const float corr = FastExp(*m - new_m);
+  const V nm = Set1(new_m);
+  V vs = Zero();
+  for (int64_t j = 0; j < nv; j += kLanes) {
+    const V p = ExpV(Sub(LoadF32(x + j), nm));
+    Store(x + j, p);
+    vs = Add(vs, p);
+  }
+  float sum = ReduceAdd(vs);
+  for (int64_t j = nv; j < n; ++j) {
+    const float p = FastExp(x[j] - new_m);
+    x[j] = p;
+    sum += p;
+  }
+  *l = *l * corr + sum;
+  *m = new_m;
+  return corr;
+}
+
 // A contiguous range of rows that every head attends to with exact logits (FullEstimator), in
 // tiles of kGroupTile rows, three passes each (see the top of this file). acc, m, l: the running
 // softmax state per head; scratch: GroupAttentionScratchFloats's tile part.
@@ -279,31 +308,7 @@ void RunTiles(const GroupAttentionArgs& a, const float* qp, float* acc, float* m
     // A. Logits: each key row once, against every head of the group.
     ScoreDenseTile<kChunks, kBf16>(a, t0, nt, chunks, qp, kT, x);
     // B. Online softmax per head; weights overwrite the logits.
-    for (int h = 0; h < g; ++h) {
-      float* xh = x + h * kT;
-      int64_t j = 0;
-      V mv = Set1(-__builtin_inff());
-      for (; j + kLanes <= nt; j += kLanes) mv = Max(mv, LoadF32(xh + j));
-      float tile_max = ReduceMax(mv);
-      for (; j < nt; ++j) tile_max = MaxF(tile_max, xh[j]);
-      const float new_m = MaxF(m[h], tile_max);
-      corr[h] = FastExp(m[h] - new_m);
-      const V nm = Set1(new_m);
-      V vs = Zero();
-      for (j = 0; j + kLanes <= nt; j += kLanes) {
-        const V p = ExpV(Sub(LoadF32(xh + j), nm));
-        Store(xh + j, p);
-        vs = Add(vs, p);
-      }
-      float sum = ReduceAdd(vs);
-      for (; j < nt; ++j) {
-        const float p = FastExp(xh[j] - new_m);
-        xh[j] = p;
-        sum += p;
-      }
-      l[h] = l[h] * corr[h] + sum;
-      m[h] = new_m;
-    }
+    for (int h = 0; h < g; ++h) corr[h] = SoftmaxTileStep(x + h * kT, nt, &m[h], &l[h]);
     // C. Values: 4 heads x one chunk at a time, accumulators in registers.
     for (int h0 = 0; h0 < g; h0 += 4) {
       DenseValuesHeads<kChunks, kBf16>(static_cast<int>(MinI(4, g - h0)), a.values,
@@ -392,8 +397,8 @@ inline void SampledValuesOneHead(const char* vbuf, const int32_t* list, int32_t 
                                  const float* w, int64_t d, int64_t chunks, float corr,
                                  float* acc) {
   const int64_t nc = kChunks > 0 ? kChunks : chunks;
-  int64_t c0 = 0;
-  for (; c0 + 4 <= nc; c0 += 4) {
+  const int64_t n4 = nc - nc % 4;  // chunks in fours; the rest one at a time
+  for (int64_t c0 = 0; c0 < n4; c0 += 4) {
     V s[4];
     for (int64_t c = 0; c < 4; ++c) s[c] = Mul(LoadF32(acc + (c0 + c) * kLanes), Set1(corr));
     for (int32_t i = 0; i < count; ++i) {
@@ -403,7 +408,7 @@ inline void SampledValuesOneHead(const char* vbuf, const int32_t* list, int32_t 
     }
     for (int64_t c = 0; c < 4; ++c) Store(acc + (c0 + c) * kLanes, s[c]);
   }
-  for (int64_t c = c0; c < nc; ++c) {
+  for (int64_t c = n4; c < nc; ++c) {
     V s = Mul(LoadF32(acc + c * kLanes), Set1(corr));
     for (int32_t i = 0; i < count; ++i) {
       const int32_t j = list[i];
@@ -469,21 +474,10 @@ void RunSampledTiles(const GroupAttentionArgs& a, const float* qp, float* acc, f
         }
         xh[j] = xv;
       }
-      V mv = Set1(neg_inf);
-      for (int64_t j = 0; j < kT; j += kLanes) mv = Max(mv, LoadF32(xh + j));
-      const float new_m = MaxF(m[h], ReduceMax(mv));
-      const float corr_h = FastExp(m[h] - new_m);
-      const V nm = Set1(new_m);
-      // Unsampled rows get exp(-inf - m), the clamp's ~1e-38: never read by the value sum, and
-      // below a float's resolution in the running sum, whose largest term is 1.
-      V vs = Zero();
-      for (int64_t j = 0; j < kT; j += kLanes) {
-        const V w = ExpV(Sub(LoadF32(xh + j), nm));
-        Store(xh + j, w);
-        vs = Add(vs, w);
-      }
-      l[h] = l[h] * corr_h + ReduceAdd(vs);
-      m[h] = new_m;
+      // Over the whole tile: unsampled rows hold -inf and get exp(-inf - m), the clamp's ~1e-38,
+      // never read by the value sum and below a float's resolution in the running sum, whose
+      // largest term is 1.
+      const float corr_h = SoftmaxTileStep(xh, kT, &m[h], &l[h]);
       SampledValuesOneHead<kChunks, kBf16>(vbuf, lh, nh, xh, d, chunks, corr_h, acc + h * d);
     }
   }
