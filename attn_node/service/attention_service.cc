@@ -399,6 +399,7 @@ absl::StatusOr<SequenceSpec> SequenceSpecFromProto(const v1::CreateSequenceReque
                      .heavy = shape.va_heavy(),
                      .base_rate = shape.va_base_rate()};
   spec.spotlight_fraction = shape.spotlight_fraction();
+  spec.spotlight_rerank = shape.spotlight_rerank() == 0 ? 1 : shape.spotlight_rerank();
   spec.token_begin = request.token_begin();
   spec.max_tokens = request.max_tokens();
   if (absl::Status s = ValidateSequenceSpec(spec); !s.ok()) return s;

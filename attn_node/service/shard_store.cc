@@ -293,8 +293,9 @@ absl::Status ValidateSequenceSpec(const SequenceSpec& s) {
     return st;
   }
   if (attention::SpecOf(s.estimator).index == attention::KvIndex::kCodes &&
-      !(st = attention::kSpotFraction.Check(s.spotlight_fraction, "shape.spotlight_fraction"))
-           .ok()) {
+      (!(st = attention::kSpotFraction.Check(s.spotlight_fraction, "shape.spotlight_fraction"))
+            .ok() ||
+       !(st = attention::kSpotRerank.Check(s.spotlight_rerank, "shape.spotlight_rerank")).ok())) {
     return st;
   }
   if (!(st = range("token_begin", s.token_begin, 0, std::numeric_limits<int64_t>::max() / 2))
@@ -358,7 +359,10 @@ absl::StatusOr<int64_t> ShardStore::CreateSequence(const SequenceSpec& spec) {
            .spotlight_fraction =
                attention::SpecOf(spec.estimator).index == attention::KvIndex::kCodes
                    ? spec.spotlight_fraction
-                   : attention::kSpotFraction.default_value},
+                   : attention::kSpotFraction.default_value,
+           .spotlight_rerank = attention::SpecOf(spec.estimator).index == attention::KvIndex::kCodes
+                                   ? spec.spotlight_rerank
+                                   : attention::kSpotRerank.default_value},
           /*offloaded_keys=*/0));
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     seq->layer_index.emplace(spec.layers[i], static_cast<int>(i));

@@ -99,6 +99,7 @@ struct SequenceSpec {
   attention::VAttentionParams vattention;
   // spotlight, vattention-spotlight (learned codes): checked only for them.
   double spotlight_fraction = attention::kSpotFraction.default_value;
+  int64_t spotlight_rerank = attention::kSpotRerank.default_value;
   int64_t token_begin = 0;  // >= 0
   int64_t max_tokens = 0;   // 1 .. INT32_MAX, token_begin + max_tokens <= INT64_MAX / 2
 };

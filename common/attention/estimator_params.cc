@@ -30,7 +30,7 @@ absl::Status ValidateVAttentionParams(const VAttentionParams& params, std::strin
 absl::Status ValidateEstimatorParams(const EstimatorParams& params, std::string_view prefix) {
   for (const auto& [spec, value] :
        {std::pair{&kLshK, int64_t{params.lsh_k}}, std::pair{&kLshL, int64_t{params.lsh_l}},
-        std::pair{&kBudget, params.budget}}) {
+        std::pair{&kBudget, params.budget}, std::pair{&kSpotRerank, params.spotlight_rerank}}) {
     if (absl::Status s =
             spec->Check(value, absl::StrCat(std::string(prefix), std::string(spec->name)));
         !s.ok())

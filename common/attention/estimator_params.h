@@ -84,6 +84,18 @@ inline constexpr RealParamSpec kSpotFraction{
     1e-6,
     1.0};
 
+// Spotlight's rescoring: each head scores (reads the key rows of) this many times the retrieved
+// count of nearest keys and attends the best by exact score. 1: the paper's retrieval, no
+// rescoring.
+inline constexpr ParamSpec kSpotRerank{
+    "spotlight_rerank",
+    "spotlight-rerank",
+    "spotlight: score this many times the retrieved count of nearest keys exactly and attend the "
+    "best (1: attend the nearest, no rescoring)",
+    1,
+    1,
+    64};
+
 // Kept for the storage code's static bounds (a code is a uint16; the table count bounds arrays).
 inline constexpr int kSimHashMaxK = static_cast<int>(kLshK.max);
 inline constexpr int kSimHashMaxL = static_cast<int>(kLshL.max);
@@ -103,13 +115,14 @@ struct EstimatorParams {
   int64_t budget = kBudget.default_value;
   VAttentionParams vattention{};
   double spotlight_fraction = kSpotFraction.default_value;
+  int64_t spotlight_rerank = kSpotRerank.default_value;
 };
 
 // Checks vAttention's parameters; fields are named `prefix` + ParamSpec::name.
 absl::Status ValidateVAttentionParams(const VAttentionParams& params, std::string_view prefix);
 
-// Checks lsh_k, lsh_l, budget, vAttention's parameters and the spotlight fraction; fields are named
-// `prefix` + ParamSpec::name ("shape.lsh_l").
+// Checks lsh_k, lsh_l, budget, vAttention's parameters and spotlight's fraction and rerank; fields
+// are named `prefix` + ParamSpec::name ("shape.lsh_l").
 absl::Status ValidateEstimatorParams(const EstimatorParams& params, std::string_view prefix);
 
 }  // namespace magicpig::attention

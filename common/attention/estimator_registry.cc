@@ -62,11 +62,12 @@ const std::array<EstimatorSpec, 8> kEstimators = {{
      }},
     {EstimatorKind::kSpotlight, "spotlight",
      "Spotlight: exact attention over the --spotlight-fraction of keys nearest the query in the "
-     "Hamming distance of trained hash codes (--spotlight-file)",
+     "Hamming distance of trained hash codes (--spotlight-file), or over the best of "
+     "--spotlight-rerank times as many by exact score",
      /*proto_value=*/7, /*sparse=*/true, /*retrieves=*/false, /*verified=*/false, KvIndex::kCodes,
      /*default_budget=*/nullptr,
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
-       return std::make_unique<SpotlightEstimator>(p.spotlight_fraction);
+       return std::make_unique<SpotlightEstimator>(p.spotlight_fraction, p.spotlight_rerank);
      }},
     {EstimatorKind::kVAttentionSpotlight, "vattention-spotlight",
      "vAttention with its heavy hitters found by spotlight's learned codes (the "

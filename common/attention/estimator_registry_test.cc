@@ -125,6 +125,11 @@ TEST(EstimatorRegistryTest, FactoriesBuildTheDeclaredEstimator) {
   const auto* spe = dynamic_cast<const SpotlightEstimator*>(sp->get());
   ASSERT_NE(spe, nullptr);
   EXPECT_EQ(spe->fraction(), 0.07);
+  EXPECT_EQ(spe->rerank(), 1);
+  p.spotlight_rerank = 8;
+  auto spr = MakeEstimator(EstimatorKind::kSpotlight, p, 1000);
+  ASSERT_TRUE(spr.ok());
+  EXPECT_EQ(dynamic_cast<const SpotlightEstimator*>(spr->get())->rerank(), 8);
   // Learned codes live in codes-only shards; every other estimator's shards have tables.
   for (const EstimatorSpec& s : AllEstimators()) {
     EXPECT_EQ(s.index == KvIndex::kCodes,
@@ -156,6 +161,8 @@ TEST(EstimatorRegistryTest, ParametersAreCheckedAgainstTheirOneDeclaration) {
       {{.vattention = {.base_rate = 1.5}}, "va_base_rate must be in [0, 1], got 1.5"},
       {{.spotlight_fraction = 0}, "spotlight_fraction must be in [1e-06, 1], got 0"},
       {{.spotlight_fraction = 1.5}, "spotlight_fraction must be in [1e-06, 1], got 1.5"},
+      {{.spotlight_rerank = 0}, "spotlight_rerank must be in [1, 64], got 0"},
+      {{.spotlight_rerank = 65}, "spotlight_rerank must be in [1, 64], got 65"},
   };
   for (const Case& c : cases) {
     for (const EstimatorSpec& s : AllEstimators()) {

@@ -127,12 +127,20 @@ void GroupExpSums(GroupKernel kernel, const KvShard& shard, const float* q, int 
 
 void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, float scale,
                  Estimator::Scratch* scratch) {
+  GroupListLogits(level, shard, q, g, scale, nullptr, shard.size(), nullptr, scratch);
+}
+
+void GroupListLogits(SimdLevel level, const KvShard& shard, const float* q, int g, float scale,
+                     const int32_t* rows, int64_t n_rows, const uint32_t* masks,
+                     Estimator::Scratch* scratch) {
   const int64_t d = shard.dim();
-  const int64_t n = shard.size();
+  const int64_t n = n_rows;
   scratch->kernel.resize(static_cast<size_t>(g * d));
   scratch->scores.resize(static_cast<size_t>(g * n));
   GroupAttentionArgs a = ArgsFor(shard, q, g, scale);
   a.values = nullptr;
+  a.rows = rows;
+  a.masks = masks;
   a.n_rows = n;
   a.scratch = scratch->kernel.data();
   switch (level) {

@@ -50,6 +50,12 @@ void GroupExpSums(GroupKernel kernel, const KvShard& shard, const float* q, int 
 void GroupLogits(SimdLevel level, const KvShard& shard, const float* q, int g, float scale,
                  Estimator::Scratch* scratch);
 
+// The same over a row list: scratch->scores[h][j] = scale * q_h . k_(rows[j]) for j < n_rows, -inf
+// where masks (optional) has bit h of masks[j] clear. rows == nullptr: the range [0, n_rows).
+void GroupListLogits(SimdLevel level, const KvShard& shard, const float* q, int g, float scale,
+                     const int32_t* rows, int64_t n_rows, const uint32_t* masks,
+                     Estimator::Scratch* scratch);
+
 // The sorted union of per-head sorted lists, with bit h of masks[j] set iff rows[j] is in
 // lists[h] (at most kMaxGroup lists): a merge of the lists.
 void UnionWithMasks(const std::vector<std::vector<int32_t>>& lists, std::vector<int32_t>* rows,

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/attention/group_kernel_runner.h"
@@ -9,7 +11,40 @@
 #include "common/status_macros.h"
 
 namespace magicpig::attention {
-namespace {}  // namespace
+namespace {
+
+// Keeps in *list (sorted by index) the m entries with the largest score(j) (ties: the lower
+// index; j is the entry's position in *list), in increasing index order.
+template <typename Score>
+void KeepBest(int64_t m, Score score, std::vector<int32_t>* list) {
+  const int64_t c = static_cast<int64_t>(list->size());
+  if (m >= c) return;
+  std::vector<int32_t> pos(static_cast<size_t>(c));
+  for (int64_t j = 0; j < c; ++j) pos[static_cast<size_t>(j)] = static_cast<int32_t>(j);
+  // Positions follow the index order, so the lower position is the lower index.
+  std::nth_element(pos.begin(), pos.begin() + m, pos.end(), [&score](int32_t a, int32_t b) {
+    const double sa = score(a);
+    const double sb = score(b);
+    return sa > sb || (sa == sb && a < b);
+  });
+  pos.resize(static_cast<size_t>(m));
+  std::sort(pos.begin(), pos.end());
+  for (int64_t j = 0; j < m; ++j) {
+    (*list)[static_cast<size_t>(j)] = (*list)[static_cast<size_t>(pos[static_cast<size_t>(j)])];
+  }
+  list->resize(static_cast<size_t>(m));
+}
+
+// The `count` keys nearest q_code, ties to the lower index, in increasing index order.
+void NearestCount(const KvShard& shard, const uint16_t* q_code, int64_t count, SimdLevel level,
+                  EstimatorScratch* scratch, std::vector<int32_t>* out) {
+  const int64_t n = shard.size();
+  scratch->distances.resize(static_cast<size_t>(n));
+  HammingDistances(level, q_code, shard.unindexed_codes(), n, shard.l(), scratch->distances.data());
+  SelectNearest(scratch->distances.data(), n, count, 16 * shard.l(), out);
+}
+
+}  // namespace
 
 absl::Status CheckLearnedCodes(const KvShard& shard, const uint16_t* q_codes, const char* who) {
   if (shard.index() != KvIndex::kCodes) {
@@ -30,10 +65,12 @@ absl::Status CheckLearnedCodes(const KvShard& shard, const uint16_t* q_codes, co
 
 void NearestByCode(const KvShard& shard, const uint16_t* q_code, double fraction, SimdLevel level,
                    EstimatorScratch* scratch, std::vector<int32_t>* out) {
-  const int64_t n = shard.size();
-  scratch->distances.resize(static_cast<size_t>(n));
-  HammingDistances(level, q_code, shard.unindexed_codes(), n, shard.l(), scratch->distances.data());
-  SelectNearest(scratch->distances.data(), n, SpotlightRetrieved(fraction, n), 16 * shard.l(), out);
+  NearestCount(shard, q_code, SpotlightRetrieved(fraction, shard.size()), level, scratch, out);
+}
+
+int64_t SpotlightCandidates(double fraction, int64_t rerank, int64_t n) {
+  const int64_t m = SpotlightRetrieved(fraction, n);
+  return m > n / std::max<int64_t>(rerank, 1) ? n : m * std::max<int64_t>(rerank, 1);
 }
 
 int64_t SpotlightRetrieved(double fraction, int64_t n) {
@@ -59,10 +96,21 @@ absl::StatusOr<PartialAttention> SpotlightEstimator::Attend(const KvShard& shard
     }
     dist[static_cast<size_t>(i)] = static_cast<uint16_t>(d);
   }
-  SelectNearest(dist.data(), n, SpotlightRetrieved(fraction_, n), 16 * l, &scratch->sample);
-  scratch->logits.resize(scratch->sample.size());
+  SelectNearest(dist.data(), n, SpotlightCandidates(fraction_, rerank_, n), 16 * l,
+                &scratch->sample);
+  std::vector<double> logits(scratch->sample.size());
   for (size_t j = 0; j < scratch->sample.size(); ++j) {
-    scratch->logits[j] = static_cast<double>(scale) * shard.KeyDot(scratch->sample[j], q);
+    logits[j] = static_cast<double>(scale) * shard.KeyDot(scratch->sample[j], q);
+  }
+  // Rescoring: the best m candidates by exact logit (a no-op without rerank).
+  const std::vector<int32_t> candidates = scratch->sample;
+  KeepBest(
+      SpotlightRetrieved(fraction_, n),
+      [&logits](int32_t j) { return logits[static_cast<size_t>(j)]; }, &scratch->sample);
+  scratch->logits.clear();
+  for (int32_t i : scratch->sample) {
+    const auto at = std::lower_bound(candidates.begin(), candidates.end(), i) - candidates.begin();
+    scratch->logits.push_back(logits[static_cast<size_t>(at)]);
   }
   return internal::SoftmaxOver(shard, scratch);
 }
@@ -75,17 +123,47 @@ absl::Status SpotlightEstimator::AttendGroup(const KvShard& shard, const float* 
   const int64_t n = shard.size();
   const int l = shard.l();
   const int64_t m = SpotlightRetrieved(fraction_, n);
+  const int64_t c = SpotlightCandidates(fraction_, rerank_, n);
   const internal::GroupKernel kernel = internal::SelectGroupKernel(simd_level());
   std::vector<std::vector<int32_t>> lists;
   for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
     const int gc = std::min(g - h0, internal::kMaxGroup);
+    const float* qc = q + static_cast<int64_t>(h0) * shard.dim();
     lists.resize(static_cast<size_t>(gc));
     for (int h = 0; h < gc; ++h) {
-      NearestByCode(shard, q_codes + static_cast<int64_t>(h0 + h) * l, fraction_, simd_level(),
-                    scratch, &lists[static_cast<size_t>(h)]);
+      NearestCount(shard, q_codes + static_cast<int64_t>(h0 + h) * l, c, simd_level(), scratch,
+                   &lists[static_cast<size_t>(h)]);
     }
-    internal::RunOnLists(kernel, shard, q + static_cast<int64_t>(h0) * shard.dim(), gc, scale,
-                         lists, scratch, out + h0);
+    if (c > m) {
+      // Each candidate's key is read once for the heads that chose it; each head keeps its m best.
+      internal::UnionWithMasks(lists, &scratch->rows, &scratch->row_masks);
+      const int64_t nr = static_cast<int64_t>(scratch->rows.size());
+      internal::GroupListLogits(simd_level(), shard, qc, gc, scale, scratch->rows.data(), nr,
+                                scratch->row_masks.data(), scratch);
+      std::vector<std::pair<float, int32_t>> scored;
+      for (int h = 0; h < gc; ++h) {
+        // The head's candidates (its mask bit; the others' logits are -inf), best m by logit,
+        // ties to the lower index (the union is in index order), then back in index order.
+        const float* x = scratch->scores.data() + static_cast<int64_t>(h) * nr;
+        scored.clear();
+        for (int64_t j = 0; j < nr; ++j) {
+          if ((scratch->row_masks[static_cast<size_t>(j)] >> h) & 1u) {
+            scored.emplace_back(x[j], scratch->rows[static_cast<size_t>(j)]);
+          }
+        }
+        std::nth_element(
+            scored.begin(), scored.begin() + m, scored.end(),
+            [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+              return a.first > b.first || (a.first == b.first && a.second < b.second);
+            });
+        std::vector<int32_t>& list = lists[static_cast<size_t>(h)];
+        list.resize(static_cast<size_t>(m));
+        for (int64_t j = 0; j < m; ++j)
+          list[static_cast<size_t>(j)] = scored[static_cast<size_t>(j)].second;
+        std::sort(list.begin(), list.end());
+      }
+    }
+    internal::RunOnLists(kernel, shard, qc, gc, scale, lists, scratch, out + h0);
     for (int h = 0; h < gc; ++h) out[h0 + h].n_touched = m;
   }
   return absl::OkStatus();

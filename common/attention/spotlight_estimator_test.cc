@@ -1,19 +1,23 @@
 // The spotlight estimator, vattention-spotlight (vAttention with spotlight's candidates) and
 // their codes-only shards against independent references: a float64
 // brute force (distances bit by bit, a stable sort by distance then index, softmax over the first
-// m), the SIMD group path against the float64 path at every SIMD level, appends that keep codes in
-// key order, the validation errors; for vattention-spotlight: every key a candidate is exact
-// attention, Monte Carlo means of its numerator and denominator over draw seeds equal the exact
-// sums, and its group path matches its reference.
+// m; with rescoring, the best m of the first R m by float64 logit, and top-k when R m >= n), the
+// row-list logits kernel, the SIMD group path against the float64 path at every SIMD level, appends
+// that keep codes in key order, the validation errors; for vattention-spotlight: every key a
+// candidate is exact attention, Monte Carlo means of its numerator and denominator over draw seeds
+// equal the exact sums, and its group path matches its reference.
 #include "common/attention/spotlight_estimator.h"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "common/attention/group_kernel_runner.h"
 #include "common/attention/kv_shard.h"
 #include "common/attention/monte_carlo_expect.h"
 #include "common/attention/simhash.h"
@@ -54,9 +58,10 @@ KvShard CodesShard(const Problem& p, KvStorage storage = KvStorage::kF32) {
   return *std::move(shard);
 }
 
-// Brute force in float64 over the float32 keys and values.
+// Brute force in float64 over the float32 keys and values. rerank > 1: the first min(n, rerank m)
+// keys of the distance order are scored and the m of largest logit (ties: lower index) attended.
 PartialAttention BruteForce(const Problem& p, const float* q, const uint16_t* q_codes, float scale,
-                            double fraction) {
+                            double fraction, int64_t rerank = 1) {
   std::vector<int> dist(static_cast<size_t>(p.n));
   for (int64_t i = 0; i < p.n; ++i) {
     for (int w = 0; w < p.words; ++w) {
@@ -71,6 +76,18 @@ PartialAttention BruteForce(const Problem& p, const float* q, const uint16_t* q_
   });
   const int64_t m = std::clamp<int64_t>(
       static_cast<int64_t>(std::ceil(fraction * static_cast<double>(p.n))), 1, p.n);
+  if (rerank > 1) {
+    order.resize(static_cast<size_t>(std::min(p.n, rerank * m)));
+    std::vector<double> x(static_cast<size_t>(p.n));
+    for (int64_t i : order) {
+      for (int64_t t = 0; t < p.d; ++t)
+        x[static_cast<size_t>(i)] += double{q[t]} * p.keys[static_cast<size_t>(i * p.d + t)];
+    }
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      const double xa = x[static_cast<size_t>(a)], xb = x[static_cast<size_t>(b)];
+      return xa > xb || (xa == xb && a < b);
+    });
+  }
   std::vector<double> logit(static_cast<size_t>(m));
   double mx = -1e300;
   for (int64_t j = 0; j < m; ++j) {
@@ -140,6 +157,86 @@ TEST(SpotlightEstimator, ReferenceMatchesBruteForce) {
   }
 }
 
+TEST(SpotlightEstimator, RescoringMatchesBruteForce) {
+  const Problem p = MakeProblem(700, 32, 4, 17);
+  const KvShard shard = CodesShard(p);
+  const std::vector<float> q = Queries(3, p.d, 13);
+  const std::vector<uint16_t> q_codes = {0x0F0F, 0x00FF, 0xFFFF, 0x0000, 0x1234, 0x0F0F};
+  for (int64_t rerank : {2, 8, 64}) {
+    for (double fraction : {0.001, 0.02, 0.1}) {
+      const SpotlightEstimator est(fraction, rerank);
+      EstimatorScratch scratch;
+      for (int h = 0; h < 3; ++h) {
+        auto got = est.Attend(shard, q.data() + h * p.d, q_codes.data() + h, 0.3f, &scratch);
+        ASSERT_TRUE(got.ok()) << got.status();
+        const PartialAttention want =
+            BruteForce(p, q.data() + h * p.d, q_codes.data() + h, 0.3f, fraction, rerank);
+        EXPECT_EQ(got->n_touched, want.n_touched);
+        EXPECT_NEAR(got->lse, want.lse, 1e-5 * (1 + std::abs(want.lse)));
+        for (int64_t t = 0; t < p.d; ++t) {
+          EXPECT_NEAR(got->o[static_cast<size_t>(t)], want.o[static_cast<size_t>(t)], 1e-5)
+              << "rerank " << rerank << " fraction " << fraction << " head " << h;
+        }
+      }
+    }
+  }
+  // Rescoring every key is top-k by exact score (a second implementation: TopKEstimator).
+  const SpotlightEstimator all(0.02, 64);
+  const TopKEstimator topk(SpotlightRetrieved(0.02, p.n));
+  EstimatorScratch scratch;
+  auto a = all.Attend(shard, q.data(), q_codes.data(), 0.3f, &scratch);
+  auto b = topk.Attend(shard, q.data(), nullptr, 0.3f, &scratch);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->n_touched, b->n_touched);
+  EXPECT_NEAR(a->lse, b->lse, 1e-6 * (1 + std::abs(b->lse)));
+  for (int64_t t = 0; t < p.d; ++t) {
+    EXPECT_NEAR(a->o[static_cast<size_t>(t)], b->o[static_cast<size_t>(t)], 1e-6);
+  }
+}
+
+// The rescoring's kernel: logits of a row list, -inf for the heads a row's mask leaves out.
+TEST(SpotlightEstimator, ListLogitsMatchFloat64WithMaskedHeadsAtMinusInf) {
+  const Problem p = MakeProblem(2000, 64, 4, 37);
+  const int g = 5;
+  const std::vector<int32_t> rows = {0, 5, 17, 300, 301, 1200, 1999};
+  const std::vector<uint32_t> masks = {0b11111, 0b00001, 0b10010, 0b00000, 0b01100, 0b11111, 0b10};
+  const std::vector<float> q = Queries(g, p.d, 41);
+  for (KvStorage storage : {KvStorage::kF32, KvStorage::kBf16}) {
+    const KvShard shard = CodesShard(p, storage);
+    for (SimdLevel level : SupportedSimdLevels()) {
+      for (bool with_masks : {false, true}) {
+        EstimatorScratch scratch;
+        internal::GroupListLogits(level, shard, q.data(), g, 0.5f, rows.data(),
+                                  static_cast<int64_t>(rows.size()),
+                                  with_masks ? masks.data() : nullptr, &scratch);
+        ASSERT_EQ(scratch.scores.size(), g * rows.size());
+        for (int h = 0; h < g; ++h) {
+          for (size_t j = 0; j < rows.size(); ++j) {
+            const float x = scratch.scores[h * rows.size() + j];
+            if (with_masks && !((masks[j] >> h) & 1u)) {
+              EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
+            } else {
+              const double want = 0.5 * shard.KeyDot(rows[j], q.data() + h * p.d);
+              EXPECT_NEAR(x, want, 1e-4 * (1 + std::abs(want)))
+                  << SimdLevelName(level) << " head " << h << " row " << rows[j];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every SIMD level, without rescoring and rescored from 8x (the group path scores the union of
+// the heads' candidates with the row-list kernel).
+std::vector<std::pair<int64_t, SimdLevel>> LevelsAndRerank() {
+  std::vector<std::pair<int64_t, SimdLevel>> out;
+  for (int64_t rerank : {1, 8}) {
+    for (SimdLevel level : SupportedSimdLevels()) out.emplace_back(rerank, level);
+  }
+  return out;
+}
+
 TEST(SpotlightEstimator, GroupPathMatchesReferenceAtEveryLevel) {
   const int g = 5;
   const Problem p = MakeProblem(3000, 64, 4, 11);
@@ -149,8 +246,8 @@ TEST(SpotlightEstimator, GroupPathMatchesReferenceAtEveryLevel) {
     std::vector<uint16_t> q_codes(static_cast<size_t>(g * p.words));
     std::mt19937 rng(9);
     for (uint16_t& c : q_codes) c = static_cast<uint16_t>(rng());
-    for (SimdLevel level : SupportedSimdLevels()) {
-      const SpotlightEstimator est(0.04, level);
+    for (const auto& [rerank, level] : LevelsAndRerank()) {
+      const SpotlightEstimator est(0.04, rerank, level);
       EstimatorScratch scratch;
       std::vector<PartialAttention> out(static_cast<size_t>(g));
       ASSERT_TRUE(
@@ -159,12 +256,13 @@ TEST(SpotlightEstimator, GroupPathMatchesReferenceAtEveryLevel) {
         auto want =
             est.Attend(shard, q.data() + h * p.d, q_codes.data() + h * p.words, 0.125f, &scratch);
         ASSERT_TRUE(want.ok());
+        EXPECT_EQ(out[static_cast<size_t>(h)].n_touched, 120);
         EXPECT_EQ(out[static_cast<size_t>(h)].n_touched, want->n_touched);
         EXPECT_NEAR(out[static_cast<size_t>(h)].lse, want->lse, 1e-4 * (1 + std::abs(want->lse)));
         for (int64_t t = 0; t < p.d; ++t) {
           EXPECT_NEAR(out[static_cast<size_t>(h)].o[static_cast<size_t>(t)],
                       want->o[static_cast<size_t>(t)], 1e-4)
-              << SimdLevelName(level) << " head " << h;
+              << SimdLevelName(level) << " rerank " << rerank << " head " << h;
         }
       }
     }

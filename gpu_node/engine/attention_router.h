@@ -75,6 +75,7 @@ struct SparseAttentionOptions {
   // spotlight: the fraction of keys retrieved, and the trained hashes the engine loads at start
   // (the file is read once per engine; a request cannot name another).
   double spotlight_fraction = attention::kSpotFraction.default_value;
+  int64_t spotlight_rerank = attention::kSpotRerank.default_value;
   std::string spotlight_file;
   int64_t n_sinks = 4;
   int64_t n_local = 64;
@@ -108,7 +109,8 @@ struct SparseAttentionOptions {
             .lsh_seed = lsh_seed,
             .budget = budget,
             .vattention = vattention,
-            .spotlight_fraction = spotlight_fraction};
+            .spotlight_fraction = spotlight_fraction,
+            .spotlight_rerank = spotlight_rerank};
   }
 };
 

@@ -93,6 +93,7 @@ magicpig::v1::ShardShape ShardShapeOf(const model::ModelConfig& c,
   shape.set_va_heavy(attention.vattention.heavy);
   shape.set_va_base_rate(attention.vattention.base_rate);
   shape.set_spotlight_fraction(attention.spotlight_fraction);
+  shape.set_spotlight_rerank(attention.spotlight_rerank);
   return shape;
 }
 

@@ -262,7 +262,8 @@ bool AttentionOverride(const Value& v, const engine::SparseAttentionOptions& bas
   int64_t k = out->lsh_k, l = out->lsh_l, budget = out->budget;
   // Bounds from the one declaration of each parameter (common/attention/estimator_params.h).
   for (auto [spec, value] : {std::pair{&attention::kLshK, &k}, std::pair{&attention::kLshL, &l},
-                             std::pair{&attention::kBudget, &budget}}) {
+                             std::pair{&attention::kBudget, &budget},
+                             std::pair{&attention::kSpotRerank, &out->spotlight_rerank}}) {
     f.Int(spec->name, spec->min, spec->max, value);
   }
   attention::VAttentionParams va = out->vattention;

@@ -176,6 +176,13 @@ TEST_F(ProtocolTest, AttentionOverrideWhenAllowed) {
             R"({"prompt": "x", "attention": {"mode": "magicpig", "spotlight_fraction": 0.25}})");
   ASSERT_TRUE(r.has_value()) << error_.message;
   EXPECT_EQ(r->prompts[0].attention->spotlight_fraction, 0.25);
+  ExpectError(Endpoint::kCompletions,
+              R"({"prompt": "x", "attention": {"mode": "magicpig", "spotlight_rerank": 0}})", 400,
+              "attention.spotlight_rerank");
+  r = Parse(Endpoint::kCompletions,
+            R"({"prompt": "x", "attention": {"mode": "magicpig", "spotlight_rerank": 8}})");
+  ASSERT_TRUE(r.has_value()) << error_.message;
+  EXPECT_EQ(r->prompts[0].attention->spotlight_rerank, 8);
 }
 
 TEST_F(ProtocolTest, ResponsesHaveTheOpenAIShapes) {

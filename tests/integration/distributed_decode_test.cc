@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -266,6 +267,36 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
       auto c = device->Generate(Request(ids[0], 12), {});
       ASSERT_TRUE(c.ok()) << c.status();
       EXPECT_EQ(a->tokens, c->tokens) << name << " on a device backend";
+      // Spotlight's rescoring travels too (ShardShape.spotlight_rerank): rescored from 4x the
+      // retrieved keys, the nodes give the embedded log-probabilities, which differ from the
+      // unrescored ones (so the parameter took effect on both sides).
+      auto logprobs = [&](engine::Engine& e, int64_t rerank) {
+        engine::GenerateRequest rq = Request(ids[0], 12);
+        rq.top_logprobs = 0;
+        rq.attention = e.attention_options();
+        rq.attention->spotlight_rerank = rerank;
+        auto r = e.Generate(rq, {});
+        EXPECT_TRUE(r.ok()) << r.status();
+        std::vector<float> lp;
+        if (r.ok()) {
+          for (const engine::TokenLogprob& t : r->logprobs) lp.push_back(t.logprob);
+        }
+        return lp;
+      };
+      const std::vector<float> embedded4 = logprobs(*local, 4);
+      const std::vector<float> remote4 = logprobs(*remote, 4);
+      const std::vector<float> embedded1 = logprobs(*local, 1);
+      ASSERT_EQ(embedded4.size(), 12u);
+      ASSERT_EQ(remote4.size(), 12u);
+      ASSERT_EQ(embedded1.size(), 12u);
+      for (size_t i = 0; i < embedded4.size(); ++i) {
+        EXPECT_NEAR(remote4[i], embedded4[i], 1e-4) << "token " << i;
+      }
+      float largest_change = 0;  // well above the nodes' tolerance above
+      for (size_t i = 0; i < embedded4.size(); ++i) {
+        largest_change = std::max(largest_change, std::abs(embedded4[i] - embedded1[i]));
+      }
+      EXPECT_GT(largest_change, 1e-2f);
     }
   }
 }

@@ -588,12 +588,42 @@ inline void PermuteQueries(const GroupAttentionArgs& a, float* qp) {
   }
 }
 
-// Logits only (GroupScores*): pass A over the contiguous range in tiles, written at stride n_rows.
+// Logits of a row list (GroupScores* with rows): row j's key is gathered once for the heads whose
+// mask bit is set (every head without masks); the others' x is -inf. Keys are prefetched in the
+// two stages of the sampled path (kPrefetchRows into L1, FarPrefetchRows into L2).
+template <int64_t kChunks, bool kBf16>
+void ScoreListRows(const GroupAttentionArgs& a, const float* qp, int64_t chunks, float* x) {
+  const int64_t d = a.d;
+  const int g = a.g;
+  const uint32_t all = g >= 32 ? 0xffffffffu : ((1u << g) - 1u);
+  const int64_t far = FarPrefetchRows(RowBytes<kChunks, kBf16>(d));
+  for (int64_t j = 0; j < a.n_rows; ++j) {
+    if (j + far < a.n_rows) PrefetchRow<kChunks, kBf16, true>(a.keys, a.rows[j + far], d);
+    if (j + kPrefetchRows < a.n_rows) {
+      PrefetchRow<kChunks, kBf16>(a.keys, a.rows[j + kPrefetchRows], d);
+    }
+    const int64_t r = a.rows[j];
+    const uint32_t mask = a.masks != nullptr ? a.masks[j] & all : all;
+    for (int h0 = 0; h0 < g; h0 += 4) {
+      const int hb = static_cast<int>(MinI(4, g - h0));
+      const uint32_t bits = (mask >> h0) & ((1u << hb) - 1u);
+      float s[4];
+      if (bits != 0) DotRowHeads<kChunks, kBf16>(hb, a.keys, r, d, chunks, qp + h0 * d, s);
+      for (int i = 0; i < hb; ++i) {
+        x[(h0 + i) * a.n_rows + j] = (bits >> i) & 1u ? a.scale * s[i] : -__builtin_inff();
+      }
+    }
+  }
+}
+
+// Logits only (GroupScores*): pass A over the contiguous range in tiles, written at stride n_rows
+// (or the row list's logits: ScoreListRows).
 template <int64_t kChunks, bool kBf16>
 void ScoresImpl(const GroupAttentionArgs& a, float* x) {
   float* qp = a.scratch;  // [g][d] queries in kernel order
   PermuteQueries<kBf16>(a, qp);
   const int64_t chunks = kChunks > 0 ? kChunks : a.d / kLanes;
+  if (a.rows != nullptr) return ScoreListRows<kChunks, kBf16>(a, qp, chunks, x);
   for (int64_t t0 = 0; t0 < a.n_rows; t0 += kGroupTile) {
     ScoreDenseTile<kChunks, kBf16>(a, t0, MinI(kGroupTile, a.n_rows - t0), chunks, qp, a.n_rows,
                                    x + t0);

@@ -79,9 +79,10 @@ void GroupAttentionAvx2(const GroupAttentionArgs& args);
 void GroupAttentionAvx512(const GroupAttentionArgs& args);
 
 // Logits only, for estimators that must see every score before choosing keys (top-k, oracle
-// sampling): x[h * n_rows + j] = scale * q_h . k_(row_begin + j) for the contiguous range of
-// args (rows, masks, the correction, values, o and lse are not used; scratch needs g * d floats).
-// Same dot products as the attention kernel's tiles.
+// sampling, spotlight's rescoring): x[h * n_rows + j] = scale * q_h . k_r for r = row_begin + j
+// (contiguous range) or r = rows[j] (row list; with masks, heads whose bit is clear get -inf).
+// The correction, values, o and lse are not used; scratch needs g * d floats. Same dot products
+// as the attention kernel's tiles.
 void GroupScoresScalar(const GroupAttentionArgs& args, float* x);
 void GroupScoresAvx2(const GroupAttentionArgs& args, float* x);
 void GroupScoresAvx512(const GroupAttentionArgs& args, float* x);
