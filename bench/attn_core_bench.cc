@@ -31,10 +31,11 @@
 //                              kFullEvery-th iteration in the same loop: speedup = full / it,
 //                              keys_frac = keys touched per query head / n, GBps and of_probe from
 //                              the bytes it read (BM_VAttention).
-//   Spotlight/n/bits/fraction/threads
+//   Spotlight/n/bits/fraction[/rerank]/threads
 //                              spotlight over the same keys in codes-only shards (random-hyperplane
-//                              codes of `bits`), `fraction` retrieved per head, `full` in the same
-//                              loop: speedup = full / it (BM_Spotlight).
+//                              codes of `bits`), `fraction` retrieved per head (rescored from
+//                              `rerank` times as many nearest keys), `full` in the same loop:
+//                              speedup = full / it (BM_Spotlight).
 //   TableBuild/K/L/threads     LshTables::Build of 64K keys x 8 kv heads vs ten cold reads of the
 //                              same keys (bf16, read with the probe's sum on the shards' buffers),
 //                              after one untimed build (first_build_ms: the process's first large
@@ -126,6 +127,7 @@ using ::magicpig::attention::MagicPigEstimator;
 using ::magicpig::attention::OracleEstimator;
 using ::magicpig::attention::PartialAttention;
 using ::magicpig::attention::SimHash;
+using ::magicpig::attention::SpotlightCandidates;
 using ::magicpig::attention::SpotlightEstimator;
 using ::magicpig::attention::SpotlightRetrieved;
 using ::magicpig::attention::TopKEstimator;
@@ -988,8 +990,10 @@ void BM_VAttention(benchmark::State& state, int64_t n, int k, int l, bool lsh, i
 // attention cost the same as with trained codes of that length; training changes which keys are
 // near, not how many), `fraction` of the keys retrieved per head; FullEstimator on the same
 // queries in the same loop: speedup = full / spotlight. GBps counts every key's code (bits / 8
-// bytes) plus the union of the group's retrieved rows (key and value).
-void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction, int threads) {
+// bytes) plus the union of the group's retrieved rows (key and value) and, with rerank > 1, of
+// the rescored candidates' keys.
+void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction, int64_t rerank,
+                  int threads) {
   const DataSet* ds = GetDataSet(n, 10, 150);
   if (ds == nullptr) {
     state.SkipWithError("data set build failed");
@@ -1026,7 +1030,7 @@ void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction,
     return;
   }
   AttentionRunner runner(threads);
-  const SpotlightEstimator est(fraction);
+  const SpotlightEstimator est(fraction, rerank);
   const FullEstimator full;
   std::vector<PartialAttention> out(kQHeads), full_out(kQHeads);
   int64_t iter = 0;
@@ -1057,8 +1061,11 @@ void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction,
   if (iter == 0) return;
   // At most the group's sets side by side; the row count is what the kernel reads at most.
   const double union_rows = static_cast<double>(SpotlightRetrieved(fraction, n)) * kGroup;
+  const double scored_rows =
+      rerank > 1 ? static_cast<double>(SpotlightCandidates(fraction, rerank, n)) * kGroup : 0.0;
   const double bytes = (static_cast<double>(n) * bits / 8 +
-                        std::min<double>(union_rows, static_cast<double>(n)) * kDim * 2 * 2) *
+                        std::min<double>(union_rows, static_cast<double>(n)) * kDim * 2 * 2 +
+                        std::min<double>(scored_rows, static_cast<double>(n)) * kDim * 2) *
                        kKvHeads;
   const double probe = ProbeGbps(threads);
   state.counters["keys_frac"] = static_cast<double>(SpotlightRetrieved(fraction, n)) / n;
@@ -1335,10 +1342,22 @@ void RegisterAll() {
                    "/fraction:" + std::to_string(fraction).substr(0, 5) +
                    "/threads:" + std::to_string(t))
                       .c_str(),
-                  BM_Spotlight, n, bits, fraction, t)
+                  BM_Spotlight, n, bits, fraction, 1, t)
                   ->Unit(benchmark::kMicrosecond)
                   ->UseManualTime();
             }
+          }
+        }
+        // Rescored from 2, 4 and 8 times the retrieved keys (docs/spotlight.md).
+        for (int64_t rerank : {2, 4, 8}) {
+          for (int t : {1, 2}) {
+            RegisterBenchmark(("Spotlight/n:" + std::to_string(n) +
+                               "/bits:64/fraction:0.02/rerank:" + std::to_string(rerank) +
+                               "/threads:" + std::to_string(t))
+                                  .c_str(),
+                              BM_Spotlight, n, 64, 0.02, rerank, t)
+                ->Unit(benchmark::kMicrosecond)
+                ->UseManualTime();
           }
         }
       }

@@ -98,6 +98,10 @@ std::unique_ptr<flags::FlagTable> RulerFlagTable(RulerOptions* o) {
   table->Number("spotlight-candidates", &o->spotlight_candidates,
                 "vattention-spotlight: the fraction of keys nearest by learned code kept exact",
                 attention::kSpotFraction.min, attention::kSpotFraction.max);
+  table->NumberList("spotlight-rerank", &o->spotlight_rerank,
+                    "also run spotlight-rerankR@(K,L) for each R: spotlight@(K,L) scoring R times "
+                    "its retrieved keys exactly and attending the best (docs/spotlight.md)",
+                    int64_t{2}, attention::kSpotRerank.max);
   table->Switch("no-early-stop", &o->early_stop,
                 "generate every answer token even when the score can no longer change", false);
   table->Number("lsh-seed", &o->lsh_seed, "SimHash projection seed", uint64_t{0},

@@ -63,6 +63,9 @@ struct RulerOptions {
   // With both vattention and spotlight_file: also vattention-spotlight, its candidates this
   // fraction of the keys (as vattention's heavy hitters default to 1%).
   double spotlight_candidates = 0.01;
+  // Each R > 1 (with spotlight_file): also spotlight-rerankR@(K,L), spotlight@(K,L) whose heads
+  // score R times its retrieved keys exactly and keep the best (--spotlight-rerank).
+  std::vector<int64_t> spotlight_rerank;
   bool early_stop = true;  // stop a generation once the score can no longer change
   uint64_t lsh_seed = 1234;
   bool quiet = false;         // no progress on stderr

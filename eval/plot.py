@@ -178,7 +178,10 @@ def tables(path):
 
         def sort_key(m):
             k = int(m.split("(")[1].split(",")[0]) if "(" in m else 99
-            return (m != "full", -k, fam_order[m.split("@")[0].split("(")[0]])
+            name = m.split("@")[0].split("(")[0]
+            # spotlight-rerankR: after spotlight, by R
+            rerank = int(name[len("spotlight-rerank"):]) if name.startswith("spotlight-rerank") else 0
+            return (m != "full", -k, fam_order["spotlight" if rerank else name], rerank)
 
         methods.sort(key=sort_key)
         tasks = [t for t in order if all((m, t) in cell for m in methods)]

@@ -33,6 +33,7 @@ struct Method {
   // vattention-spotlight
   std::string family;
   LshConfig config{0, 0};
+  int64_t spotlight_rerank = 1;  // spotlight: candidates scored per retrieved key
 };
 
 std::vector<Method> Methods(const RulerOptions& o) {
@@ -46,6 +47,9 @@ std::vector<Method> Methods(const RulerOptions& o) {
     }
     if (o.vattention) m.push_back({absl::StrCat("vattention-lsh", kl), "vattention-lsh", c});
     if (!o.spotlight_file.empty()) m.push_back({absl::StrCat("spotlight@", kl), "spotlight", c});
+    for (int64_t r : o.spotlight_file.empty() ? std::vector<int64_t>{} : o.spotlight_rerank) {
+      m.push_back({absl::StrCat("spotlight-rerank", r, "@", kl), "spotlight", c, r});
+    }
   }
   // vattention reads no tables; its config only names which tables the fork builds.
   if (o.vattention && !o.configs.empty()) m.push_back({"vattention", "vattention", o.configs[0]});
@@ -390,6 +394,7 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
                 if (a.mode == attention::EstimatorKind::kSpotlight) {
                   a.spotlight_fraction =
                       std::clamp(matched_density[m->config], attention::kSpotFraction.min, 1.0);
+                  a.spotlight_rerank = m->spotlight_rerank;
                 }
               }
               MAGICPIG_ASSIGN_OR_RETURN(

@@ -5,10 +5,12 @@ For every sparse layer, query head and every 4th dumped query of the documents F
 the key of highest exact score (centred keys, as the engine scores them) is looked up in (a) the
 keys colliding with the query in >= 2 of 150 SimHash tables of 10 bits (seeded planes: what
 MagicPIG(10, 150) samples), (b) as many keys nearest by the learned code of SPOT, and (c) their
-union. Reported over all queries and over the queries whose top key carries softmax weight > 0.3
-(a dominant key, as a needle is).
+union, and with RERANK > 1 (d) as many keys kept by exact score out of RERANK times as many
+nearest by learned code (spotlight's rescoring, --spotlight-rerank) and (e) top-k by exact score at
+that count. Reported over all queries and over the queries whose top key carries softmax weight >
+0.3 (a dominant key, as a needle is), and the softmax weight each retrieval holds (mean over queries).
 
-Usage: dominant.py DIR FIRST:END [SPOT]     (docs/vattention.md, Qwen 4K)
+Usage: dominant.py DIR FIRST:END [SPOT [RERANK]]     (docs/vattention.md, docs/spotlight.md; Qwen 4K)
 """
 
 import sys
@@ -25,16 +27,21 @@ QUERY_STRIDE = 4
 
 
 def main():
-    if len(sys.argv) not in (3, 4):
+    if len(sys.argv) not in (3, 4, 5):
         raise SystemExit(__doc__.split("Usage: ")[1])
     docs = qkdata.open_docs(sys.argv[1], sys.argv[2])
     sp = spotfile.read(sys.argv[3] if len(sys.argv) > 3 else "models/qwen2.5-coder-1.5b-64.spot")
+    rerank = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     d0 = docs[0]
     group = d0.n_head // d0.n_head_kv
     rng = np.random.default_rng(7)
     lsh = rng.standard_normal((LSH_L * LSH_K, d0.head_dim))
+    names = ["spotlight", "magicpig", "union"]
+    if rerank > 1:
+        names += [f"spotlight rescored from {rerank}x", "top-k"]
     # method -> [top key held for dominant queries, dominant queries, held for all, all]
-    totals = {name: np.zeros(4, np.int64) for name in ("spotlight", "magicpig", "union")}
+    totals = {name: np.zeros(4, np.int64) for name in names}
+    mass = {name: 0.0 for name in names}  # softmax weight held, summed over queries
     dense = qkdata.engine_dense_layers(d0.n_layer_model)
     for doc in docs:
         for layer in (layer for layer in d0.layers if layer not in dense):
@@ -54,14 +61,23 @@ def main():
                     mp = qkdata.collisions(qkdata.lsh_codes(q, lsh, LSH_K), key_lsh) >= 2
                     m = max(1, int(round(mp.mean() * len(k))))
                     q_code = qkdata.pack_bits(spotfile.outputs64(sp.queries[slot][h], q))
-                    learned = qkdata.nearest(qkdata.hamming(q_code, key_code), m)
-                    for name, ret in (("spotlight", learned), ("magicpig", mp),
-                                      ("union", learned | mp)):
+                    dist = qkdata.hamming(q_code, key_code)
+                    learned = qkdata.nearest(dist, m)
+                    rets = [("spotlight", learned), ("magicpig", mp), ("union", learned | mp)]
+                    if rerank > 1:
+                        # The m best by exact score among the rerank * m nearest by code.
+                        near = qkdata.nearest(dist, min(len(k), rerank * m))
+                        rets += [(names[3], qkdata.nearest(np.where(near, -x, np.inf), m)),
+                                 ("top-k", qkdata.nearest(-x, m))]
+                    p = w / w.sum(1, keepdims=True)
+                    for name, ret in rets:
                         held = ret[np.arange(len(q)), top]
                         totals[name] += [held[dominant].sum(), dominant.sum(), held.sum(), len(q)]
+                        mass[name] += float((p * ret).sum())
     for name, (hd, nd, ha, na) in totals.items():
         print(f"{name}: top key held for {hd}/{nd} = {hd / max(1, nd):.3f} of the dominant "
-              f"queries, {ha}/{na} = {ha / na:.3f} of all")
+              f"queries, {ha}/{na} = {ha / na:.3f} of all; softmax weight held "
+              f"{mass[name] / na:.3f}")
 
 
 if __name__ == "__main__":
