@@ -13,26 +13,19 @@
 namespace magicpig::attention {
 namespace {
 
-// Keeps in *list (sorted by index) the m entries with the largest score(j) (ties: the lower
-// index; j is the entry's position in *list), in increasing index order.
-template <typename Score>
-void KeepBest(int64_t m, Score score, std::vector<int32_t>* list) {
-  const int64_t c = static_cast<int64_t>(list->size());
-  if (m >= c) return;
-  std::vector<int32_t> pos(static_cast<size_t>(c));
-  for (int64_t j = 0; j < c; ++j) pos[static_cast<size_t>(j)] = static_cast<int32_t>(j);
-  // Positions follow the index order, so the lower position is the lower index.
-  std::nth_element(pos.begin(), pos.begin() + m, pos.end(), [&score](int32_t a, int32_t b) {
-    const double sa = score(a);
-    const double sb = score(b);
-    return sa > sb || (sa == sb && a < b);
-  });
-  pos.resize(static_cast<size_t>(m));
-  std::sort(pos.begin(), pos.end());
-  for (int64_t j = 0; j < m; ++j) {
-    (*list)[static_cast<size_t>(j)] = (*list)[static_cast<size_t>(pos[static_cast<size_t>(j)])];
-  }
-  list->resize(static_cast<size_t>(m));
+// Keeps the m (score, key index) pairs of largest score (ties: the lower index), in increasing
+// index order; m <= scored->size().
+template <typename T>
+void KeepBest(int64_t m, std::vector<std::pair<T, int32_t>>* scored) {
+  std::nth_element(scored->begin(), scored->begin() + m, scored->end(),
+                   [](const std::pair<T, int32_t>& a, const std::pair<T, int32_t>& b) {
+                     return a.first > b.first || (a.first == b.first && a.second < b.second);
+                   });
+  scored->resize(static_cast<size_t>(m));
+  std::sort(scored->begin(), scored->end(),
+            [](const std::pair<T, int32_t>& a, const std::pair<T, int32_t>& b) {
+              return a.second < b.second;
+            });
 }
 
 // The `count` keys nearest q_code, ties to the lower index, in increasing index order.
@@ -98,19 +91,17 @@ absl::StatusOr<PartialAttention> SpotlightEstimator::Attend(const KvShard& shard
   }
   SelectNearest(dist.data(), n, SpotlightCandidates(fraction_, rerank_, n), 16 * l,
                 &scratch->sample);
-  std::vector<double> logits(scratch->sample.size());
-  for (size_t j = 0; j < scratch->sample.size(); ++j) {
-    logits[j] = static_cast<double>(scale) * shard.KeyDot(scratch->sample[j], q);
-  }
-  // Rescoring: the best m candidates by exact logit (a no-op without rerank).
-  const std::vector<int32_t> candidates = scratch->sample;
-  KeepBest(
-      SpotlightRetrieved(fraction_, n),
-      [&logits](int32_t j) { return logits[static_cast<size_t>(j)]; }, &scratch->sample);
-  scratch->logits.clear();
+  std::vector<std::pair<double, int32_t>> scored;
   for (int32_t i : scratch->sample) {
-    const auto at = std::lower_bound(candidates.begin(), candidates.end(), i) - candidates.begin();
-    scratch->logits.push_back(logits[static_cast<size_t>(at)]);
+    scored.emplace_back(static_cast<double>(scale) * shard.KeyDot(i, q), i);
+  }
+  // Rescoring: the best m candidates by exact logit (all of them without rerank).
+  KeepBest(SpotlightRetrieved(fraction_, n), &scored);
+  scratch->sample.clear();
+  scratch->logits.clear();
+  for (const auto& [x, i] : scored) {
+    scratch->sample.push_back(i);
+    scratch->logits.push_back(x);
   }
   return internal::SoftmaxOver(shard, scratch);
 }
@@ -151,16 +142,10 @@ absl::Status SpotlightEstimator::AttendGroup(const KvShard& shard, const float* 
             scored.emplace_back(x[j], scratch->rows[static_cast<size_t>(j)]);
           }
         }
-        std::nth_element(
-            scored.begin(), scored.begin() + m, scored.end(),
-            [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-              return a.first > b.first || (a.first == b.first && a.second < b.second);
-            });
+        KeepBest(m, &scored);
         std::vector<int32_t>& list = lists[static_cast<size_t>(h)];
-        list.resize(static_cast<size_t>(m));
-        for (int64_t j = 0; j < m; ++j)
-          list[static_cast<size_t>(j)] = scored[static_cast<size_t>(j)].second;
-        std::sort(list.begin(), list.end());
+        list.clear();
+        for (const auto& [x_j, row] : scored) list.push_back(row);
       }
     }
     internal::RunOnLists(kernel, shard, qc, gc, scale, lists, scratch, out + h0);
