@@ -15,55 +15,11 @@
 #include "common/attention/estimator_registry.h"
 #include "gpu_node/engine/engine.h"
 #include "gpu_node/engine/engine_flags.h"
-#include "tbb/blocked_range.h"
-#include "tbb/parallel_for.h"
-#include "tbb/parallel_reduce.h"
 #include "tbb/task_arena.h"
+#include "tools/memory_probe.h"
 
 namespace magicpig::tools {
 namespace {
-
-// GB/s of a read-only sum over a 1 GiB buffer on `threads` threads (best of 3).
-double MemoryBandwidthProbe(int threads) {
-  const size_t n = (size_t{1} << 30) / sizeof(float);
-  std::unique_ptr<float[]> buf(new float[n]);
-  tbb::task_arena arena(threads);
-  arena.execute([&] {
-    // First touch on the arena's threads, so pages are spread as the reads will be.
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, n), [&](const tbb::blocked_range<size_t>& r) {
-      for (size_t j = r.begin(); j < r.end(); ++j) buf[j] = 1.0f;
-    });
-  });
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    auto start = std::chrono::steady_clock::now();
-    float sum = 0;
-    arena.execute([&] {
-      sum = tbb::parallel_reduce(
-          tbb::blocked_range<size_t>(0, n, size_t{1} << 16), 0.0f,
-          [&](const tbb::blocked_range<size_t>& r, float acc) {
-            float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-            for (size_t i = r.begin(); i + 8 <= r.end(); i += 8) {
-              s0 += buf[i];
-              s1 += buf[i + 1];
-              s2 += buf[i + 2];
-              s3 += buf[i + 3];
-              s4 += buf[i + 4];
-              s5 += buf[i + 5];
-              s6 += buf[i + 6];
-              s7 += buf[i + 7];
-            }
-            return acc + s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
-          },
-          [](float a, float b) { return a + b; });
-    });
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (sum < 0) std::cerr << "";  // keeps the sum (and the reads) alive
-    best = std::max(best, n * sizeof(float) / s / 1e9);
-  }
-  return best;
-}
 
 // One (depth, mode) run: prefill, then decode step by step with the step's timings.
 struct Run {
@@ -74,14 +30,14 @@ struct Run {
   engine::StepTimings timings;
   double sampling = 0;
   double step_wall = 0;
-  attention::AttentionRunner::PhaseSeconds estimator;
+  attention::AttentionRunner::PhaseStats estimator;
 };
 
 // `prompts.size()` sequences prefilled one after the other, then decoded together.
 absl::StatusOr<Run> RunBatch(engine::Engine& e, const std::vector<std::vector<int32_t>>& prompts,
                              int64_t decode_tokens,
                              const engine::SparseAttentionOptions& attention) {
-  (void)e.TakeEstimatorPhaseSeconds();
+  (void)e.TakeEstimatorPhaseStats();
   std::vector<std::unique_ptr<engine::Sequence>> seqs;
   Run run;
   int64_t prompt_tokens = 0;
@@ -121,7 +77,7 @@ absl::StatusOr<Run> RunBatch(engine::Engine& e, const std::vector<std::vector<in
   // The finished sequences' memory is freed on the engine's deleter thread: wait for it here, so
   // that it is timed neither in this run's steps nor in the next run.
   e.DrainReleases();
-  run.estimator = e.TakeEstimatorPhaseSeconds();
+  run.estimator = e.TakeEstimatorPhaseStats();
   for (auto& s : seqs) {
     engine::GenerateStats st = s->TakeResult().stats;
     run.stats.attention_keys_touched += st.attention_keys_touched;
@@ -238,11 +194,13 @@ int BenchCommand(const std::vector<std::string>& args) {
   const model::ModelConfig& c = e.config();
   const int n_threads =
       options.num_threads > 0 ? options.num_threads : tbb::this_task_arena::max_concurrency();
-  const double probe = MemoryBandwidthProbe(n_threads);
+  const MemoryRates memory = ProbeMemory(n_threads);
+  const double probe = memory.stream_gb_per_s;
   std::cout << absl::StrFormat(
       "model: %s | %d layers | weights read per token: %.1f MB | threads: %d | memory probe "
-      "(read-only sum, 1 GiB): %.1f GB/s | attention %s | backend %s\n",
+      "(read-only sum, 1 GiB): %.1f GB/s, random lines %.1f ns each | attention %s | backend %s\n",
       c.name, c.n_layer, e.weights().weight_bytes() / 1e6, n_threads, probe,
+      memory.random_ns_per_line,
       options.attention_nodes.empty()
           ? std::string("embedded")
           : absl::StrCat("on ", options.attention_nodes.size(), " node(s)"),
@@ -350,6 +308,31 @@ int BenchCommand(const std::vector<std::string>& args) {
               p.hash * ms, p.window * ms, p.shards * ms, r.estimator.retrieve * ms,
               r.estimator.kernel * ms, p.merge * ms, r.sampling * ms,
               (r.step_wall - r.timings.dense - r.timings.attention - r.sampling) * ms);
+          const attention::AttentionRunner::PhaseStats& est = r.estimator;
+          if (est.bucket_lines + est.row_lines > 0) {
+            // The random-line floor: the streamed bytes (weights, exact KV, the pending segments'
+            // codes) at the probe's rate plus every bucket line and union row line at the random-
+            // line probe's, nothing else costing time (the bound column prices all at the
+            // streaming rate, which random lines cannot reach).
+            const double steps = static_cast<double>(std::max<int64_t>(1, r.steps));
+            const double batch_n = static_cast<double>(batch);
+            const StepBytes one = DecodeStepBytes(
+                c, e.weights().weight_bytes(), modes[m],
+                std::max<int64_t>(1, depth) + f.decode_tokens / 2, f.decode_tokens / 2,
+                static_cast<double>(r.stats.attention_keys_touched) / (steps * batch_n));
+            const double streamed =
+                one.weights + batch_n * one.exact_kv + est.pending_bytes / steps;
+            const double lines = (est.bucket_lines + est.row_lines) / steps;
+            const double floor_s =
+                streamed / (probe * 1e9) + lines * memory.random_ns_per_line * 1e-9;
+            const double floor_tps = batch_n / floor_s;
+            std::cout << absl::StrFormat(
+                "        reads/step %-16s streamed %.1f MB + random lines %.1fK (buckets %.1fK, "
+                "rows %.1fK) = floor %.2f ms (%.1f tok/s); reached %.0f%%\n",
+                ModeName(modes[m]), streamed / 1e6, lines / 1e3, est.bucket_lines / steps / 1e3,
+                est.row_lines / steps / 1e3, floor_s * 1e3, floor_tps,
+                100.0 * r.decode_tps / floor_tps);
+          }
         }
       }
       std::cout.flush();

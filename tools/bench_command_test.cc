@@ -1,7 +1,11 @@
-// The byte model of `magicpig bench` against sums written out by hand for SmolLM2's shape.
+// The byte model of `magicpig bench` against sums written out by hand for SmolLM2's shape, and
+// the memory probe's two rates.
 #include "tools/bench_command.h"
 
+#include <cmath>
+
 #include "gtest/gtest.h"
+#include "tools/memory_probe.h"
 
 namespace magicpig::tools {
 namespace {
@@ -61,6 +65,20 @@ TEST(DecodeStepBytesTest, TopKScoresEveryOffloadedKey) {
   const StepBytes b = DecodeStepBytes(c, 0, topk, pos, 0, 500);
   EXPECT_EQ(b.sampled, 28.0 * 3 * offloaded * 64 * 2 + 500.0 * 64 * 2);
   EXPECT_EQ(b.buckets, 0);
+}
+
+// Both rates are measured (finite, positive, within what any host gives: 0.1-10,000 GB/s streamed,
+// 0.01-100,000 ns per line), on one thread and on two.
+TEST(MemoryProbeTest, MeasuresBothRates) {
+  for (int threads : {1, 2}) {
+    const MemoryRates r = ProbeMemory(threads);
+    EXPECT_TRUE(std::isfinite(r.stream_gb_per_s)) << threads;
+    EXPECT_GT(r.stream_gb_per_s, 0.1) << threads;
+    EXPECT_LT(r.stream_gb_per_s, 1e4) << threads;
+    EXPECT_TRUE(std::isfinite(r.random_ns_per_line)) << threads;
+    EXPECT_GT(r.random_ns_per_line, 0.01) << threads;
+    EXPECT_LT(r.random_ns_per_line, 1e5) << threads;
+  }
 }
 
 }  // namespace

@@ -51,12 +51,16 @@ absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const Gr
   return first_error;
 }
 
-AttentionRunner::PhaseSeconds AttentionRunner::TakePhaseSeconds() {
-  PhaseSeconds sum;
+AttentionRunner::PhaseStats AttentionRunner::TakePhaseStats() {
+  PhaseStats sum;
   for (EstimatorScratch& scratch : scratch_) {
     sum.retrieve += scratch.retrieve_seconds;
     sum.kernel += scratch.kernel_seconds;
+    sum.bucket_lines += scratch.bucket_lines;
+    sum.row_lines += scratch.row_lines;
+    sum.pending_bytes += scratch.pending_bytes;
     scratch.retrieve_seconds = scratch.kernel_seconds = 0;
+    scratch.bucket_lines = scratch.row_lines = scratch.pending_bytes = 0;
   }
   return sum;
 }

@@ -46,13 +46,17 @@ class AttentionRunner {
 
   // Time the estimators' phases (EstimatorScratch::time_phases) from the next Run on.
   void set_time_phases(bool on) { time_phases_.store(on, std::memory_order_relaxed); }
-  // Thread-seconds of MagicPIG's retrieval and kernel summed over every worker since the last
-  // call, then zeroed. Not while a Run is in flight.
-  struct PhaseSeconds {
+  // Thread-seconds of MagicPIG's retrieval and kernel, and what they read (EstimatorScratch's
+  // counts), summed over every worker since the last call, then zeroed. Not while a Run is in
+  // flight.
+  struct PhaseStats {
     double retrieve = 0;
     double kernel = 0;
+    int64_t bucket_lines = 0;
+    int64_t row_lines = 0;
+    int64_t pending_bytes = 0;
   };
-  PhaseSeconds TakePhaseSeconds();
+  PhaseStats TakePhaseStats();
 
  private:
   tbb::task_arena arena_;

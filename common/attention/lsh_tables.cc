@@ -411,4 +411,38 @@ absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScr
   return absl::OkStatus();
 }
 
+int64_t LshTables::LookupLines(const uint16_t* query_codes, int g) const {
+  if (l_ < 2 || n_ == 0 || g < 1) return 0;
+  const int64_t buckets = num_buckets();
+  const int64_t stride = buckets + 1;
+  int64_t lines = 0;
+  std::vector<uintptr_t> seen;
+  auto add = [&seen](const void* p, size_t bytes) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p) / 64;
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + bytes - 1) / 64;
+    for (uintptr_t line = first; line <= last; ++line) seen.push_back(line);
+  };
+  WithIndices([&](const auto* indices) {
+    WithOffsets([&](const auto* offsets) {
+      for (int t = 0; t < l_; ++t) {
+        // Heads of a group that land in the same bucket read its lines once: count distinct lines
+        // per table.
+        seen.clear();
+        for (int h = 0; h < g; ++h) {
+          const uint16_t code = query_codes[h * l_ + t];
+          if (code >= buckets) continue;
+          const auto* off = offsets + t * stride + code;
+          add(off, 2 * sizeof(*off));
+          if (off[1] > off[0]) {
+            add(indices + t * n_ + off[0], static_cast<size_t>(off[1] - off[0]) * sizeof(*indices));
+          }
+        }
+        std::sort(seen.begin(), seen.end());
+        lines += std::unique(seen.begin(), seen.end()) - seen.begin();
+      }
+    });
+  });
+  return lines;
+}
+
 }  // namespace magicpig::attention

@@ -338,6 +338,54 @@ TEST(LshTablesGroupTest, RandomGroupsMatchBruteForcePerHead) {
   }
 }
 
+// LookupLines against bounds from the offsets: per table, a head's lookup reads one or two lines
+// of offsets and the ceil(bytes / 64) or one more lines its entries span; heads in the same bucket
+// count once, heads in different buckets at most the sum.
+TEST(LshTablesGroupTest, LookupLinesWithinTheBucketsBounds) {
+  std::mt19937 rng(5);
+  for (int64_t n : {int64_t{3000}, int64_t{70000}}) {  // 16-bit and 32-bit indices and offsets
+    const int k = 6, l = 20;
+    const std::vector<uint16_t> codes = RandomCodes(n * l, k, rng);
+    auto t = LshTables::Build(codes.data(), n, k, l);
+    ASSERT_TRUE(t.ok()) << t.status();
+    const std::vector<uint16_t> a = RandomCodes(l, k, rng);
+    std::vector<uint16_t> b = RandomCodes(l, k, rng);
+    for (int table = 0; table < l; ++table) {
+      if (b[table] == a[table]) b[table] = static_cast<uint16_t>((a[table] + 1) % (1 << k));
+    }
+    int64_t lower = 0, upper = 0;
+    for (int table = 0; table < l; ++table) {
+      const std::vector<int32_t> off = t->TableOffsets(table);
+      const int64_t bytes = int64_t{off[a[table] + 1] - off[a[table]]} * t->index_bytes();
+      lower += 1 + (bytes + 63) / 64;
+      upper += 2 + (bytes > 0 ? (bytes + 63) / 64 + 1 : 0);
+    }
+    const int64_t one = t->LookupLines(a.data(), 1);
+    EXPECT_GE(one, lower) << n;
+    EXPECT_LE(one, upper) << n;
+    std::vector<uint16_t> twice = a;
+    twice.insert(twice.end(), a.begin(), a.end());
+    EXPECT_EQ(t->LookupLines(twice.data(), 2), one) << n;
+    std::vector<uint16_t> both = a;
+    both.insert(both.end(), b.begin(), b.end());
+    const int64_t two = t->LookupLines(both.data(), 2);
+    EXPECT_GT(two, std::max(one, t->LookupLines(b.data(), 1))) << n;
+    EXPECT_LE(two, one + t->LookupLines(b.data(), 1)) << n;
+  }
+  // All 777 keys in one bucket: 1,554 bytes of entries (25 or 26 lines) and 1 or 2 of offsets.
+  const int64_t n = 777;
+  std::vector<uint16_t> same(n * 3, 5);
+  auto t = LshTables::Build(same.data(), n, 4, 3);
+  ASSERT_TRUE(t.ok());
+  const std::vector<uint16_t> q(3, 5);
+  EXPECT_GE(t->LookupLines(q.data(), 1), 3 * 26);
+  EXPECT_LE(t->LookupLines(q.data(), 1), 3 * 28);
+  // L = 1 never retrieves, so it reads nothing.
+  auto single = LshTables::Build(same.data(), n, 4, 1);
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ(single->LookupLines(q.data(), 1), 0);
+}
+
 // The group path on each side of the offset and index width boundaries (65535 / 65536 / 65537
 // keys), with heads that copy a key's codes so that every group retrieves something.
 TEST(LshTablesGroupTest, WidthBoundaries) {

@@ -406,7 +406,7 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
   if (attention::SpecOf(attention.mode).sparse) {
     if (attention_runner_ == nullptr) {
       // Made at the first sparse request; with time_phases the estimators time their phases
-      // (TakeEstimatorPhaseSeconds).
+      // (TakeEstimatorPhaseStats).
       attention_runner_ = std::make_unique<AttentionRunner>(num_threads_);
       attention_runner_->set_time_phases(attention_.time_phases);
     }
@@ -598,10 +598,10 @@ absl::StatusOr<std::vector<int32_t>> Engine::EncodeChat(
 
 void Engine::DrainReleases() { deleter_.Drain(); }
 
-attention::AttentionRunner::PhaseSeconds Engine::TakeEstimatorPhaseSeconds() {
+attention::AttentionRunner::PhaseStats Engine::TakeEstimatorPhaseStats() {
   absl::MutexLock lock(&mu_);
-  return attention_runner_ != nullptr ? attention_runner_->TakePhaseSeconds()
-                                      : attention::AttentionRunner::PhaseSeconds{};
+  return attention_runner_ != nullptr ? attention_runner_->TakePhaseStats()
+                                      : attention::AttentionRunner::PhaseStats{};
 }
 
 absl::Status Engine::CheckKvBudget(const GenerateRequest& request) const {

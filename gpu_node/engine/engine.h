@@ -276,10 +276,10 @@ class Engine {
   absl::Status Step(absl::Span<Sequence* const> batch, StepTimings* timings = nullptr,
                     double* sampling_seconds = nullptr);
 
-  // With time_phases: thread-seconds of the in-process estimators' retrieval and kernel since the
-  // last call (zero with attention nodes, whose estimators run there). For benchmarks; call
-  // between steps.
-  attention::AttentionRunner::PhaseSeconds TakeEstimatorPhaseSeconds();
+  // With time_phases: thread-seconds of the in-process estimators' retrieval and kernel, and the
+  // lines and bytes they read, since the last call (zero with attention nodes, whose estimators
+  // run there). For benchmarks; call between steps.
+  attention::AttentionRunner::PhaseStats TakeEstimatorPhaseStats();
 
   // Returns once the memory of every sequence finished so far has been given back (finished
   // sequences free their cache and shards on a thread of their own; benchmarks wait here so that

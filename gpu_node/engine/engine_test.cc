@@ -173,16 +173,24 @@ TEST(EngineTest, PhaseTimersAreOffByDefaultAndChangeNoToken) {
   ASSERT_TRUE(a.ok() && b.ok()) << b.status();
   EXPECT_EQ(a->tokens, b->tokens);
   EXPECT_EQ(a->stats.attention_phases.total(), 0);
-  EXPECT_EQ(quiet->TakeEstimatorPhaseSeconds().kernel, 0);
+  EXPECT_EQ(quiet->TakeEstimatorPhaseStats().kernel, 0);
   const AttentionPhaseSeconds& p = b->stats.attention_phases;
   EXPECT_GT(p.hash, 0);
   EXPECT_GT(p.window, 0);
   EXPECT_GT(p.shards, 0);
   EXPECT_GT(p.merge, 0);
-  const attention::AttentionRunner::PhaseSeconds est = loud->TakeEstimatorPhaseSeconds();
+  const attention::AttentionRunner::PhaseStats est = loud->TakeEstimatorPhaseStats();
   EXPECT_GT(est.retrieve, 0);
   EXPECT_GT(est.kernel, 0);
-  EXPECT_EQ(loud->TakeEstimatorPhaseSeconds().kernel, 0);  // taken: zeroed
+  // A group's union holds at least 1/g of its g heads' samples, each a key and a value row of at
+  // least one line; every group lookup reads at least its offsets' line in each table.
+  const int64_t g = loud->config().n_head / loud->config().n_head_kv;
+  EXPECT_GE(est.row_lines, 2 * b->stats.attention_keys_touched / g);
+  EXPECT_GT(est.bucket_lines, 0);
+  const attention::AttentionRunner::PhaseStats taken = loud->TakeEstimatorPhaseStats();
+  EXPECT_EQ(taken.kernel, 0);  // taken: zeroed
+  EXPECT_EQ(taken.row_lines, 0);
+  EXPECT_EQ(taken.bucket_lines, 0);
 }
 
 TEST(EngineTest, GreedyIsDeterministicAndRespectsMaxTokens) {
