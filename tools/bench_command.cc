@@ -160,8 +160,10 @@ std::unique_ptr<flags::FlagTable> BenchFlagTable(BenchFlags* f) {
   table->Choice("baseline", &f->baseline,
                 "also measure exact attention (full) at every depth, alternating with the mode",
                 {{"full", true}, {"none", false}});
-  table->Switch("breakdown", &f->breakdown,
-                "time the decode step's phases (dense, hashing, window, shards, merge, sampling)");
+  table->Switch(
+      "breakdown", &f->breakdown,
+      "time the decode step's phases (dense, hashing, window, shards, merge, sampling) and "
+      "price a sampled step's counted random reads (the random-line floor)");
   table->Text("csv", &f->csv, "FILE", "also write the rows to FILE");
   engine::DeclareAttentionFlags(*table, &f->engine.attention);
   engine::DeclareAttentionNodeFlags(*table, &f->engine);
