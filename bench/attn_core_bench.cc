@@ -8,6 +8,10 @@
 //                              prefetched ahead (RandomLineSeconds): ns_per_line, the rate at
 //                              which retrieval's bucket lines and a sampled union's rows can
 //                              arrive.
+//   GatherRows/layout/threads:T
+//                              the gather floor's probe alone (GatherSecondsPerRow): ns_per_row
+//                              for a union's 512-byte rows with the key and value rows in two
+//                              arrays (split, KvShard's layout) or adjacent (interleaved).
 //   QueryHash/K/L              SimHash::Codes of the 32 query heads of one step.
 //   MagicPig/n/K/L/threads     AttentionRunner(T) running MagicPigEstimator::AttendGroup over the 8
 //                              (shard, kv head) GroupWork items of one step (retrieval + gather +
@@ -303,7 +307,7 @@ double BestOfTwoColdSeconds(int threads, const Part& part) {
 // two runs with `threads` threads, each on its own contiguous part of the rows.
 constexpr double kGatherFraction = 0.079;
 constexpr size_t kGatherFarRows = 24;  // the kernel's kFarPrefetchBytes over a 512-byte row
-double GatherSecondsPerRow(int threads) {
+double GatherSecondsPerRow(int threads, bool interleaved = false) {
   const std::vector<uint64_t>& buf = ProbeBuffer();
   constexpr size_t kRowWords = 256 / 8;
   const size_t rows_per_array = buf.size() / 2 / kRowWords;
@@ -316,31 +320,45 @@ double GatherSecondsPerRow(int threads) {
     }
     return out;
   }();
-  const AliasU64* keys = reinterpret_cast<const AliasU64*>(buf.data());
-  const AliasU64* values = keys + rows_per_array * kRowWords;
+  const AliasU64* base = reinterpret_cast<const AliasU64*>(buf.data());
+  // Split: all key rows, then all value rows (KvShard's layout). Interleaved: row r's key and
+  // value rows adjacent, 512 contiguous bytes.
+  const size_t row_stride = interleaved ? 2 * kRowWords : kRowWords;
+  const AliasU64* keys = base;
+  const AliasU64* values = interleaved ? base + kRowWords : base + rows_per_array * kRowWords;
   auto part = [&](int t, uint64_t* out) {
     const size_t b = picked.size() * t / threads, e = picked.size() * (t + 1) / threads;
     uint64_t s = 0;
     for (size_t i = b; i < e; ++i) {
       if (i + kGatherFarRows < e) {
         for (size_t w = 0; w < kRowWords; w += 8) {
-          __builtin_prefetch(keys + picked[i + kGatherFarRows] * kRowWords + w, 0, 2);
-          __builtin_prefetch(values + picked[i + kGatherFarRows] * kRowWords + w, 0, 2);
+          __builtin_prefetch(keys + picked[i + kGatherFarRows] * row_stride + w, 0, 2);
+          __builtin_prefetch(values + picked[i + kGatherFarRows] * row_stride + w, 0, 2);
         }
       }
       if (i + 4 < e) {
         for (size_t w = 0; w < kRowWords; w += 8) {
-          __builtin_prefetch(keys + picked[i + 4] * kRowWords + w);
-          __builtin_prefetch(values + picked[i + 4] * kRowWords + w);
+          __builtin_prefetch(keys + picked[i + 4] * row_stride + w);
+          __builtin_prefetch(values + picked[i + 4] * row_stride + w);
         }
       }
       for (size_t w = 0; w < kRowWords; w += 8) {
-        s += keys[picked[i] * kRowWords + w] + values[picked[i] * kRowWords + w];
+        s += keys[picked[i] * row_stride + w] + values[picked[i] * row_stride + w];
       }
     }
     *out = s;
   };
   return BestOfTwoColdSeconds(threads, part) / static_cast<double>(picked.size());
+}
+
+void BM_GatherRows(benchmark::State& state, int threads, bool interleaved) {
+  double seconds = 0;
+  int64_t iter = 0;
+  for (auto _ : state) {
+    seconds += GatherSecondsPerRow(threads, interleaved);
+    ++iter;
+  }
+  if (iter > 0) state.counters["ns_per_row"] = seconds / static_cast<double>(iter) * 1e9;
 }
 
 // The physical floor of the retrieval: seconds per cache line when independent random lines are
@@ -1289,6 +1307,17 @@ void RegisterAll() {
         ->Unit(benchmark::kMillisecond)
         ->Iterations(3)
         ->UseRealTime();
+  }
+  for (bool interleaved : {false, true}) {
+    for (int t : {1, 2}) {
+      RegisterBenchmark(("GatherRows/layout:" + std::string(interleaved ? "interleaved" : "split") +
+                         "/threads:" + std::to_string(t))
+                            .c_str(),
+                        BM_GatherRows, t, interleaved)
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(3)
+          ->UseRealTime();
+    }
   }
   for (const KL& c : kConfigs) {
     RegisterBenchmark(("QueryHash/K:" + std::to_string(c.k) + "/L:" + std::to_string(c.l)).c_str(),

@@ -163,7 +163,7 @@ std::unique_ptr<flags::FlagTable> BenchFlagTable(BenchFlags* f) {
   table->Switch(
       "breakdown", &f->breakdown,
       "time the decode step's phases (dense, hashing, window, shards, merge, sampling) and "
-      "price a sampled step's counted random reads (the random-line floor)");
+      "price a sampled step's counted random reads (the DRAM floor)");
   table->Text("csv", &f->csv, "FILE", "also write the rows to FILE");
   engine::DeclareAttentionFlags(*table, &f->engine.attention);
   engine::DeclareAttentionNodeFlags(*table, &f->engine);
@@ -196,13 +196,17 @@ int BenchCommand(const std::vector<std::string>& args) {
   const model::ModelConfig& c = e.config();
   const int n_threads =
       options.num_threads > 0 ? options.num_threads : tbb::this_task_arena::max_concurrency();
-  const MemoryRates memory = ProbeMemory(n_threads);
+  // The shards' key rows: bf16 or fp32 (the value rows the same).
+  const int64_t row_bytes =
+      c.head_dim * (options.attention.storage == attention::KvStorage::kF32 ? 4 : 2);
+  const MemoryRates memory = ProbeMemory(n_threads, row_bytes);
   const double probe = memory.stream_gb_per_s;
   std::cout << absl::StrFormat(
       "model: %s | %d layers | weights read per token: %.1f MB | threads: %d | memory probe "
-      "(read-only sum, 1 GiB): %.1f GB/s, random lines %.1f ns each | attention %s | backend %s\n",
+      "(1 GiB): read-only sum %.1f GB/s, random lines %.1f ns each, gathered %d-byte K+V rows "
+      "%.1f ns each | attention %s | backend %s\n",
       c.name, c.n_layer, e.weights().weight_bytes() / 1e6, n_threads, probe,
-      memory.random_ns_per_line,
+      memory.random_ns_per_line, 2 * row_bytes, memory.gather_ns_per_row,
       options.attention_nodes.empty()
           ? std::string("embedded")
           : absl::StrCat("on ", options.attention_nodes.size(), " node(s)"),
@@ -311,29 +315,33 @@ int BenchCommand(const std::vector<std::string>& args) {
               r.estimator.kernel * ms, p.merge * ms, r.sampling * ms,
               (r.step_wall - r.timings.dense - r.timings.attention - r.sampling) * ms);
           const attention::AttentionRunner::PhaseStats& est = r.estimator;
-          if (est.bucket_lines + est.row_lines > 0) {
-            // The random-line floor: the streamed bytes (weights, exact KV, the pending segments'
-            // codes) at the probe's rate plus every bucket line and union row line at the random-
-            // line probe's, nothing else costing time (the bound column prices all at the
-            // streaming rate, which random lines cannot reach).
+          if (est.bucket_runs + est.union_rows > 0) {
+            // The DRAM floor: every read of the step from memory at the probes' rates and nothing
+            // else costing time. Streamed: the weights, the exact KV (dense layers, windows), the
+            // pending segments' codes and the bucket lines that follow another (a long bucket's
+            // entries); random: the first line of each run of bucket lines (random lines' rate)
+            // and the union's rows (the gather's rate). The bound column prices everything at the
+            // streaming rate, which random reads cannot reach.
             const double steps = static_cast<double>(std::max<int64_t>(1, r.steps));
             const double batch_n = static_cast<double>(batch);
             const StepBytes one = DecodeStepBytes(
                 c, e.weights().weight_bytes(), modes[m],
                 std::max<int64_t>(1, depth) + f.decode_tokens / 2, f.decode_tokens / 2,
                 static_cast<double>(r.stats.attention_keys_touched) / (steps * batch_n));
+            const double runs = est.bucket_runs / steps;
+            const double rows = est.union_rows / steps;
             const double streamed =
-                one.weights + batch_n * one.exact_kv + est.pending_bytes / steps;
-            const double lines = (est.bucket_lines + est.row_lines) / steps;
+                one.weights + batch_n * one.exact_kv +
+                (est.pending_bytes + 64.0 * (est.bucket_lines - est.bucket_runs)) / steps;
             const double floor_s =
-                streamed / (probe * 1e9) + lines * memory.random_ns_per_line * 1e-9;
+                streamed / (probe * 1e9) +
+                (runs * memory.random_ns_per_line + rows * memory.gather_ns_per_row) * 1e-9;
             const double floor_tps = batch_n / floor_s;
             std::cout << absl::StrFormat(
-                "        reads/step %-16s streamed %.1f MB + random lines %.1fK (buckets %.1fK, "
-                "rows %.1fK) = floor %.2f ms (%.1f tok/s); reached %.0f%%\n",
-                ModeName(modes[m]), streamed / 1e6, lines / 1e3, est.bucket_lines / steps / 1e3,
-                est.row_lines / steps / 1e3, floor_s * 1e3, floor_tps,
-                100.0 * r.decode_tps / floor_tps);
+                "        reads/step %-16s streamed %.1f MB, random bucket lines %.1fK (of %.1fK), "
+                "union rows %.1fK = floor %.2f ms (%.1f tok/s); reached %.0f%%\n",
+                ModeName(modes[m]), streamed / 1e6, runs / 1e3, est.bucket_lines / steps / 1e3,
+                rows / 1e3, floor_s * 1e3, floor_tps, 100.0 * r.decode_tps / floor_tps);
           }
         }
       }

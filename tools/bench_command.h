@@ -8,13 +8,14 @@
 // read in that mode (StepBytes: weights, exact KV, sampled rows, LSH buckets), the tokens/s those
 // bytes allow at the probe's bandwidth, and the fraction of it reached. --breakdown adds the
 // decode step's time by phase (dense work, the sparse layers' hashing, window, shards and merge,
-// sampling), from timers that are off otherwise, and for sampled modes the random-line floor: the
-// bucket lines and union rows the embedded estimators read (counted, not modelled) at a random-
-// line probe's rate plus the streamed bytes at the streaming probe's, a step time that only a
-// step doing nothing but its reads would reach. With --batch, each row runs that many sequences
-// (each with its own random prompt of the depth) decoding together; decode/s is then the batch's
-// tokens per second, and a batch whose caches do not fit (--gpu-kv-budget, or memory) is shown as
-// such and larger batches of that mode are skipped.
+// sampling), from timers that are off otherwise, and for sampled modes the DRAM floor: the bucket
+// lines and union rows the embedded estimators read (counted, not modelled) at the rates of a
+// random-line probe and a row-gather probe, plus the streamed bytes at the streaming probe's, a
+// step time that only a step doing nothing but its reads, all from memory, would reach. With
+// --batch, each row runs that many sequences (each with its own random prompt of the depth)
+// decoding together; decode/s is then the batch's tokens per second, and a batch whose caches do
+// not fit (--gpu-kv-budget, or memory) is shown as such and larger batches of that mode are
+// skipped.
 #ifndef MAGICPIG_TOOLS_BENCH_COMMAND_H_
 #define MAGICPIG_TOOLS_BENCH_COMMAND_H_
 

@@ -67,17 +67,20 @@ TEST(DecodeStepBytesTest, TopKScoresEveryOffloadedKey) {
   EXPECT_EQ(b.buckets, 0);
 }
 
-// Both rates are measured (finite, positive, within what any host gives: 0.1-10,000 GB/s streamed,
-// 0.01-100,000 ns per line), on one thread and on two.
-TEST(MemoryProbeTest, MeasuresBothRates) {
+// The three rates are measured (finite, positive, within what any host gives: 0.1-10,000 GB/s
+// streamed, 0.01-100,000 ns per line or row), on one thread and on two.
+TEST(MemoryProbeTest, MeasuresTheThreeRates) {
   for (int threads : {1, 2}) {
-    const MemoryRates r = ProbeMemory(threads);
+    const MemoryRates r = ProbeMemory(threads, 128);
     EXPECT_TRUE(std::isfinite(r.stream_gb_per_s)) << threads;
     EXPECT_GT(r.stream_gb_per_s, 0.1) << threads;
     EXPECT_LT(r.stream_gb_per_s, 1e4) << threads;
     EXPECT_TRUE(std::isfinite(r.random_ns_per_line)) << threads;
     EXPECT_GT(r.random_ns_per_line, 0.01) << threads;
     EXPECT_LT(r.random_ns_per_line, 1e5) << threads;
+    EXPECT_TRUE(std::isfinite(r.gather_ns_per_row)) << threads;
+    EXPECT_GT(r.gather_ns_per_row, 0.01) << threads;
+    EXPECT_LT(r.gather_ns_per_row, 1e5) << threads;
   }
 }
 

@@ -23,7 +23,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-MemoryRates ProbeMemory(int threads) {
+MemoryRates ProbeMemory(int threads, int64_t row_bytes) {
   const size_t n = (size_t{1} << 30) / sizeof(float);
   std::unique_ptr<float[]> buf(new float[n]);
   tbb::task_arena arena(threads);
@@ -90,6 +90,48 @@ MemoryRates ProbeMemory(int threads) {
     });
     const double ns = SecondsSince(start) * 1e9 / static_cast<double>(lines.size());
     rates.random_ns_per_line = rep == 0 ? ns : std::min(rates.random_ns_per_line, ns);
+    keep += sum;
+  }
+  // The gather: the buffer as a key array and a value array of row_bytes rows.
+  const size_t row_floats = static_cast<size_t>(std::clamp<int64_t>(row_bytes, 64, 4096)) / 4;
+  const size_t rows = n / 2 / row_floats;
+  std::vector<uint32_t> picked;
+  std::bernoulli_distribution take(0.05);
+  for (size_t r = 0; r < rows; ++r) {
+    if (take(rng)) picked.push_back(static_cast<uint32_t>(r));
+  }
+  const float* keys = base;
+  const float* values = base + rows * row_floats;
+  const size_t far = std::max<size_t>(8, 12 * 1024 / (2 * row_floats * sizeof(float)));
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    float sum = 0;
+    arena.execute([&] {
+      sum = tbb::parallel_reduce(
+          tbb::blocked_range<int>(0, threads, 1), 0.0f,
+          [&](const tbb::blocked_range<int>& r, float acc) {
+            for (int t = r.begin(); t < r.end(); ++t) {
+              const size_t b = picked.size() * t / threads, e = picked.size() * (t + 1) / threads;
+              for (size_t i = b; i < e; ++i) {
+                for (size_t w = 0; w < row_floats; w += kLineFloats) {
+                  if (i + far < e) {
+                    __builtin_prefetch(keys + picked[i + far] * row_floats + w, 0, 2);
+                    __builtin_prefetch(values + picked[i + far] * row_floats + w, 0, 2);
+                  }
+                  if (i + 4 < e) {
+                    __builtin_prefetch(keys + picked[i + 4] * row_floats + w);
+                    __builtin_prefetch(values + picked[i + 4] * row_floats + w);
+                  }
+                  acc += keys[picked[i] * row_floats + w] + values[picked[i] * row_floats + w];
+                }
+              }
+            }
+            return acc;
+          },
+          [](float a, float b) { return a + b; }, tbb::static_partitioner());
+    });
+    const double ns = SecondsSince(start) * 1e9 / static_cast<double>(picked.size());
+    rates.gather_ns_per_row = rep == 0 ? ns : std::min(rates.gather_ns_per_row, ns);
     keep += sum;
   }
   if (keep < 0) std::cerr << "";

@@ -57,10 +57,11 @@ AttentionRunner::PhaseStats AttentionRunner::TakePhaseStats() {
     sum.retrieve += scratch.retrieve_seconds;
     sum.kernel += scratch.kernel_seconds;
     sum.bucket_lines += scratch.bucket_lines;
-    sum.row_lines += scratch.row_lines;
+    sum.bucket_runs += scratch.bucket_runs;
+    sum.union_rows += scratch.union_rows;
     sum.pending_bytes += scratch.pending_bytes;
     scratch.retrieve_seconds = scratch.kernel_seconds = 0;
-    scratch.bucket_lines = scratch.row_lines = scratch.pending_bytes = 0;
+    scratch.bucket_lines = scratch.bucket_runs = scratch.union_rows = scratch.pending_bytes = 0;
   }
   return sum;
 }

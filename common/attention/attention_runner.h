@@ -53,7 +53,8 @@ class AttentionRunner {
     double retrieve = 0;
     double kernel = 0;
     int64_t bucket_lines = 0;
-    int64_t row_lines = 0;
+    int64_t bucket_runs = 0;
+    int64_t union_rows = 0;
     int64_t pending_bytes = 0;
   };
   PhaseStats TakePhaseStats();

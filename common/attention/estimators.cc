@@ -181,9 +181,10 @@ absl::Status MagicPigEstimator::AttendGroup(const KvShard& shard, const float* q
       scratch->retrieve_seconds += std::chrono::duration<double>(retrieved - start).count();
       scratch->kernel_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - retrieved).count();
-      const int64_t element = shard.storage() == KvStorage::kBf16 ? 2 : 4;
-      scratch->bucket_lines += shard.tables().LookupLines(q_codes + h0 * l_, gc);
-      scratch->row_lines += n_rows * 2 * ((shard.dim() * element + 63) / 64);
+      const LshTables::LookupReads reads = shard.tables().CountLookupReads(q_codes + h0 * l_, gc);
+      scratch->bucket_lines += reads.lines;
+      scratch->bucket_runs += reads.runs;
+      scratch->union_rows += n_rows;
       scratch->pending_bytes += shard.pending() * shard.l() * int64_t{sizeof(uint16_t)};
     }
   }

@@ -96,11 +96,12 @@ struct EstimatorScratch {
   double retrieve_seconds = 0;
   double kernel_seconds = 0;
   // With time_phases, what those phases read, counted apart from the timed work: the distinct
-  // 64-byte lines of bucket offsets and entries (LshTables::LookupLines), the 64-byte lines of the
-  // union's key and value rows, and the bytes of the pending segment's codes scanned. The first
-  // two are random reads, the last a streamed one (magicpig bench's random-line floor).
+  // 64-byte lines of bucket offsets and entries and their runs of adjacent lines
+  // (LshTables::CountLookupReads), the union's rows (each a key and a value row), and the bytes
+  // of the pending segment's codes scanned (magicpig bench's floor).
   int64_t bucket_lines = 0;
-  int64_t row_lines = 0;
+  int64_t bucket_runs = 0;
+  int64_t union_rows = 0;
   int64_t pending_bytes = 0;
   // MagicPIG's state for a union attended as two halves (estimators.cc): taken out of the scratch
   // while the halves run, so that a call this thread makes while it waits for the other half (a

@@ -411,11 +411,11 @@ absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScr
   return absl::OkStatus();
 }
 
-int64_t LshTables::LookupLines(const uint16_t* query_codes, int g) const {
-  if (l_ < 2 || n_ == 0 || g < 1) return 0;
+LshTables::LookupReads LshTables::CountLookupReads(const uint16_t* query_codes, int g) const {
+  LookupReads reads;
+  if (l_ < 2 || n_ == 0 || g < 1) return reads;
   const int64_t buckets = num_buckets();
   const int64_t stride = buckets + 1;
-  int64_t lines = 0;
   std::vector<uintptr_t> seen;
   auto add = [&seen](const void* p, size_t bytes) {
     const uintptr_t first = reinterpret_cast<uintptr_t>(p) / 64;
@@ -438,11 +438,15 @@ int64_t LshTables::LookupLines(const uint16_t* query_codes, int g) const {
           }
         }
         std::sort(seen.begin(), seen.end());
-        lines += std::unique(seen.begin(), seen.end()) - seen.begin();
+        seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+        for (size_t i = 0; i < seen.size(); ++i) {
+          ++reads.lines;
+          if (i == 0 || seen[i - 1] + 1 != seen[i]) ++reads.runs;
+        }
       }
     });
   });
-  return lines;
+  return reads;
 }
 
 }  // namespace magicpig::attention

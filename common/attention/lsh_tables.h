@@ -80,13 +80,18 @@ class LshTables {
   absl::Status RetrieveGroup(const uint16_t* query_codes, int g, LshScratch* scratch,
                              std::vector<int32_t>* rows, std::vector<uint32_t>* masks) const;
 
-  // The distinct 64-byte lines that RetrieveGroup's lookups for these g heads (query_codes
-  // [g][L]) read from the tables: per table, the line(s) holding each head's two bucket offsets
-  // and the lines its bucket's entries span, a line shared by heads counted once. The random reads
-  // a retrieval cannot avoid, for the benchmark's floor (magicpig bench --breakdown); it reads the
-  // same offsets, so it costs a fraction of a retrieval. 0 when RetrieveGroup reads nothing (L < 2,
+  // What RetrieveGroup's lookups for these g heads (query_codes [g][L]) read from the tables, in
+  // 64-byte lines: per table, the line(s) holding each head's two bucket offsets and the lines its
+  // bucket's entries span, a line shared by heads counted once. `runs` counts the maximal runs of
+  // adjacent lines among them: a run's first line is a random read, the others follow it (a long
+  // bucket's entries). For the benchmark's floor (magicpig bench --breakdown); it reads the same
+  // offsets, so it costs a fraction of a retrieval. Zero when RetrieveGroup reads nothing (L < 2,
   // n = 0); codes >= 2^K are skipped.
-  int64_t LookupLines(const uint16_t* query_codes, int g) const;
+  struct LookupReads {
+    int64_t lines = 0;
+    int64_t runs = 0;
+  };
+  LookupReads CountLookupReads(const uint16_t* query_codes, int g) const;
 
   int64_t size() const { return n_; }
   int k() const { return k_; }

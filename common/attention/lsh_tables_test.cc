@@ -338,10 +338,11 @@ TEST(LshTablesGroupTest, RandomGroupsMatchBruteForcePerHead) {
   }
 }
 
-// LookupLines against bounds from the offsets: per table, a head's lookup reads one or two lines
-// of offsets and the ceil(bytes / 64) or one more lines its entries span; heads in the same bucket
-// count once, heads in different buckets at most the sum.
-TEST(LshTablesGroupTest, LookupLinesWithinTheBucketsBounds) {
+// CountLookupReads against bounds from the offsets: per table, a head's lookup reads one or two
+// lines of offsets and the ceil(bytes / 64) or one more lines its entries span, in at least one run
+// each (the offsets and the entries are different arrays); heads in the same bucket count once,
+// heads in different buckets at most the sum.
+TEST(LshTablesGroupTest, LookupReadsWithinTheBucketsBounds) {
   std::mt19937 rng(5);
   for (int64_t n : {int64_t{3000}, int64_t{70000}}) {  // 16-bit and 32-bit indices and offsets
     const int k = 6, l = 20;
@@ -353,37 +354,48 @@ TEST(LshTablesGroupTest, LookupLinesWithinTheBucketsBounds) {
     for (int table = 0; table < l; ++table) {
       if (b[table] == a[table]) b[table] = static_cast<uint16_t>((a[table] + 1) % (1 << k));
     }
-    int64_t lower = 0, upper = 0;
+    int64_t lower = 0, upper = 0, min_runs = 0;
     for (int table = 0; table < l; ++table) {
       const std::vector<int32_t> off = t->TableOffsets(table);
       const int64_t bytes = int64_t{off[a[table] + 1] - off[a[table]]} * t->index_bytes();
       lower += 1 + (bytes + 63) / 64;
       upper += 2 + (bytes > 0 ? (bytes + 63) / 64 + 1 : 0);
+      min_runs += bytes > 0 ? 2 : 1;
     }
-    const int64_t one = t->LookupLines(a.data(), 1);
-    EXPECT_GE(one, lower) << n;
-    EXPECT_LE(one, upper) << n;
+    const LshTables::LookupReads one = t->CountLookupReads(a.data(), 1);
+    EXPECT_GE(one.lines, lower) << n;
+    EXPECT_LE(one.lines, upper) << n;
+    EXPECT_GE(one.runs, min_runs) << n;
+    EXPECT_LE(one.runs, one.lines) << n;
+    // A bucket of ~n / 64 entries (47 or 1,094) spans 2-35 lines but one run.
+    EXPECT_LT(one.runs, one.lines) << n;
     std::vector<uint16_t> twice = a;
     twice.insert(twice.end(), a.begin(), a.end());
-    EXPECT_EQ(t->LookupLines(twice.data(), 2), one) << n;
+    EXPECT_EQ(t->CountLookupReads(twice.data(), 2).lines, one.lines) << n;
+    EXPECT_EQ(t->CountLookupReads(twice.data(), 2).runs, one.runs) << n;
     std::vector<uint16_t> both = a;
     both.insert(both.end(), b.begin(), b.end());
-    const int64_t two = t->LookupLines(both.data(), 2);
-    EXPECT_GT(two, std::max(one, t->LookupLines(b.data(), 1))) << n;
-    EXPECT_LE(two, one + t->LookupLines(b.data(), 1)) << n;
+    const int64_t two = t->CountLookupReads(both.data(), 2).lines;
+    const int64_t b_alone = t->CountLookupReads(b.data(), 1).lines;
+    EXPECT_GT(two, std::max(one.lines, b_alone)) << n;
+    EXPECT_LE(two, one.lines + b_alone) << n;
   }
-  // All 777 keys in one bucket: 1,554 bytes of entries (25 or 26 lines) and 1 or 2 of offsets.
+  // All 777 keys in one bucket: per table 1,554 bytes of entries (25 or 26 lines, one run) and 1
+  // or 2 lines of offsets (one run).
   const int64_t n = 777;
   std::vector<uint16_t> same(n * 3, 5);
   auto t = LshTables::Build(same.data(), n, 4, 3);
   ASSERT_TRUE(t.ok());
   const std::vector<uint16_t> q(3, 5);
-  EXPECT_GE(t->LookupLines(q.data(), 1), 3 * 26);
-  EXPECT_LE(t->LookupLines(q.data(), 1), 3 * 28);
+  const LshTables::LookupReads reads = t->CountLookupReads(q.data(), 1);
+  EXPECT_GE(reads.lines, 3 * 26);
+  EXPECT_LE(reads.lines, 3 * 28);
+  EXPECT_EQ(reads.runs, 3 * 2);
   // L = 1 never retrieves, so it reads nothing.
   auto single = LshTables::Build(same.data(), n, 4, 1);
   ASSERT_TRUE(single.ok());
-  EXPECT_EQ(single->LookupLines(q.data(), 1), 0);
+  EXPECT_EQ(single->CountLookupReads(q.data(), 1).lines, 0);
+  EXPECT_EQ(single->CountLookupReads(q.data(), 1).runs, 0);
 }
 
 // The group path on each side of the offset and index width boundaries (65535 / 65536 / 65537
