@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -19,6 +20,34 @@ namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Best of 3 wall nanoseconds per item when `threads` threads each run part(b, e) over their
+// contiguous share [b, e) of `items` items; part returns a sum of what it read, added to *keep so
+// that the reads stay alive.
+template <class Part>
+double BestNsPerItem(tbb::task_arena& arena, int threads, size_t items, const Part& part,
+                     float* keep) {
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    float sum = 0;
+    arena.execute([&] {
+      sum = tbb::parallel_reduce(
+          tbb::blocked_range<int>(0, threads, 1), 0.0f,
+          [&](const tbb::blocked_range<int>& r, float acc) {
+            for (int t = r.begin(); t < r.end(); ++t) {
+              acc += part(items * t / threads, items * (t + 1) / threads);
+            }
+            return acc;
+          },
+          std::plus<float>(), tbb::static_partitioner());
+    });
+    const double ns = SecondsSince(start) * 1e9 / static_cast<double>(items);
+    best = rep == 0 ? ns : std::min(best, ns);
+    *keep += sum;
+  }
+  return best;
 }
 
 }  // namespace
@@ -70,28 +99,17 @@ MemoryRates ProbeMemory(int threads, int64_t row_bytes) {
   std::uniform_int_distribution<uint32_t> pick(0, static_cast<uint32_t>(n / kLineFloats - 1));
   for (uint32_t& x : lines) x = pick(rng);
   const float* base = buf.get();
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    float sum = 0;
-    arena.execute([&] {
-      sum = tbb::parallel_reduce(
-          tbb::blocked_range<int>(0, threads, 1), 0.0f,
-          [&](const tbb::blocked_range<int>& r, float acc) {
-            for (int t = r.begin(); t < r.end(); ++t) {
-              const size_t b = lines.size() * t / threads, e = lines.size() * (t + 1) / threads;
-              for (size_t i = b; i < e; ++i) {
-                if (i + kAhead < e) __builtin_prefetch(base + lines[i + kAhead] * kLineFloats);
-                acc += base[lines[i] * kLineFloats];
-              }
-            }
-            return acc;
-          },
-          [](float a, float b) { return a + b; }, tbb::static_partitioner());
-    });
-    const double ns = SecondsSince(start) * 1e9 / static_cast<double>(lines.size());
-    rates.random_ns_per_line = rep == 0 ? ns : std::min(rates.random_ns_per_line, ns);
-    keep += sum;
-  }
+  rates.random_ns_per_line = BestNsPerItem(
+      arena, threads, lines.size(),
+      [&](size_t b, size_t e) {
+        float acc = 0;
+        for (size_t i = b; i < e; ++i) {
+          if (i + kAhead < e) __builtin_prefetch(base + lines[i + kAhead] * kLineFloats);
+          acc += base[lines[i] * kLineFloats];
+        }
+        return acc;
+      },
+      &keep);
   // The gather: the buffer as a key array and a value array of row_bytes rows.
   const size_t row_floats = static_cast<size_t>(std::clamp<int64_t>(row_bytes, 64, 4096)) / 4;
   const size_t rows = n / 2 / row_floats;
@@ -103,37 +121,26 @@ MemoryRates ProbeMemory(int threads, int64_t row_bytes) {
   const float* keys = base;
   const float* values = base + rows * row_floats;
   const size_t far = std::max<size_t>(8, 12 * 1024 / (2 * row_floats * sizeof(float)));
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    float sum = 0;
-    arena.execute([&] {
-      sum = tbb::parallel_reduce(
-          tbb::blocked_range<int>(0, threads, 1), 0.0f,
-          [&](const tbb::blocked_range<int>& r, float acc) {
-            for (int t = r.begin(); t < r.end(); ++t) {
-              const size_t b = picked.size() * t / threads, e = picked.size() * (t + 1) / threads;
-              for (size_t i = b; i < e; ++i) {
-                for (size_t w = 0; w < row_floats; w += kLineFloats) {
-                  if (i + far < e) {
-                    __builtin_prefetch(keys + picked[i + far] * row_floats + w, 0, 2);
-                    __builtin_prefetch(values + picked[i + far] * row_floats + w, 0, 2);
-                  }
-                  if (i + 4 < e) {
-                    __builtin_prefetch(keys + picked[i + 4] * row_floats + w);
-                    __builtin_prefetch(values + picked[i + 4] * row_floats + w);
-                  }
-                  acc += keys[picked[i] * row_floats + w] + values[picked[i] * row_floats + w];
-                }
-              }
+  rates.gather_ns_per_row = BestNsPerItem(
+      arena, threads, picked.size(),
+      [&](size_t b, size_t e) {
+        float acc = 0;
+        for (size_t i = b; i < e; ++i) {
+          for (size_t w = 0; w < row_floats; w += kLineFloats) {
+            if (i + far < e) {
+              __builtin_prefetch(keys + picked[i + far] * row_floats + w, 0, 2);
+              __builtin_prefetch(values + picked[i + far] * row_floats + w, 0, 2);
             }
-            return acc;
-          },
-          [](float a, float b) { return a + b; }, tbb::static_partitioner());
-    });
-    const double ns = SecondsSince(start) * 1e9 / static_cast<double>(picked.size());
-    rates.gather_ns_per_row = rep == 0 ? ns : std::min(rates.gather_ns_per_row, ns);
-    keep += sum;
-  }
+            if (i + 4 < e) {
+              __builtin_prefetch(keys + picked[i + 4] * row_floats + w);
+              __builtin_prefetch(values + picked[i + 4] * row_floats + w);
+            }
+            acc += keys[picked[i] * row_floats + w] + values[picked[i] * row_floats + w];
+          }
+        }
+        return acc;
+      },
+      &keep);
   if (keep < 0) std::cerr << "";
   return rates;
 }
