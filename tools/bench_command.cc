@@ -242,6 +242,7 @@ int BenchCommand(const std::vector<std::string>& args) {
         for (int32_t& t : prompt) t = token(rng);
       }
       std::vector<Run> best(modes.size());
+      std::vector<StepBytes> step_bytes(modes.size());  // per mode, from its row (the floor's too)
       std::vector<bool> fits(modes.size(), true);
       for (int64_t round = 0; round < f.repeat; ++round) {
         for (size_t m = 0; m < modes.size(); ++m) {
@@ -275,9 +276,10 @@ int BenchCommand(const std::vector<std::string>& args) {
             static_cast<double>(r.stats.attention_keys_touched) / (steps * batch);
         // Mid-decode: position depth + decode_tokens / 2 with half the tokens generated; the
         // weights are read once per step, the rest once per sequence.
-        const StepBytes one = DecodeStepBytes(c, e.weights().weight_bytes(), modes[m],
-                                              std::max<int64_t>(1, depth) + f.decode_tokens / 2,
-                                              f.decode_tokens / 2, touched);
+        step_bytes[m] = DecodeStepBytes(c, e.weights().weight_bytes(), modes[m],
+                                        std::max<int64_t>(1, depth) + f.decode_tokens / 2,
+                                        f.decode_tokens / 2, touched);
+        const StepBytes& one = step_bytes[m];
         const double n = static_cast<double>(batch);
         const double total = one.weights + n * (one.total() - one.weights);
         const double bound = probe * 1e9 / total * n;  // tokens/s: n tokens per step
@@ -324,10 +326,7 @@ int BenchCommand(const std::vector<std::string>& args) {
             // streaming rate, which random reads cannot reach.
             const double steps = static_cast<double>(std::max<int64_t>(1, r.steps));
             const double batch_n = static_cast<double>(batch);
-            const StepBytes one = DecodeStepBytes(
-                c, e.weights().weight_bytes(), modes[m],
-                std::max<int64_t>(1, depth) + f.decode_tokens / 2, f.decode_tokens / 2,
-                static_cast<double>(r.stats.attention_keys_touched) / (steps * batch_n));
+            const StepBytes& one = step_bytes[m];
             const double runs = est.bucket_runs / steps;
             const double rows = est.union_rows / steps;
             const double streamed =
