@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/attention/estimator_params.h"
+#include "common/attention/kernels/pending_scan.h"
 #include "common/half.h"
 #include "common/status_macros.h"
 
@@ -262,37 +263,19 @@ absl::Status KvShard::MergePending() {
   return absl::OkStatus();
 }
 
-namespace {
-
-// The MagicPIG rule for one pending key: its codes equal the query's in >= 2 of the l tables.
-// Counted 32 tables at a time without a branch per table (the compiler vectorises the inner loop:
-// a pending key usually collides in none or one table, so the scan reads all l codes anyway; the
-// branchy per-table loop made the pending segment's brute force cost more than the retrieval from
-// the tables at a 4K-key block with 256 pending keys).
-bool CollidesTwice(const uint16_t* key_codes, const uint16_t* query_codes, int l) {
-  int hits = 0;
-  for (int t0 = 0; t0 < l; t0 += 32) {
-    const int t1 = std::min(l, t0 + 32);
-    for (int t = t0; t < t1; ++t) hits += key_codes[t] == query_codes[t] ? 1 : 0;
-    if (hits >= 2) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 absl::Status KvShard::Retrieve(const uint16_t* q_codes, LshScratch* scratch,
                                std::vector<int32_t>* out) const {
   if (index_ == KvIndex::kCodes) {
     return absl::InvalidArgumentError("KvShard::Retrieve: the shard holds codes without tables");
   }
   MAGICPIG_RETURN_IF_ERROR(tables_.Retrieve(q_codes, scratch, out));
-  const int l = this->l();
-  for (int64_t i = 0; i < pending(); ++i) {
-    if (CollidesTwice(pending_codes_.data() + i * l, q_codes, l)) {
-      out->push_back(static_cast<int32_t>(indexed() + i));
-    }
-  }
+  const size_t before = out->size();
+  out->resize(before + static_cast<size_t>(pending()));
+  scratch->scan_masks.resize(static_cast<size_t>(pending()));
+  const int64_t found = PendingCollisions(ActiveSimdLevel(), pending_codes_.data(), pending(), l(),
+                                          q_codes, 1, static_cast<int32_t>(indexed()),
+                                          out->data() + before, scratch->scan_masks.data());
+  out->resize(before + static_cast<size_t>(found));
   return absl::OkStatus();
 }
 
@@ -304,17 +287,15 @@ absl::Status KvShard::RetrieveGroup(const uint16_t* q_codes, int g, LshScratch* 
         "KvShard::RetrieveGroup: the shard holds codes without tables");
   }
   MAGICPIG_RETURN_IF_ERROR(tables_.RetrieveGroup(q_codes, g, scratch, rows, masks));
-  const int l = this->l();
-  for (int64_t i = 0; i < pending(); ++i) {
-    uint32_t mask = 0;
-    for (int h = 0; h < g; ++h) {
-      if (CollidesTwice(pending_codes_.data() + i * l, q_codes + h * l, l)) mask |= 1u << h;
-    }
-    if (mask != 0) {
-      rows->push_back(static_cast<int32_t>(indexed() + i));
-      masks->push_back(mask);
-    }
-  }
+  // The pending keys follow the indexed ones, so appending keeps *rows sorted.
+  const size_t before = rows->size();
+  rows->resize(before + static_cast<size_t>(pending()));
+  masks->resize(rows->size());
+  const int64_t found = PendingCollisions(ActiveSimdLevel(), pending_codes_.data(), pending(), l(),
+                                          q_codes, g, static_cast<int32_t>(indexed()),
+                                          rows->data() + before, masks->data() + before);
+  rows->resize(before + static_cast<size_t>(found));
+  masks->resize(rows->size());
   return absl::OkStatus();
 }
 
