@@ -16,8 +16,8 @@
 // never scans more than that. Why those bounds: per decode step the scan compares each pending
 // key's L codes with each head's (kernels/pending_scan.h: 16 or 32 per instruction), while a merge
 // rewrites the block's L tables (n entries each) once per T appended keys; n L / T +
-// (T / 2) g L / 16 is least
-// near T = sqrt(32 n / g), 210-420 for blocks of 4K-16K keys and g = 3 heads per group.
+// (T / 2) g L / 16 is least near T = sqrt(32 n / g), 210-420 for blocks of 4K-16K keys and g = 3
+// heads per group.
 //
 // Thread-safety: const methods may be called concurrently; Append and MergePending mutate and must
 // not overlap any other call on the same shard (the owner serialises them with the decode step).

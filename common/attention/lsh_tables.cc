@@ -416,18 +416,20 @@ LshTables::LookupReads LshTables::CountLookupReads(const uint16_t* query_codes, 
   if (l_ < 2 || n_ == 0 || g < 1) return reads;
   const int64_t buckets = num_buckets();
   const int64_t stride = buckets + 1;
-  std::vector<uintptr_t> seen;
-  auto add = [&seen](const void* p, size_t bytes) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(p) / 64;
-    const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + bytes - 1) / 64;
-    for (uintptr_t line = first; line <= last; ++line) seen.push_back(line);
+  // Per table, each head reads two spans of lines (its bucket's offsets and its entries); the
+  // distinct lines and their runs are those of the union of at most 2 g spans. (A sorted list of
+  // every line, as before, made an 8K SmolLM2 decode step with `--breakdown` ~25% slower on one
+  // thread, 38.2 against 47.9 tok/s; with the spans the two are within the run-to-run noise.)
+  std::vector<internal::LineSpan> spans;
+  spans.reserve(static_cast<size_t>(2 * g));
+  auto add = [&spans](const void* p, size_t bytes) {
+    spans.push_back(
+        {reinterpret_cast<uintptr_t>(p) / 64, (reinterpret_cast<uintptr_t>(p) + bytes - 1) / 64});
   };
   WithIndices([&](const auto* indices) {
     WithOffsets([&](const auto* offsets) {
       for (int t = 0; t < l_; ++t) {
-        // Heads of a group that land in the same bucket read its lines once: count distinct lines
-        // per table.
-        seen.clear();
+        spans.clear();
         for (int h = 0; h < g; ++h) {
           const uint16_t code = query_codes[h * l_ + t];
           if (code >= buckets) continue;
@@ -437,16 +439,38 @@ LshTables::LookupReads LshTables::CountLookupReads(const uint16_t* query_codes, 
             add(indices + t * n_ + off[0], static_cast<size_t>(off[1] - off[0]) * sizeof(*indices));
           }
         }
-        std::sort(seen.begin(), seen.end());
-        seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-        for (size_t i = 0; i < seen.size(); ++i) {
-          ++reads.lines;
-          if (i == 0 || seen[i - 1] + 1 != seen[i]) ++reads.runs;
-        }
+        const LookupReads table_reads = internal::UnionOfLineSpans(&spans);
+        reads.lines += table_reads.lines;
+        reads.runs += table_reads.runs;
       }
     });
   });
   return reads;
 }
 
+namespace internal {
+
+LshTables::LookupReads UnionOfLineSpans(std::vector<LineSpan>* spans) {
+  std::sort(spans->begin(), spans->end(),
+            [](const LineSpan& a, const LineSpan& b) { return a.first < b.first; });
+  LshTables::LookupReads reads;
+  bool open = false;
+  uintptr_t run_last = 0;
+  for (const LineSpan& s : *spans) {
+    if (open && s.first <= run_last + 1) {  // overlaps or touches the current run: extends it
+      if (s.last > run_last) {
+        reads.lines += static_cast<int64_t>(s.last - run_last);
+        run_last = s.last;
+      }
+      continue;
+    }
+    ++reads.runs;
+    reads.lines += static_cast<int64_t>(s.last - s.first + 1);
+    run_last = s.last;
+    open = true;
+  }
+  return reads;
+}
+
+}  // namespace internal
 }  // namespace magicpig::attention

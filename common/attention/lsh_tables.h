@@ -146,6 +146,19 @@ class LshTables {
   std::vector<int32_t, LargeBufferAllocator<int32_t>> indices32_;    // [L][n] otherwise
 };
 
+namespace internal {
+
+// Lines first ... last (inclusive) of 64 bytes.
+struct LineSpan {
+  uintptr_t first = 0;
+  uintptr_t last = 0;
+};
+
+// The distinct lines the spans cover and the maximal runs of adjacent lines among them (what
+// CountLookupReads counts per table). Sorts *spans by first line.
+LshTables::LookupReads UnionOfLineSpans(std::vector<LineSpan>* spans);
+
+}  // namespace internal
 }  // namespace magicpig::attention
 
 #endif  // MAGICPIG_COMMON_ATTENTION_LSH_TABLES_H_

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -336,6 +337,35 @@ TEST(LshTablesGroupTest, RandomGroupsMatchBruteForcePerHead) {
                            " L=" + std::to_string(c.l) + " g=" + std::to_string(g));
     }
   }
+}
+
+// The per-table union of line spans against a set of every line: random spans, many overlapping,
+// touching (adjacent) and nested, in random order.
+TEST(LshTablesGroupTest, UnionOfLineSpansCountsDistinctLinesAndRuns) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int count = 1 + static_cast<int>(rng() % 8);
+    std::vector<internal::LineSpan> spans;
+    std::set<uintptr_t> lines;
+    for (int i = 0; i < count; ++i) {
+      const uintptr_t first = 1000 + rng() % 40;
+      const uintptr_t last = first + rng() % (rng() % 3 == 0 ? 12 : 2);
+      spans.push_back({first, last});
+      for (uintptr_t x = first; x <= last; ++x) lines.insert(x);
+    }
+    int64_t runs = 0;
+    uintptr_t prev = 0;
+    for (uintptr_t x : lines) {
+      if (runs == 0 || x != prev + 1) ++runs;
+      prev = x;
+    }
+    const LshTables::LookupReads got = internal::UnionOfLineSpans(&spans);
+    ASSERT_EQ(got.lines, static_cast<int64_t>(lines.size())) << trial;
+    ASSERT_EQ(got.runs, runs) << trial;
+  }
+  std::vector<internal::LineSpan> none;
+  EXPECT_EQ(internal::UnionOfLineSpans(&none).lines, 0);
+  EXPECT_EQ(internal::UnionOfLineSpans(&none).runs, 0);
 }
 
 // CountLookupReads against bounds from the offsets: per table, a head's lookup reads one or two
