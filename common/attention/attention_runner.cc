@@ -1,9 +1,12 @@
 #include "common/attention/attention_runner.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/attention/group_kernel_runner.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
 
@@ -12,12 +15,109 @@ namespace magicpig::attention {
 AttentionRunner::AttentionRunner(int num_threads)
     : arena_(num_threads > 0 ? num_threads : tbb::task_arena::automatic) {}
 
+namespace {
+
+// Whether the two-phase path takes every item (it checks what AttendGroup would; an item it does
+// not take goes through AttendGroup, which reports the error).
+bool TwoPhaseTakes(const Estimator& estimator, std::span<const GroupWork> work) {
+  if (!estimator.two_phase()) return false;
+  EstimatorScratch probe;
+  for (const GroupWork& w : work) {
+    if (w.shard == nullptr || w.g > kMaxSelectionHeads ||
+        !internal::CheckGroup(*w.shard, w.q, w.g, &probe, w.out, "AttentionRunner").ok()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status AttentionRunner::RunTwoPhase(const Estimator& estimator,
+                                          std::span<const GroupWork> work, float scale,
+                                          bool time_phases, TwoPhaseState& state) {
+  const size_t n = work.size();
+  if (state.selections.size() < n) state.selections.resize(n);
+  if (state.second.size() < n) state.second.resize(n);
+  if (state.ready_size < n) {
+    state.ready = std::make_unique<std::atomic<int>[]>(n);
+    state.ready_size = n;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    state.second[i].resize(static_cast<size_t>(work[i].g));
+    state.ready[i].store(0, std::memory_order_relaxed);
+  }
+  std::mutex mu;
+  absl::Status first_error;
+  std::atomic<bool> failed{false};
+  std::atomic<size_t> next_select{0}, next_part{0};
+  const int workers =
+      static_cast<int>(std::min<size_t>(tbb::this_task_arena::max_concurrency(), 2 * n));
+  tbb::parallel_for(tbb::blocked_range<int>(0, workers, 1), [&](const tbb::blocked_range<int>& r) {
+    EstimatorScratch& scratch = scratch_.local();
+    scratch.time_phases = time_phases;
+    for (int worker = r.begin(); worker < r.end(); ++worker) {
+      for (;;) {
+        if (failed.load(std::memory_order_relaxed)) return;
+        // Selections first, in item order.
+        if (const size_t i = next_select.fetch_add(1, std::memory_order_relaxed); i < n) {
+          const GroupWork& w = work[i];
+          const absl::Status s =
+              estimator.SelectGroup(*w.shard, w.codes, w.g, &scratch, &state.selections[i]);
+          if (!s.ok()) {
+            {
+              std::lock_guard<std::mutex> lock(mu);
+              if (first_error.ok()) first_error = s;
+            }
+            failed = true;
+            state.ready[i].store(-1, std::memory_order_release);
+            return;
+          }
+          state.ready[i].store(state.selections[i].parts + 1, std::memory_order_release);
+          continue;
+        }
+        // Then the parts, two slots per item. A part's selection was claimed before it, so it is
+        // running on another thread and finishes without waiting for anything: the wait is short.
+        const size_t k = next_part.fetch_add(1, std::memory_order_relaxed);
+        if (k >= 2 * n) break;
+        const size_t item = k / 2;
+        const int part = static_cast<int>(k % 2);
+        int ready;
+        while ((ready = state.ready[item].load(std::memory_order_acquire)) == 0) {
+          std::this_thread::yield();
+        }
+        if (ready < 0 || part >= ready - 1) continue;
+        const GroupWork& w = work[item];
+        estimator.AttendPart(*w.shard, w.q, w.g, scale, state.selections[item], part, &scratch,
+                             part == 0 ? w.out : state.second[item].data());
+      }
+    }
+  });
+  if (!first_error.ok()) return first_error;
+  for (size_t i = 0; i < n; ++i) {
+    PartialAttention* second = state.second[i].data();
+    FinishGroup(state.selections[i], work[i].g, work[i].out, &second);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const GroupWork> work,
                                   float scale) {
   std::mutex mu;
   absl::Status first_error;
   std::atomic<bool> failed{false};
   const bool time_phases = time_phases_.load(std::memory_order_relaxed);
+  if (TwoPhaseTakes(estimator, work)) {
+    TwoPhaseState& state = two_phase_.local();  // the calling thread's
+    absl::Status status;
+    auto run = [&] { status = RunTwoPhase(estimator, work, scale, time_phases, state); };
+    if (tbb::this_task_arena::max_concurrency() == arena_.max_concurrency()) {
+      tbb::this_task_arena::isolate(run);
+    } else {
+      arena_.execute(run);
+    }
+    return status;
+  }
   auto run_items = [&] {
     tbb::parallel_for(
         tbb::blocked_range<size_t>(0, work.size(), 1), [&](const tbb::blocked_range<size_t>& r) {

@@ -2,6 +2,12 @@
 // parallel with oneTBB, each worker thread with its own reusable EstimatorScratch
 // (docs/architecture.md §14: parallelism over (sequence, head) work items).
 //
+// Estimators with a two-phase form (Estimator::two_phase(): MagicPIG) run as a queue of every
+// item's selection first, then every item's kernel parts: a thread done with a selection takes the
+// next one, and only then a kernel part, so selections never wait behind kernels (on SmolLM2 at 8K,
+// 3 groups per layer on 2 threads, the one-call form left one thread idle for a retrieval per
+// layer). The others run AttendGroup per item.
+//
 // A Run from inside a task arena as wide as the runner's (the CPU backend's, in the embedded decode
 // step) runs in that arena, isolated; from anywhere else (a GPU backend's host thread, an attention
 // node's RPC thread) it runs in the runner's own arena of num_threads.
@@ -13,7 +19,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/attention/estimators.h"
@@ -60,7 +68,20 @@ class AttentionRunner {
   PhaseStats TakePhaseStats();
 
  private:
+  // The two-phase path's per-item state, per calling thread (Run may be called from several
+  // threads at once), reused across calls.
+  struct TwoPhaseState {
+    std::vector<GroupSelection> selections;             // [items]
+    std::vector<std::vector<PartialAttention>> second;  // [items][g] part 1's partials
+    // [items] 0 while the item's selection runs, its part count + 1 once done, -1 if it failed.
+    std::unique_ptr<std::atomic<int>[]> ready;
+    size_t ready_size = 0;
+  };
+  absl::Status RunTwoPhase(const Estimator& estimator, std::span<const GroupWork> work, float scale,
+                           bool time_phases, TwoPhaseState& state);
+
   tbb::task_arena arena_;
+  tbb::enumerable_thread_specific<TwoPhaseState> two_phase_;
   tbb::enumerable_thread_specific<EstimatorScratch> scratch_;
   std::atomic<bool> time_phases_{false};
 };

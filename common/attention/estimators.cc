@@ -19,17 +19,12 @@ namespace magicpig::attention {
 
 // See EstimatorScratch::split.
 struct MagicPigSplit {
-  std::vector<int32_t> rows;
-  std::vector<uint32_t> masks;
+  GroupSelection selection;
   EstimatorScratch halves[2];
   std::vector<PartialAttention> second;  // [g] the second half's partials
 };
 
 namespace {
-
-// MagicPIG's union rows from which AttendGroup runs the kernel as two halves (at ~70 ns per row, a
-// half of 128 rows is ~9 us, several times the cost of the extra task and merge).
-constexpr int64_t kSplitRows = 256;
 
 // out[h].n_touched = the rows whose mask has bit h.
 void CountTouched(const std::vector<uint32_t>& masks, int g, PartialAttention* out) {
@@ -99,6 +94,29 @@ absl::Status Estimator::AttendGroup(const KvShard& shard, const float* q, const 
   return absl::OkStatus();
 }
 
+absl::Status Estimator::SelectGroup(const KvShard& /*shard*/, const uint16_t* /*q_codes*/,
+                                    int /*g*/, Scratch* /*scratch*/,
+                                    GroupSelection* /*selection*/) const {
+  return absl::UnimplementedError("this estimator has no two-phase form (two_phase() is false)");
+}
+
+void Estimator::AttendPart(const KvShard& /*shard*/, const float* /*q*/, int /*g*/, float /*scale*/,
+                           const GroupSelection& /*selection*/, int /*part*/, Scratch* /*scratch*/,
+                           PartialAttention* /*out*/) const {}
+
+void FinishGroup(const GroupSelection& selection, int g, PartialAttention* out,
+                 PartialAttention* const* others) {
+  if (selection.parts > 1) {
+    std::vector<PartialAttention> parts(static_cast<size_t>(selection.parts));
+    for (int h = 0; h < g; ++h) {
+      parts[0] = std::move(out[h]);
+      for (int p = 1; p < selection.parts; ++p) parts[p] = std::move(others[p - 1][h]);
+      out[h] = MergePartials(parts);
+    }
+  }
+  CountTouched(selection.masks, g, out);
+}
+
 absl::Status FullEstimator::AttendGroup(const KvShard& shard, const float* q,
                                         const uint16_t* /*q_codes*/, int g, float scale,
                                         Scratch* scratch, PartialAttention* out) const {
@@ -122,71 +140,86 @@ MagicPigEstimator::MagicPigEstimator(int k, int l, MagicPigOptions options, Simd
                      ? LogInclusionTable(k, l)
                      : std::vector<float>()) {}
 
+absl::Status MagicPigEstimator::SelectGroup(const KvShard& shard, const uint16_t* q_codes, int g,
+                                            Scratch* scratch, GroupSelection* selection) const {
+  if (g < 1 || g > kMaxSelectionHeads || scratch == nullptr || selection == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MagicPigEstimator::SelectGroup needs 1 <= g <= ", kMaxSelectionHeads,
+                     " heads, a scratch and a selection; got g = ", g));
+  }
+  MAGICPIG_RETURN_IF_ERROR(internal::CheckTables(shard, k_, l_, q_codes, "MagicPigEstimator"));
+  const auto start = scratch->time_phases ? std::chrono::steady_clock::now()
+                                          : std::chrono::steady_clock::time_point{};
+  // The union of the heads' sample sets, sorted, with a bit per head (docs/architecture.md §6.3).
+  MAGICPIG_RETURN_IF_ERROR(
+      shard.RetrieveGroup(q_codes, g, &scratch->lsh, &selection->rows, &selection->masks));
+  const int64_t n_rows = static_cast<int64_t>(selection->rows.size());
+  selection->parts = n_rows >= kSplitRows ? 2 : 1;
+  if (scratch->time_phases) {
+    scratch->retrieve_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const LshTables::LookupReads reads = shard.tables().CountLookupReads(q_codes, g);
+    scratch->bucket_lines += reads.lines;
+    scratch->bucket_runs += reads.runs;
+    scratch->union_rows += n_rows;
+    scratch->pending_bytes += shard.pending() * shard.l() * int64_t{sizeof(uint16_t)};
+  }
+  return absl::OkStatus();
+}
+
+void MagicPigEstimator::AttendPart(const KvShard& shard, const float* q, int g, float scale,
+                                   const GroupSelection& selection, int part, Scratch* scratch,
+                                   PartialAttention* out) const {
+  const auto start = scratch->time_phases ? std::chrono::steady_clock::now()
+                                          : std::chrono::steady_clock::time_point{};
+  const int64_t n_rows = static_cast<int64_t>(selection.rows.size());
+  const int64_t begin = n_rows * part / selection.parts;
+  const int64_t end = n_rows * (part + 1) / selection.parts;
+  const float* lnu = options_.force_unit_inclusion ? nullptr : lnu_table_.data();
+  RunGroupKernel(SelectGroupKernel(simd_level()), shard, q, g, scale, selection.rows.data() + begin,
+                 end - begin, selection.masks.data() + begin, lnu, scratch, out);
+  if (scratch->time_phases) {
+    scratch->kernel_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+}
+
 absl::Status MagicPigEstimator::AttendGroup(const KvShard& shard, const float* q,
                                             const uint16_t* q_codes, int g, float scale,
                                             Scratch* scratch, PartialAttention* out) const {
   MAGICPIG_RETURN_IF_ERROR(CheckGroup(shard, q, g, scratch, out, "MagicPigEstimator"));
   MAGICPIG_RETURN_IF_ERROR(internal::CheckTables(shard, k_, l_, q_codes, "MagicPigEstimator"));
-  const GroupKernel kernel = SelectGroupKernel(simd_level());
-  for (int h0 = 0; h0 < g; h0 += internal::kMaxGroup) {
-    const int gc = std::min(g - h0, internal::kMaxGroup);
-    const auto start = scratch->time_phases ? std::chrono::steady_clock::now()
-                                            : std::chrono::steady_clock::time_point{};
-    // The union of the heads' sample sets, sorted, with a bit per head (docs/architecture.md §6.3).
-    MAGICPIG_RETURN_IF_ERROR(shard.RetrieveGroup(q_codes + h0 * l_, gc, &scratch->lsh,
-                                                 &scratch->rows, &scratch->row_masks));
-    const auto retrieved = scratch->time_phases ? std::chrono::steady_clock::now()
-                                                : std::chrono::steady_clock::time_point{};
-    const float* lnu = options_.force_unit_inclusion ? nullptr : lnu_table_.data();
+  for (int h0 = 0; h0 < g; h0 += kMaxSelectionHeads) {
+    const int gc = std::min(g - h0, kMaxSelectionHeads);
     const float* qh = q + h0 * shard.dim();
-    const int64_t n_rows = static_cast<int64_t>(scratch->rows.size());
-    if (n_rows >= kSplitRows) {
-      // Two halves on two tasks: when a layer has fewer work items than twice the threads
-      // (SmolLM2 at 8K: 3 kv heads in one block on 2 threads), a thread done with its items takes
-      // the other half instead of waiting. The halves depend on the row count alone and merge by
-      // LSE, so the result does not depend on the number of threads. While this thread waits it
-      // may run another work item with the same scratch: everything the halves use is moved out
-      // of it first (the rows, the masks and two scratches of their own).
-      std::shared_ptr<MagicPigSplit> split = std::move(scratch->split);
-      if (split == nullptr) split = std::make_shared<MagicPigSplit>();
-      split->rows.swap(scratch->rows);
-      split->masks.swap(scratch->row_masks);
+    // Everything the parts use lives in `split`, moved out of the scratch for the call: while this
+    // thread waits for the other part it may run another work item with the same scratch.
+    std::shared_ptr<MagicPigSplit> split = std::move(scratch->split);
+    if (split == nullptr) split = std::make_shared<MagicPigSplit>();
+    GroupSelection& sel = split->selection;
+    MAGICPIG_RETURN_IF_ERROR(SelectGroup(shard, q_codes + h0 * l_, gc, scratch, &sel));
+    if (sel.parts == 2) {
+      // Two halves on two tasks: when a layer has fewer work items than twice the threads, a
+      // thread done with its items takes the other half instead of waiting.
       split->second.resize(static_cast<size_t>(gc));
-      const int64_t half = n_rows / 2;
-      const int32_t* rows = split->rows.data();
-      const uint32_t* masks = split->masks.data();
+      for (EstimatorScratch& half : split->halves) half.time_phases = scratch->time_phases;
       tbb::parallel_invoke(
+          [&] { AttendPart(shard, qh, gc, scale, sel, 0, &split->halves[0], out + h0); },
           [&] {
-            RunGroupKernel(kernel, shard, qh, gc, scale, rows, half, masks, lnu, &split->halves[0],
-                           out + h0);
-          },
-          [&] {
-            RunGroupKernel(kernel, shard, qh, gc, scale, rows + half, n_rows - half, masks + half,
-                           lnu, &split->halves[1], split->second.data());
+            AttendPart(shard, qh, gc, scale, sel, 1, &split->halves[1], split->second.data());
           });
-      for (int h = 0; h < gc; ++h) {
-        const PartialAttention parts[2] = {std::move(out[h0 + h]), std::move(split->second[h])};
-        out[h0 + h] = MergePartials(parts);
+      // The halves' phase times belong to this call's scratch.
+      for (EstimatorScratch& half : split->halves) {
+        scratch->kernel_seconds += half.kernel_seconds;
+        half.kernel_seconds = 0;
       }
-      CountTouched(split->masks, gc, out + h0);
-      split->rows.swap(scratch->rows);  // back for reuse (or a nested call's, equally reusable)
-      split->masks.swap(scratch->row_masks);
-      scratch->split = std::move(split);
     } else {
-      RunGroupKernel(kernel, shard, qh, gc, scale, scratch->rows.data(), n_rows,
-                     scratch->row_masks.data(), lnu, scratch, out + h0);
-      CountTouched(scratch->row_masks, gc, out + h0);
+      // One part: this thread runs it without waiting, so the scratch's buffers are safe.
+      AttendPart(shard, qh, gc, scale, sel, 0, scratch, out + h0);
     }
-    if (scratch->time_phases) {
-      scratch->retrieve_seconds += std::chrono::duration<double>(retrieved - start).count();
-      scratch->kernel_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - retrieved).count();
-      const LshTables::LookupReads reads = shard.tables().CountLookupReads(q_codes + h0 * l_, gc);
-      scratch->bucket_lines += reads.lines;
-      scratch->bucket_runs += reads.runs;
-      scratch->union_rows += n_rows;
-      scratch->pending_bytes += shard.pending() * shard.l() * int64_t{sizeof(uint16_t)};
-    }
+    PartialAttention* second = split->second.data();
+    FinishGroup(sel, gc, out + h0, &second);
+    scratch->split = std::move(split);
   }
   return absl::OkStatus();
 }

@@ -109,6 +109,19 @@ struct EstimatorScratch {
   std::shared_ptr<struct MagicPigSplit> split;
 };
 
+// What the selection phase of a two-phase estimator (Estimator::SelectGroup) leaves for its kernel
+// parts: the union of the group's selected rows, sorted, with a bit per head that selected each,
+// and how many parts the kernel over them is cut into (from the row count alone, so the result
+// does not depend on the number of threads).
+struct GroupSelection {
+  std::vector<int32_t> rows;
+  std::vector<uint32_t> masks;
+  int parts = 1;  // 1 or 2
+};
+
+// Most heads a two-phase call takes (the group kernel's row masks are uint32).
+inline constexpr int kMaxSelectionHeads = 32;
+
 class Estimator {
  public:
   using Scratch = EstimatorScratch;
@@ -128,6 +141,22 @@ class Estimator {
                                    int g, float scale, Scratch* scratch,
                                    PartialAttention* out) const;
 
+  // The two-phase form of AttendGroup, for estimators that choose rows before attending them
+  // (MagicPIG's retrieval, then the kernel over the union). AttentionRunner runs every work item's
+  // selection before any kernel part, so a thread done with its selection takes the next item's
+  // instead of its own kernel, and the parts fill the threads (SmolLM2 at 8K: 3 groups on 2
+  // threads left one thread idle for a retrieval per layer). Where two_phase() is true:
+  // SelectGroup (1 <= g <= kMaxSelectionHeads; AttendGroup's errors) fills *selection; then
+  // AttendPart for each part < selection.parts, in any order or thread, part 0 writing out[0 .. g)
+  // and part p > 0 its own [g] array; then FinishGroup(selection, g, out, the other parts' arrays)
+  // gives exactly AttendGroup's result. The scratch of each call may be any thread's.
+  virtual bool two_phase() const { return false; }
+  virtual absl::Status SelectGroup(const KvShard& shard, const uint16_t* q_codes, int g,
+                                   Scratch* scratch, GroupSelection* selection) const;
+  virtual void AttendPart(const KvShard& shard, const float* q, int g, float scale,
+                          const GroupSelection& selection, int part, Scratch* scratch,
+                          PartialAttention* out) const;
+
   SimdLevel simd_level() const { return simd_level_; }
 
  protected:
@@ -136,6 +165,12 @@ class Estimator {
  private:
   SimdLevel simd_level_;
 };
+
+// The last step of a two-phase call (Estimator::SelectGroup): out[h] merged by LSE with
+// others[p - 1][h] for each part p > 0 of the selection, and out[h].n_touched = the selection's
+// rows of head h. others: selection.parts - 1 arrays of g partials.
+void FinishGroup(const GroupSelection& selection, int g, PartialAttention* out,
+                 PartialAttention* const* others);
 
 class FullEstimator final : public Estimator {
  public:
@@ -160,6 +195,17 @@ class MagicPigEstimator final : public Estimator {
 
   absl::Status AttendGroup(const KvShard& shard, const float* q, const uint16_t* q_codes, int g,
                            float scale, Scratch* scratch, PartialAttention* out) const override;
+  // Selection: the tables' retrieval plus the pending segment's scan; parts: 2 from kSplitRows
+  // union rows (two halves merged by LSE), else 1.
+  bool two_phase() const override { return true; }
+  absl::Status SelectGroup(const KvShard& shard, const uint16_t* q_codes, int g, Scratch* scratch,
+                           GroupSelection* selection) const override;
+  void AttendPart(const KvShard& shard, const float* q, int g, float scale,
+                  const GroupSelection& selection, int part, Scratch* scratch,
+                  PartialAttention* out) const override;
+  // Union rows from which the kernel runs as two parts (at ~70 ns per row, a half of 128 rows is
+  // ~9 us, several times the cost of the extra task and merge).
+  static constexpr int64_t kSplitRows = 256;
 
   // INVALID_ARGUMENT additionally if shard.k() != K or shard.l() != L, q_codes is null, or a query
   // code is >= 2^K.
