@@ -41,6 +41,7 @@ absl::Status AttentionRunner::RunTwoPhase(const Estimator& estimator,
   if (state.second.size() < n) state.second.resize(n);
   if (state.ready_size < n) {
     state.ready = std::make_unique<std::atomic<int>[]>(n);
+    state.remaining = std::make_unique<std::atomic<int>[]>(n);
     state.ready_size = n;
   }
   for (size_t i = 0; i < n; ++i) {
@@ -73,6 +74,7 @@ absl::Status AttentionRunner::RunTwoPhase(const Estimator& estimator,
             state.ready[i].store(-1, std::memory_order_release);
             return;
           }
+          state.remaining[i].store(state.selections[i].parts, std::memory_order_relaxed);
           state.ready[i].store(state.selections[i].parts + 1, std::memory_order_release);
           continue;
         }
@@ -90,15 +92,16 @@ absl::Status AttentionRunner::RunTwoPhase(const Estimator& estimator,
         const GroupWork& w = work[item];
         estimator.AttendPart(*w.shard, w.q, w.g, scale, state.selections[item], part, &scratch,
                              part == 0 ? w.out : state.second[item].data());
+        // The last part of the item merges the parts (acq_rel: the other part's partials, written
+        // by another thread, are visible here).
+        if (state.remaining[item].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+          PartialAttention* second = state.second[item].data();
+          FinishGroup(state.selections[item], w.g, w.out, &second);
+        }
       }
     }
   });
-  if (!first_error.ok()) return first_error;
-  for (size_t i = 0; i < n; ++i) {
-    PartialAttention* second = state.second[i].data();
-    FinishGroup(state.selections[i], work[i].g, work[i].out, &second);
-  }
-  return absl::OkStatus();
+  return first_error;
 }
 
 absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const GroupWork> work,

@@ -75,6 +75,8 @@ class AttentionRunner {
     std::vector<std::vector<PartialAttention>> second;  // [items][g] part 1's partials
     // [items] 0 while the item's selection runs, its part count + 1 once done, -1 if it failed.
     std::unique_ptr<std::atomic<int>[]> ready;
+    // [items] parts not yet attended: the thread that attends the last one finishes the item.
+    std::unique_ptr<std::atomic<int>[]> remaining;
     size_t ready_size = 0;
   };
   absl::Status RunTwoPhase(const Estimator& estimator, std::span<const GroupWork> work, float scale,

@@ -83,8 +83,13 @@ absl::Status LocalAttentionShards::Attend(int64_t layer, const float* q, const u
   MAGICPIG_RETURN_IF_ERROR(runner_->Run(*estimator_, work_, scale));
   std::vector<PartialAttention> per_head(blocks.size());
   for (int64_t h = 0; h < n_head; ++h) {
-    for (size_t b = 0; b < blocks.size(); ++b) per_head[b] = block_parts_[b * n_head + h];
-    out[h] = MergePartials(per_head);
+    if (blocks.size() == 1) {
+      out[h] = std::move(block_parts_[h]);  // what the merge of one part returns, without copies
+    } else {
+      for (size_t b = 0; b < blocks.size(); ++b)
+        per_head[b] = std::move(block_parts_[b * n_head + h]);
+      out[h] = MergePartials(per_head);
+    }
     if (out[h].o.empty()) out[h].o.assign(static_cast<size_t>(head_dim_), 0.0f);
   }
   return absl::OkStatus();
