@@ -1,6 +1,7 @@
 // Dispatch for PendingCollisions plus its portable kernel (baseline ISA).
 #include <algorithm>
 
+#include "common/attention/kernels/pending_scan-inl.h"
 #include "common/attention/kernels/pending_scan.h"
 
 namespace magicpig::attention {
@@ -9,26 +10,18 @@ namespace internal {
 int64_t PendingCollisionsScalar(const uint16_t* key_codes, int64_t n, int l,
                                 const uint16_t* q_codes, int g, int32_t first_row, int32_t* rows,
                                 uint32_t* masks) {
-  int64_t c = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t* key = key_codes + i * l;
-    uint32_t mask = 0;
-    for (int h = 0; h < g; ++h) {
-      const uint16_t* q = q_codes + static_cast<int64_t>(h) * l;
-      // 32 tables at a time without a branch per table (a key usually collides in none or one,
-      // so the scan reads all l codes anyway), then the early exit.
-      int hits = 0;
-      for (int t0 = 0; t0 < l && hits < 2; t0 += 32) {
-        const int t1 = std::min(l, t0 + 32);
-        for (int t = t0; t < t1; ++t) hits += key[t] == q[t] ? 1 : 0;
-      }
-      mask |= (hits >= 2 ? 1u : 0u) << h;
-    }
-    rows[c] = first_row + static_cast<int32_t>(i);
-    masks[c] = mask;
-    c += mask != 0 ? 1 : 0;
-  }
-  return c;
+  return ScanPendingKeys(key_codes, n, l, q_codes, g, first_row, rows, masks,
+                         [l](const uint16_t* key, const uint16_t* q) {
+                           // 32 tables at a time without a branch per table (a key usually
+                           // collides in none or one, so the scan reads all l codes anyway), then
+                           // the early exit.
+                           int hits = 0;
+                           for (int t0 = 0; t0 < l && hits < 2; t0 += 32) {
+                             const int t1 = std::min(l, t0 + 32);
+                             for (int t = t0; t < t1; ++t) hits += key[t] == q[t] ? 1 : 0;
+                           }
+                           return hits;
+                         });
 }
 
 }  // namespace internal
