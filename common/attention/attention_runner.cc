@@ -106,9 +106,6 @@ absl::Status AttentionRunner::RunTwoPhase(const Estimator& estimator,
 
 absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const GroupWork> work,
                                   float scale) {
-  std::mutex mu;
-  absl::Status first_error;
-  std::atomic<bool> failed{false};
   const bool time_phases = time_phases_.load(std::memory_order_relaxed);
   if (TwoPhaseTakes(estimator, work)) {
     TwoPhaseState& state = two_phase_.local();  // the calling thread's
@@ -121,6 +118,9 @@ absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const Gr
     }
     return status;
   }
+  std::mutex mu;
+  absl::Status first_error;
+  std::atomic<bool> failed{false};
   auto run_items = [&] {
     tbb::parallel_for(
         tbb::blocked_range<size_t>(0, work.size(), 1), [&](const tbb::blocked_range<size_t>& r) {

@@ -106,11 +106,9 @@ void Estimator::AttendPart(const KvShard& /*shard*/, const float* /*q*/, int /*g
 
 void FinishGroup(const GroupSelection& selection, int g, PartialAttention* out,
                  PartialAttention* const* others) {
-  if (selection.parts > 1) {
-    std::vector<PartialAttention> parts(static_cast<size_t>(selection.parts));
+  if (selection.parts == 2) {  // parts is 1 or 2 (GroupSelection): no buffer to allocate
     for (int h = 0; h < g; ++h) {
-      parts[0] = std::move(out[h]);
-      for (int p = 1; p < selection.parts; ++p) parts[p] = std::move(others[p - 1][h]);
+      const PartialAttention parts[2] = {std::move(out[h]), std::move(others[0][h])};
       out[h] = MergePartials(parts);
     }
   }

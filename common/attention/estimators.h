@@ -103,9 +103,9 @@ struct EstimatorScratch {
   int64_t bucket_runs = 0;
   int64_t union_rows = 0;
   int64_t pending_bytes = 0;
-  // MagicPIG's state for a union attended as two halves (estimators.cc): taken out of the scratch
-  // while the halves run, so that a call this thread makes while it waits for the other half (a
-  // task it takes meanwhile) finds the scratch free; made at the first split.
+  // MagicPIG's selection and kernel halves for one AttendGroup call (estimators.cc): taken out of
+  // the scratch for the call, so that a call this thread makes while it waits for the other half
+  // (a task it takes meanwhile) finds the scratch free; made at the first call, then reused.
   std::shared_ptr<struct MagicPigSplit> split;
 };
 
@@ -167,8 +167,8 @@ class Estimator {
 };
 
 // The last step of a two-phase call (Estimator::SelectGroup): out[h] merged by LSE with
-// others[p - 1][h] for each part p > 0 of the selection, and out[h].n_touched = the selection's
-// rows of head h. others: selection.parts - 1 arrays of g partials.
+// others[0][h] when the selection has two parts, and out[h].n_touched = the selection's rows of
+// head h. others: selection.parts - 1 arrays of g partials.
 void FinishGroup(const GroupSelection& selection, int g, PartialAttention* out,
                  PartialAttention* const* others);
 

@@ -81,7 +81,7 @@ absl::Status LocalAttentionShards::Attend(int64_t layer, const float* q, const u
     }
   }
   MAGICPIG_RETURN_IF_ERROR(runner_->Run(*estimator_, work_, scale));
-  std::vector<PartialAttention> per_head(blocks.size());
+  std::vector<PartialAttention> per_head(blocks.size() > 1 ? blocks.size() : 0);
   for (int64_t h = 0; h < n_head; ++h) {
     if (blocks.size() == 1) {
       out[h] = std::move(block_parts_[h]);  // what the merge of one part returns, without copies
