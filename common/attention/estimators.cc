@@ -149,8 +149,8 @@ absl::Status MagicPigEstimator::SelectGroup(const KvShard& shard, const uint16_t
   const auto start = scratch->time_phases ? std::chrono::steady_clock::now()
                                           : std::chrono::steady_clock::time_point{};
   // The union of the heads' sample sets, sorted, with a bit per head (docs/architecture.md §6.3).
-  MAGICPIG_RETURN_IF_ERROR(
-      shard.RetrieveGroup(q_codes, g, &scratch->lsh, &selection->rows, &selection->masks));
+  MAGICPIG_RETURN_IF_ERROR(shard.RetrieveGroup(q_codes, g, &scratch->lsh, &selection->rows,
+                                               &selection->masks, simd_level()));
   const int64_t n_rows = static_cast<int64_t>(selection->rows.size());
   selection->parts = n_rows >= kSplitRows ? 2 : 1;
   if (scratch->time_phases) {
@@ -241,7 +241,7 @@ absl::StatusOr<PartialAttention> MagicPigEstimator::Attend(const KvShard& shard,
                                                            Scratch* scratch) const {
   MAGICPIG_RETURN_IF_ERROR(CheckCommon(shard, q, scratch, "MagicPigEstimator"));
   MAGICPIG_RETURN_IF_ERROR(internal::CheckTables(shard, k_, l_, q_codes, "MagicPigEstimator"));
-  MAGICPIG_RETURN_IF_ERROR(shard.Retrieve(q_codes, &scratch->lsh, &scratch->sample));
+  MAGICPIG_RETURN_IF_ERROR(shard.Retrieve(q_codes, &scratch->lsh, &scratch->sample, simd_level()));
   const size_t m = scratch->sample.size();
   scratch->logits.resize(m);
   double q_norm = 0.0;

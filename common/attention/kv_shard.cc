@@ -264,7 +264,7 @@ absl::Status KvShard::MergePending() {
 }
 
 absl::Status KvShard::Retrieve(const uint16_t* q_codes, LshScratch* scratch,
-                               std::vector<int32_t>* out) const {
+                               std::vector<int32_t>* out, SimdLevel level) const {
   if (index_ == KvIndex::kCodes) {
     return absl::InvalidArgumentError("KvShard::Retrieve: the shard holds codes without tables");
   }
@@ -272,16 +272,16 @@ absl::Status KvShard::Retrieve(const uint16_t* q_codes, LshScratch* scratch,
   const size_t before = out->size();
   out->resize(before + static_cast<size_t>(pending()));
   scratch->scan_masks.resize(static_cast<size_t>(pending()));
-  const int64_t found = PendingCollisions(ActiveSimdLevel(), pending_codes_.data(), pending(), l(),
-                                          q_codes, 1, static_cast<int32_t>(indexed()),
-                                          out->data() + before, scratch->scan_masks.data());
+  const int64_t found = PendingCollisions(level, pending_codes_.data(), pending(), l(), q_codes, 1,
+                                          static_cast<int32_t>(indexed()), out->data() + before,
+                                          scratch->scan_masks.data());
   out->resize(before + static_cast<size_t>(found));
   return absl::OkStatus();
 }
 
 absl::Status KvShard::RetrieveGroup(const uint16_t* q_codes, int g, LshScratch* scratch,
-                                    std::vector<int32_t>* rows,
-                                    std::vector<uint32_t>* masks) const {
+                                    std::vector<int32_t>* rows, std::vector<uint32_t>* masks,
+                                    SimdLevel level) const {
   if (index_ == KvIndex::kCodes) {
     return absl::InvalidArgumentError(
         "KvShard::RetrieveGroup: the shard holds codes without tables");
@@ -291,9 +291,9 @@ absl::Status KvShard::RetrieveGroup(const uint16_t* q_codes, int g, LshScratch* 
   const size_t before = rows->size();
   rows->resize(before + static_cast<size_t>(pending()));
   masks->resize(rows->size());
-  const int64_t found = PendingCollisions(ActiveSimdLevel(), pending_codes_.data(), pending(), l(),
-                                          q_codes, g, static_cast<int32_t>(indexed()),
-                                          rows->data() + before, masks->data() + before);
+  const int64_t found = PendingCollisions(level, pending_codes_.data(), pending(), l(), q_codes, g,
+                                          static_cast<int32_t>(indexed()), rows->data() + before,
+                                          masks->data() + before);
   rows->resize(before + static_cast<size_t>(found));
   masks->resize(rows->size());
   return absl::OkStatus();

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "common/attention/lsh_tables.h"
 #include "common/attention/simhash.h"
+#include "common/cpu_features.h"
 
 namespace magicpig::attention {
 
@@ -84,15 +85,18 @@ class KvShard {
 
   // Keys in [0, size()) colliding with q_codes ([L], each < 2^K) in >= 2 tables: the tables'
   // result (LshTables::Retrieve) followed by the pending segment's, in increasing index order.
-  // INVALID_ARGUMENT for a kCodes shard (it has no tables); likewise RetrieveGroup.
-  absl::Status Retrieve(const uint16_t* q_codes, LshScratch* scratch,
-                        std::vector<int32_t>* out) const;
+  // INVALID_ARGUMENT for a kCodes shard (it has no tables); likewise RetrieveGroup. `level` is
+  // the SIMD level of the pending segment's scan (an estimator passes its own simd_level(), so a
+  // test that pins a level runs every kernel of the step at it).
+  absl::Status Retrieve(const uint16_t* q_codes, LshScratch* scratch, std::vector<int32_t>* out,
+                        SimdLevel level = ActiveSimdLevel()) const;
 
   // LshTables::RetrieveGroup for the g heads of a GQA group (q_codes [g][L]), then the pending
   // segment's keys (brute force, appended: they are above every indexed key), so *rows stays
   // sorted and each head's set is exactly what Retrieve returns for it.
   absl::Status RetrieveGroup(const uint16_t* q_codes, int g, LshScratch* scratch,
-                             std::vector<int32_t>* rows, std::vector<uint32_t>* masks) const;
+                             std::vector<int32_t>* rows, std::vector<uint32_t>* masks,
+                             SimdLevel level = ActiveSimdLevel()) const;
 
   static constexpr int64_t kMinMergeRows = 256;
   static constexpr int64_t kMaxMergeRows = 512;

@@ -521,7 +521,7 @@ absl::Status VAttentionLshEstimator::Candidates(const KvShard& shard, const uint
     NearestByCode(shard, q_codes, spotlight_fraction_, simd_level(), scratch, out);
     return absl::OkStatus();
   }
-  MAGICPIG_RETURN_IF_ERROR(shard.Retrieve(q_codes, &scratch->lsh, out));
+  MAGICPIG_RETURN_IF_ERROR(shard.Retrieve(q_codes, &scratch->lsh, out, simd_level()));
   std::sort(out->begin(), out->end());  // retrieval order is not index order
   return absl::OkStatus();
 }
@@ -538,8 +538,8 @@ absl::Status VAttentionLshEstimator::GroupCandidates(const KvShard& shard, const
     return absl::OkStatus();
   }
   // The group's candidates, retrieved together (a bit per head).
-  MAGICPIG_RETURN_IF_ERROR(
-      shard.RetrieveGroup(q_codes, gc, &scratch->lsh, &scratch->rows, &scratch->row_masks));
+  MAGICPIG_RETURN_IF_ERROR(shard.RetrieveGroup(q_codes, gc, &scratch->lsh, &scratch->rows,
+                                               &scratch->row_masks, simd_level()));
   for (size_t j = 0; j < scratch->rows.size(); ++j) {
     for (uint32_t m = scratch->row_masks[j]; m != 0; m &= m - 1) {
       (*out)[static_cast<size_t>(__builtin_ctz(m))].push_back(scratch->rows[j]);
