@@ -146,7 +146,7 @@ absl::Status AttentionRunner::Run(const Estimator& estimator, std::span<const Gr
     // Already in an arena as wide as ours (the embedded decode step runs inside the CPU backend's
     // arena): stay in it. Entering our own arena would make its worker threads leave the
     // backend's and join ours at every sparse layer (~1.4 ms of an 8K SmolLM2 step on 2 threads,
-    // docs/benchmarks.md). Isolated, so a waiting thread takes no unrelated outer task.
+    // docs/sparse-decode.md). Isolated, so a waiting thread takes no unrelated outer task.
     tbb::this_task_arena::isolate(run_items);
   } else {
     arena_.execute(run_items);

@@ -83,7 +83,7 @@ void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* atte
                "a sparse layer attends exactly until its offloaded region (the prompt minus the "
                "sinks and the local window, then the tokens that leave the window) holds this "
                "many keys; below about 3K keys the sampled path costs more than exact attention "
-               "(docs/benchmarks.md). 1: sample as soon as there is anything to sample",
+               "(docs/sparse-decode.md). 1: sample as soon as there is anything to sample",
                int64_t{1}, int64_t{1} << 40);
   table.Number("shard-block", &attention->shard_block,
                "tokens per block of the offloaded prompt region; each block has its own KV shard "
