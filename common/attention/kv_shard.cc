@@ -286,7 +286,7 @@ absl::Status KvShard::RetrieveGroup(const uint16_t* q_codes, int g, LshScratch* 
     return absl::InvalidArgumentError(
         "KvShard::RetrieveGroup: the shard holds codes without tables");
   }
-  MAGICPIG_RETURN_IF_ERROR(tables_.RetrieveGroup(q_codes, g, scratch, rows, masks));
+  MAGICPIG_RETURN_IF_ERROR(tables_.RetrieveGroup(q_codes, g, scratch, rows, masks, level));
   // The pending keys follow the indexed ones, so appending keeps *rows sorted.
   const size_t before = rows->size();
   rows->resize(before + static_cast<size_t>(pending()));

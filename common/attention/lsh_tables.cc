@@ -303,8 +303,8 @@ void MergeSorted(const std::vector<int32_t>& a_rows, const std::vector<uint32_t>
 }  // namespace
 
 absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScratch* scratch,
-                                      std::vector<int32_t>* rows,
-                                      std::vector<uint32_t>* masks) const {
+                                      std::vector<int32_t>* rows, std::vector<uint32_t>* masks,
+                                      SimdLevel level) const {
   rows->clear();
   masks->clear();
   if (g < 1 || g > 32) {
@@ -397,7 +397,7 @@ absl::Status LshTables::RetrieveGroup(const uint16_t* query_codes, int g, LshScr
       });
     });
     const int64_t found = internal::ScanCollisionCounters(
-        counter, n_, h0, scratch->scan_rows.data(), scratch->scan_masks.data());
+        level, counter, n_, h0, scratch->scan_rows.data(), scratch->scan_masks.data());
     if (h0 == 0) {
       rows->assign(scratch->scan_rows.begin(), scratch->scan_rows.begin() + found);
       masks->assign(scratch->scan_masks.begin(), scratch->scan_masks.begin() + found);

@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/cpu_features.h"
 #include "common/large_buffer_allocator.h"
 
 namespace magicpig::attention {
@@ -74,11 +75,12 @@ class LshTables {
   // and (*masks)[j] has bit h set iff head h's Retrieve returns (*rows)[j]. Collisions are counted
   // one byte per head in a uint32 per key, 4 heads per pass (no branch per bucket entry; the
   // buckets' offsets and first entries are prefetched for all L tables first), then a vector scan
-  // over the n counters emits the keys and zeroes the counters. L > 255 (a byte could overflow)
-  // runs Retrieve per head instead, same result. INVALID_ARGUMENT for g outside [1, 32] or a code
-  // >= 2^k (outputs empty, scratch untouched).
+  // over the n counters (kernels/collision_scan.h, at `level`) emits the keys and zeroes the
+  // counters. L > 255 (a byte could overflow) runs Retrieve per head instead, same result.
+  // INVALID_ARGUMENT for g outside [1, 32] or a code >= 2^k (outputs empty, scratch untouched).
   absl::Status RetrieveGroup(const uint16_t* query_codes, int g, LshScratch* scratch,
-                             std::vector<int32_t>* rows, std::vector<uint32_t>* masks) const;
+                             std::vector<int32_t>* rows, std::vector<uint32_t>* masks,
+                             SimdLevel level = ActiveSimdLevel()) const;
 
   // What RetrieveGroup's lookups for these g heads (query_codes [g][L]) read from the tables, in
   // 64-byte lines: per table, the line(s) holding each head's two bucket offsets and the lines its

@@ -1,3 +1,4 @@
+// The baseline (SSE2) collision scan, the scalar tail every level shares, and the dispatch.
 #include "common/attention/kernels/collision_scan.h"
 
 #include <emmintrin.h>
@@ -14,8 +15,22 @@ inline uint32_t SampledHeads(uint32_t c) {
 
 }  // namespace
 
-int64_t ScanCollisionCounters(uint32_t* counters, int64_t n, int shift, int32_t* rows,
-                              uint32_t* masks) {
+int64_t ScanCollisionTail(uint32_t* counters, int64_t i, int64_t n, int shift, int32_t* rows,
+                          uint32_t* masks, int64_t c) {
+  for (; i < n; ++i) {
+    const uint32_t nib = SampledHeads(counters[i]);
+    counters[i] = 0;
+    if (nib != 0) {
+      rows[c] = static_cast<int32_t>(i);
+      masks[c] = nib << shift;
+      ++c;
+    }
+  }
+  return c;
+}
+
+int64_t ScanCollisionCountersSse2(uint32_t* counters, int64_t n, int shift, int32_t* rows,
+                                  uint32_t* masks) {
   const __m128i two = _mm_set1_epi8(2);
   const __m128i zero = _mm_setzero_si128();
   int64_t c = 0;
@@ -42,16 +57,21 @@ int64_t ScanCollisionCounters(uint32_t* counters, int64_t n, int shift, int32_t*
       }
     }
   }
-  for (; i < n; ++i) {
-    const uint32_t nib = SampledHeads(counters[i]);
-    counters[i] = 0;
-    if (nib != 0) {
-      rows[c] = static_cast<int32_t>(i);
-      masks[c] = nib << shift;
-      ++c;
-    }
+  return ScanCollisionTail(counters, i, n, shift, rows, masks, c);
+}
+
+int64_t ScanCollisionCounters(SimdLevel level, uint32_t* counters, int64_t n, int shift,
+                              int32_t* rows, uint32_t* masks) {
+  const SimdLevel detected = DetectedSimdLevel();
+  if (static_cast<int>(level) > static_cast<int>(detected)) level = detected;
+  switch (level) {
+    case SimdLevel::kAvx512:
+      return ScanCollisionCountersAvx512(counters, n, shift, rows, masks);
+    case SimdLevel::kAvx2:
+      return ScanCollisionCountersAvx2(counters, n, shift, rows, masks);
+    default:
+      return ScanCollisionCountersSse2(counters, n, shift, rows, masks);
   }
-  return c;
 }
 
 }  // namespace magicpig::attention::internal
