@@ -316,6 +316,12 @@ int BenchCommand(const std::vector<std::string>& args) {
               p.hash * ms, p.window * ms, p.shards * ms, r.estimator.retrieve * ms,
               r.estimator.kernel * ms, p.merge * ms, r.sampling * ms,
               (r.step_wall - r.timings.dense - r.timings.attention - r.sampling) * ms);
+          if (r.timings.device_wait > 0) {
+            // Device backends: what of the attention was the host waiting on the device's copies
+            // (and the device work queued before them); the rest is host work and launches.
+            std::cout << absl::StrFormat("        ms/step %-16s of attention: device waits %.2f\n",
+                                         ModeName(modes[m]), r.timings.device_wait * ms);
+          }
           const attention::AttentionRunner::PhaseStats& est = r.estimator;
           if (est.bucket_runs + est.union_rows > 0) {
             // The DRAM floor: every read of the step from memory at the probes' rates and nothing

@@ -200,7 +200,9 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
         if (planned) {
           MAGICPIG_ASSIGN_OR_RETURN(results, DeviceWorkFor(work, s.row, sq, cache, scale));
         }
+        const Clock::time_point flush_start = Clock::now();
         MAGICPIG_RETURN_IF_ERROR(b.FlushCopies());
+        if (timings != nullptr) timings->device_wait += Seconds(flush_start, Clock::now());
         const backend::KvLayerView host_cache = s.kv->host().layer(layer);
         MAGICPIG_ASSIGN_OR_RETURN(
             started,
@@ -242,8 +244,10 @@ absl::Status Transformer::LayerPost(int64_t layer, float* x, int64_t row, int64_
     MAGICPIG_RETURN_IF_ERROR(slots[i].hook->FinishAttend());
     if (!b.host_memory()) {
       const int64_t at = slots[i].row * c.q_dim();
+      const Clock::time_point copy_start = Clock::now();
       MAGICPIG_RETURN_IF_ERROR(
           b.CopyIn(attn_.as<float>() + at, hook_out_.data() + at, c.q_dim() * 4));
+      if (timings != nullptr) timings->device_wait += Seconds(copy_start, Clock::now());
     }
   }
   if (timings != nullptr) timings->attention += Seconds(wait_start, Clock::now());
@@ -440,6 +444,7 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
   absl::Status status = replayable ? backend_->ExecuteReplayable(step) : backend_->Execute(step);
   if (timings != nullptr) {
     timings->attention += local.attention;
+    timings->device_wait += local.device_wait;
     timings->dense += Seconds(start, Clock::now()) - local.attention;
   }
   return status;

@@ -125,7 +125,11 @@ struct DecodeItem {
 
 // Seconds spent in a batched step, split for the decode-step breakdown metric.
 struct StepTimings {
-  double attention = 0;   // KV store + exact or hooked attention, every layer
+  double attention = 0;  // KV store + exact or hooked attention, every layer
+  // Of `attention`, on a device backend: the host blocked in the sparse layers' copies (the wait
+  // for q, the codes and the window's part, which also waits for the device work queued before
+  // them, and the copy of the merged output back). 0 on the CPU backend.
+  double device_wait = 0;
   double dense = 0;       // everything else of the forward pass (norms, products, LM head)
   int micro_batches = 0;  // how Engine::Step ran the step: 1 batch or 2 micro-batches (0: none)
 };
