@@ -82,6 +82,11 @@ SimdLevel DetectedSimdLevel() {
   return SimdLevel::kScalar;
 }
 
+SimdLevel ClampToDetected(SimdLevel level) {
+  const SimdLevel detected = DetectedSimdLevel();
+  return static_cast<int>(level) > static_cast<int>(detected) ? detected : level;
+}
+
 SimdLevel ActiveSimdLevel() {
   static const SimdLevel level = ComputeActiveLevel();
   return level;

@@ -28,6 +28,10 @@ SimdLevel DetectedSimdLevel();
 // DetectedSimdLevel() capped by MAGICPIG_SIMD; read once, then cached. Thread-safe.
 SimdLevel ActiveSimdLevel();
 
+// `level`, or DetectedSimdLevel() where `level` is above it: what a dispatcher runs when asked for
+// a level this CPU lacks (a kernel of that level would fault).
+SimdLevel ClampToDetected(SimdLevel level);
+
 // Every level up to DetectedSimdLevel(), lowest first: what tests must cover on this machine.
 std::vector<SimdLevel> SupportedSimdLevels();
 

@@ -6,17 +6,9 @@
 #include "common/vec_kernels_internal.h"
 
 namespace magicpig {
-namespace {
-
-SimdLevel Clamp(SimdLevel level) {
-  const SimdLevel detected = DetectedSimdLevel();
-  return static_cast<int>(level) > static_cast<int>(detected) ? detected : level;
-}
-
-}  // namespace
 
 float DotF32(const float* a, const float* b, int64_t n, SimdLevel level) {
-  switch (Clamp(level)) {
+  switch (ClampToDetected(level)) {
     case SimdLevel::kAvx512:
       return vec_internal::DotF32Avx512(a, b, n);
     case SimdLevel::kAvx2:
@@ -30,7 +22,7 @@ float DotF32(const float* a, const float* b, int64_t n, SimdLevel level) {
 }
 
 float DotF32F16(const float* a, const uint16_t* b, int64_t n, SimdLevel level) {
-  switch (Clamp(level)) {
+  switch (ClampToDetected(level)) {
     case SimdLevel::kAvx512:
       return vec_internal::DotF32F16Avx512(a, b, n);
     case SimdLevel::kAvx2:
@@ -44,7 +36,7 @@ float DotF32F16(const float* a, const uint16_t* b, int64_t n, SimdLevel level) {
 }
 
 void AxpyF32(float alpha, const float* x, float* y, int64_t n, SimdLevel level) {
-  switch (Clamp(level)) {
+  switch (ClampToDetected(level)) {
     case SimdLevel::kAvx512:
       return vec_internal::AxpyF32Avx512(alpha, x, y, n);
     case SimdLevel::kAvx2:
@@ -56,7 +48,7 @@ void AxpyF32(float alpha, const float* x, float* y, int64_t n, SimdLevel level) 
 }
 
 void AxpyF16(float alpha, const uint16_t* x, float* y, int64_t n, SimdLevel level) {
-  switch (Clamp(level)) {
+  switch (ClampToDetected(level)) {
     case SimdLevel::kAvx512:
       return vec_internal::AxpyF16Avx512(alpha, x, y, n);
     case SimdLevel::kAvx2:
@@ -68,7 +60,7 @@ void AxpyF16(float alpha, const uint16_t* x, float* y, int64_t n, SimdLevel leve
 }
 
 void ConvertF32ToF16(const float* src, uint16_t* dst, int64_t n, SimdLevel level) {
-  switch (Clamp(level)) {
+  switch (ClampToDetected(level)) {
     case SimdLevel::kAvx512:
       return vec_internal::ConvertF32ToF16Avx512(src, dst, n);
     case SimdLevel::kAvx2:

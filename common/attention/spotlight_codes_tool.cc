@@ -46,7 +46,7 @@ int Run(int argc, char** argv) {
   } else {
     return Fail("LEVEL must be scalar, avx2 or avx512, got " + level_name);
   }
-  if (static_cast<int>(level) > static_cast<int>(DetectedSimdLevel())) level = DetectedSimdLevel();
+  level = ClampToDetected(level);
   std::cout << "level " << SimdLevelName(level) << "\n";
 
   std::vector<float> x(static_cast<size_t>(n * h->head_dim()));

@@ -387,8 +387,7 @@ absl::Status SpotlightHashes::Forward(const char* what, bool is_query, int64_t l
   if (n < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": n < 0: ", n));
   if (n == 0) return absl::OkStatus();
   if (x == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": null x"));
-  const SimdLevel detected = DetectedSimdLevel();
-  if (static_cast<int>(level) > static_cast<int>(detected)) level = detected;
+  level = ClampToDetected(level);
   void (*kernel)(const internal::SpotlightMlpArgs&) =
       level == SimdLevel::kAvx512 ? internal::SpotlightMlpAvx512
       : level == SimdLevel::kAvx2 ? internal::SpotlightMlpAvx2

@@ -189,7 +189,7 @@ absl::Status MatMul(const QuantMatrix& w, const float* x, int64_t ldx, int64_t n
                                                    " too small for ", w.rows, "x", w.cols));
   }
   // A level above the CPU's would fault; treat it as a request for the best available.
-  if (static_cast<int>(level) > static_cast<int>(DetectedSimdLevel())) level = DetectedSimdLevel();
+  level = ClampToDetected(level);
   const bool rows16 = w.layout == WeightLayout::kRows16;
   if (rows16 && level != SimdLevel::kAvx512) {
     return absl::InvalidArgumentError(

@@ -62,8 +62,7 @@ int64_t ScanCollisionCountersSse2(uint32_t* counters, int64_t n, int shift, int3
 
 int64_t ScanCollisionCounters(SimdLevel level, uint32_t* counters, int64_t n, int shift,
                               int32_t* rows, uint32_t* masks) {
-  const SimdLevel detected = DetectedSimdLevel();
-  if (static_cast<int>(level) > static_cast<int>(detected)) level = detected;
+  level = ClampToDetected(level);
   switch (level) {
     case SimdLevel::kAvx512:
       return ScanCollisionCountersAvx512(counters, n, shift, rows, masks);

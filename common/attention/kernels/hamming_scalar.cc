@@ -54,8 +54,7 @@ void HammingScalar(const uint16_t* query_code, const uint16_t* key_codes, int64_
 void HammingDistances(SimdLevel level, const uint16_t* query_code, const uint16_t* key_codes,
                       int64_t n, int words, uint16_t* out) {
   if (n <= 0 || words < 1 || words > kHammingMaxWords) return;
-  const SimdLevel detected = DetectedSimdLevel();
-  if (static_cast<int>(level) > static_cast<int>(detected)) level = detected;
+  level = ClampToDetected(level);
   if (level == SimdLevel::kAvx512 && CpuHasAvx512Vpopcntdq()) {
     internal::HammingAvx512(query_code, key_codes, n, words, out);
   } else if (level >= SimdLevel::kAvx2) {

@@ -30,8 +30,7 @@ int64_t PendingCollisions(SimdLevel level, const uint16_t* key_codes, int64_t n,
                           const uint16_t* q_codes, int g, int32_t first_row, int32_t* rows,
                           uint32_t* masks) {
   if (n <= 0 || l < 1 || g < 1 || g > 32) return 0;
-  const SimdLevel detected = DetectedSimdLevel();
-  if (static_cast<int>(level) > static_cast<int>(detected)) level = detected;
+  level = ClampToDetected(level);
   switch (level) {
     case SimdLevel::kAvx512:
       return internal::PendingCollisionsAvx512(key_codes, n, l, q_codes, g, first_row, rows, masks);
