@@ -318,9 +318,18 @@ int BenchCommand(const std::vector<std::string>& args) {
               (r.step_wall - r.timings.dense - r.timings.attention - r.sampling) * ms);
           if (r.timings.device_wait > 0) {
             // Device backends: what of the attention was the host waiting on the device's copies
-            // (and the device work queued before them); the rest is host work and launches.
-            std::cout << absl::StrFormat("        ms/step %-16s of attention: device waits %.2f\n",
-                                         ModeName(modes[m]), r.timings.device_wait * ms);
+            // (and the device work queued before them), queueing the sparse layers' device work,
+            // and in the hook's start and finish (which hold the shards and the merge above).
+            const engine::StepTimings& t = r.timings;
+            std::cout << absl::StrFormat(
+                "        ms/step %-16s of attention: device waits %.2f, launches [mirror %.2f, "
+                "hash "
+                "%.2f, window %.2f], hook start %.2f, hook finish %.2f, rest %.2f\n",
+                ModeName(modes[m]), t.device_wait * ms, t.device_mirror * ms, t.device_hash * ms,
+                t.device_window * ms, t.hook_start * ms, t.hook_finish * ms,
+                (t.attention - t.device_wait - t.device_mirror - t.device_hash - t.device_window -
+                 t.hook_start - t.hook_finish) *
+                    ms);
           }
           const attention::AttentionRunner::PhaseStats& est = r.estimator;
           if (est.bucket_runs + est.union_rows > 0) {

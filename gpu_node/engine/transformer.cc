@@ -97,10 +97,11 @@ absl::Status Transformer::MirrorRows(int64_t layer, KvCache& kv, int64_t first, 
 
 absl::StatusOr<LayerAttentionHook::DeviceResults> Transformer::DeviceWorkFor(
     const LayerAttentionHook::DeviceWork& work, int64_t row, const float* q,
-    const backend::KvLayerView& cache, float scale) {
+    const backend::KvLayerView& cache, float scale, StepTimings* timings) {
   const model::ModelConfig& c = weights_->config();
   backend::Backend& b = *backend_;
   LayerAttentionHook::DeviceResults results;
+  const Clock::time_point start = Clock::now();
   if (work.hash != nullptr) {
     const int64_t per_row = c.n_head * work.hash->l();
     if (static_cast<int64_t>(hook_codes_.size()) < scratch_rows_ * per_row) {
@@ -110,6 +111,7 @@ absl::StatusOr<LayerAttentionHook::DeviceResults> Transformer::DeviceWorkFor(
     MAGICPIG_RETURN_IF_ERROR(b.SimHashCodes(*work.hash, q, c.n_head, codes));
     results.codes = codes;
   }
+  const Clock::time_point hashed = Clock::now();
   if (!work.window_ranges.empty()) {
     float* o = window_o_.as<float>() + row * c.q_dim();
     float* lse = window_lse_.as<float>() + row * c.n_head;
@@ -120,6 +122,10 @@ absl::StatusOr<LayerAttentionHook::DeviceResults> Transformer::DeviceWorkFor(
     MAGICPIG_RETURN_IF_ERROR(b.CopyOutLater(lse_host, lse, c.n_head * 4));
     results.window_o = o_host;
     results.window_lse = lse_host;
+  }
+  if (timings != nullptr) {
+    timings->device_hash += Seconds(start, hashed);
+    timings->device_window += Seconds(hashed, Clock::now());
   }
   return results;
 }
@@ -184,6 +190,7 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
     b.StoreKv(sk, sv, s.n, s.first_pos, cache);
     const bool hooked = s.hook != nullptr && s.hook->AttendsLayer(layer);
     const bool staged = hooked && !b.host_memory();
+    const Clock::time_point launch_start = Clock::now();
     if (staged) MAGICPIG_RETURN_IF_ERROR(MirrorRows(layer, *s.kv, s.first_pos, s.n));
     bool started = false;
     if (s.n == 1 && hooked) {
@@ -197,18 +204,23 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
         LayerAttentionHook::DeviceWork work;
         const bool planned = s.hook->PlanDeviceWork(layer, s.first_pos, &work);
         LayerAttentionHook::DeviceResults results;
+        if (timings != nullptr) timings->device_mirror += Seconds(launch_start, Clock::now());
         if (planned) {
-          MAGICPIG_ASSIGN_OR_RETURN(results, DeviceWorkFor(work, s.row, sq, cache, scale));
+          MAGICPIG_ASSIGN_OR_RETURN(results, DeviceWorkFor(work, s.row, sq, cache, scale, timings));
         }
         const Clock::time_point flush_start = Clock::now();
         MAGICPIG_RETURN_IF_ERROR(b.FlushCopies());
-        if (timings != nullptr) timings->device_wait += Seconds(flush_start, Clock::now());
+        const Clock::time_point flush_end = Clock::now();
         const backend::KvLayerView host_cache = s.kv->host().layer(layer);
         MAGICPIG_ASSIGN_OR_RETURN(
             started,
             planned ? s.hook->StartAttendWith(layer, q_host, s.first_pos, host_cache, scale,
                                               out_host, results)
                     : s.hook->StartAttend(layer, q_host, s.first_pos, host_cache, scale, out_host));
+        if (timings != nullptr) {
+          timings->device_wait += Seconds(flush_start, flush_end);
+          timings->hook_start += Seconds(flush_end, Clock::now());
+        }
       } else {
         MAGICPIG_ASSIGN_OR_RETURN(started,
                                   s.hook->StartAttend(layer, sq, s.first_pos, cache, scale, out));
@@ -224,10 +236,17 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
       b.CausalAttention(sq, s.n, s.first_pos, c.n_head, scale, cache, out);
     }
   }
+  const Clock::time_point flush_started = Clock::now();
+  bool any_pending = false;
   for (size_t i = 0; i < slots.size(); ++i) {
     if ((*pending)[i]) slots[i].hook->FlushStarted();
+    any_pending = any_pending || (*pending)[i];
   }
-  if (timings != nullptr) timings->attention += Seconds(attention_start, Clock::now());
+  if (timings != nullptr) {
+    const Clock::time_point end = Clock::now();
+    timings->attention += Seconds(attention_start, end);
+    if (any_pending && !b.host_memory()) timings->hook_start += Seconds(flush_started, end);
+  }
   return absl::OkStatus();
 }
 
@@ -241,10 +260,12 @@ absl::Status Transformer::LayerPost(int64_t layer, float* x, int64_t row, int64_
   const Clock::time_point wait_start = Clock::now();
   for (size_t i = 0; i < slots.size(); ++i) {
     if (!pending[i]) continue;
+    const Clock::time_point finish_start = Clock::now();
     MAGICPIG_RETURN_IF_ERROR(slots[i].hook->FinishAttend());
     if (!b.host_memory()) {
       const int64_t at = slots[i].row * c.q_dim();
       const Clock::time_point copy_start = Clock::now();
+      if (timings != nullptr) timings->hook_finish += Seconds(finish_start, copy_start);
       MAGICPIG_RETURN_IF_ERROR(
           b.CopyIn(attn_.as<float>() + at, hook_out_.data() + at, c.q_dim() * 4));
       if (timings != nullptr) timings->device_wait += Seconds(copy_start, Clock::now());
@@ -445,6 +466,11 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
   if (timings != nullptr) {
     timings->attention += local.attention;
     timings->device_wait += local.device_wait;
+    timings->device_mirror += local.device_mirror;
+    timings->device_hash += local.device_hash;
+    timings->device_window += local.device_window;
+    timings->hook_start += local.hook_start;
+    timings->hook_finish += local.hook_finish;
     timings->dense += Seconds(start, Clock::now()) - local.attention;
   }
   return status;

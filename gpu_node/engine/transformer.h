@@ -130,6 +130,16 @@ struct StepTimings {
   // for q, the codes and the window's part, which also waits for the device work queued before
   // them, and the copy of the merged output back). 0 on the CPU backend.
   double device_wait = 0;
+  // Also of `attention`, host time in the sparse layers on a device backend (0 elsewhere):
+  // queueing the device's share of the layer (the row mirror's and q's copies, the codes'
+  // launches, the window's launches and copies), the hook's start (StartAttendWith,
+  // FlushStarted) and its finish (FinishAttend: the shards' wait and the merge). With
+  // device_wait they split the layer's time.
+  double device_mirror = 0;
+  double device_hash = 0;
+  double device_window = 0;
+  double hook_start = 0;
+  double hook_finish = 0;
   double dense = 0;       // everything else of the forward pass (norms, products, LM head)
   int micro_batches = 0;  // how Engine::Step ran the step: 1 batch or 2 micro-batches (0: none)
 };
@@ -185,7 +195,7 @@ class Transformer {
   // Computes a hook's planned device work for the one-token row `row` (q and cache on the device).
   absl::StatusOr<LayerAttentionHook::DeviceResults> DeviceWorkFor(
       const LayerAttentionHook::DeviceWork& work, int64_t row, const float* q,
-      const backend::KvLayerView& cache, float scale);
+      const backend::KvLayerView& cache, float scale, StepTimings* timings);
   // Copies rows [first, first + n) of `layer` from a device cache to its host mirror.
   absl::Status MirrorRows(int64_t layer, KvCache& kv, int64_t first, int64_t n);
   // Final norm and LM head over rows [0, n) of x into host logits ([n][n_vocab]).
