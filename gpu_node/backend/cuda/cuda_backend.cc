@@ -62,7 +62,6 @@ CudaBackend::~CudaBackend() {
   part_o_ = BackendBuffer();
   part_lse_ = BackendBuffer();
   ranges_ = BackendBuffer();
-  hash_proj_ = BackendBuffer();
   hash_codes_ = BackendBuffer();
   projections_.clear();
 }
@@ -555,20 +554,13 @@ absl::Status CudaBackend::SimHashCodes(const attention::SimHash& hash, const flo
     MAGICPIG_RETURN_IF_ERROR(CopyIn(w.data(), hash.projection().data(), d * cols * 4));
     it = projections_.emplace(key, std::move(w)).first;
   }
-  MAGICPIG_RETURN_IF_ERROR(Reserve(hash_proj_, n * cols * 4));
   MAGICPIG_RETURN_IF_ERROR(Reserve(hash_codes_, n * hash.l() * 2));
-  // proj [n][cols] = x [n][d] · W [d][cols], all row-major: column-major, projᵀ = Wᵀ · xᵀ with
-  // W as a cols x d matrix and x as d x n, no transposes. fp32 without reduced precision, so
-  // that signs flip only where a projection is within rounding of zero.
-  const float one = 1.0f, zero = 0.0f;
-  MAGICPIG_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
-      device_->cublas(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(cols), static_cast<int>(n),
-      static_cast<int>(d), &one, it->second.data(), CUDA_R_32F, static_cast<int>(cols), x,
-      CUDA_R_32F, static_cast<int>(d), &zero, hash_proj_.data(), CUDA_R_32F, static_cast<int>(cols),
-      CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
-  MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchPackSigns(hash_proj_.as<float>(), n, hash.k(),
-                                                               hash.l(), hash_codes_.as<uint16_t>(),
-                                                               device_->stream()));
+  constexpr int64_t kMaxVectorsPerLaunch = 65535;  // the grid's second dimension
+  for (int64_t v = 0; v < n; v += kMaxVectorsPerLaunch) {
+    MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchSimHashCodes(
+        x + v * d, it->second.as<float>(), std::min(kMaxVectorsPerLaunch, n - v), d, hash.k(),
+        hash.l(), hash_codes_.as<uint16_t>() + v * hash.l(), device_->stream()));
+  }
   return CopyOutLater(codes, hash_codes_.data(), n * hash.l() * 2);
 }
 

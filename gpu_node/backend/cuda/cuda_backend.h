@@ -159,7 +159,7 @@ class CudaBackend final : public Backend {
   absl::Status error_;
   // Scratch, grown as needed: fp16 activations for the products, token ids, attention partials
   // and key ranges.
-  BackendBuffer half_x_, ids_, part_o_, part_lse_, ranges_, hash_proj_, hash_codes_;
+  BackendBuffer half_x_, ids_, part_o_, part_lse_, ranges_, hash_codes_;
   // Recording (ExecuteReplayable) and queued copies: whether a batch is being recorded now, the
   // pinned staging buffer and how much of it is taken, the copies to the host still to be made
   // (after the replay, or at FlushCopies), and the instantiated graphs by node count (a few batch

@@ -397,8 +397,9 @@ TEST(CudaBackendTest, UnpreparedVectorFailsTheBatch) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 }
 
-// SimHash codes on the GPU (cuBLAS projection + sign packing) against the float64 reference, bit
-// for bit except where a projection is within rounding of zero.
+// SimHash codes on the GPU (one fused projection and sign-packing kernel) against the float64
+// reference, bit for bit except where a projection is within rounding of zero; the last shape
+// has more vectors than one launch's grid takes.
 TEST(CudaBackendTest, SimHashCodesMatchTheReference) {
   MAGICPIG_REQUIRE_GPU();
   auto b = MakeBackend(false);
@@ -406,11 +407,13 @@ TEST(CudaBackendTest, SimHashCodesMatchTheReference) {
   struct Shape {
     int64_t d;
     int k, l;
+    int64_t n;
   };
-  for (const Shape& shape : {Shape{64, 10, 150}, Shape{128, 8, 75}, Shape{16, 16, 4}}) {
+  for (const Shape& shape : {Shape{64, 10, 150, 37}, Shape{128, 8, 75, 37}, Shape{16, 16, 4, 37},
+                             Shape{8, 3, 5, 70001}}) {
     auto hash = attention::SimHash::Create(shape.d, shape.k, shape.l, 1234);
     ASSERT_TRUE(hash.ok()) << hash.status();
-    const int64_t n = 37;
+    const int64_t n = shape.n;
     const std::vector<float> x = Random(n * shape.d, 21);
     DeviceData d(b.get());
     const float* xd = d.Put(x);

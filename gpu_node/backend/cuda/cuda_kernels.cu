@@ -252,13 +252,36 @@ __global__ void StoreKvKernel(const float* k, const float* v, int64_t n, __half*
   vd[i] = __float2half_rn(v[i]);
 }
 
-__global__ void PackSignsKernel(const float* proj, int64_t n, int k, int l, uint16_t* codes) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n * l) return;
-  const float* p = proj + (i / l) * (static_cast<int64_t>(k) * l) + (i % l) * k;
-  unsigned code = 0;
-  for (int b = 0; b < k; ++b) code |= (p[b] > 0.0f ? 1u : 0u) << b;  // strict: 0 gives bit 0
-  codes[i] = static_cast<uint16_t>(code);
+// Block (table group, vector v): the vector's projections onto the k * T columns of T tables
+// (T = kHashThreads / k), one column per thread (consecutive threads read consecutive columns of
+// W's rows: coalesced), then one thread per table packs its k signs.
+constexpr int kHashThreads = 256;
+
+__global__ void SimHashCodesKernel(const float* x, const float* w, int64_t d, int k, int l,
+                                   uint16_t* codes) {
+  extern __shared__ float hash_shared[];  // x's row (d floats), then the block's projections
+  float* xs = hash_shared;
+  float* proj = hash_shared + d;
+  const int64_t v = blockIdx.y;
+  const int tables = kHashThreads / k;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tables;
+  const int64_t cols = static_cast<int64_t>(k) * l;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) xs[i] = x[v * d + i];
+  __syncthreads();
+  const int64_t c = t0 * k + threadIdx.x;
+  if (threadIdx.x < tables * k && c < cols) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < d; ++j) s = fmaf(xs[j], w[j * cols + c], s);
+    proj[threadIdx.x] = s;
+  }
+  __syncthreads();
+  const int64_t t = t0 + threadIdx.x;
+  if (threadIdx.x < tables && t < l) {
+    const float* p = proj + threadIdx.x * k;
+    unsigned code = 0;
+    for (int b = 0; b < k; ++b) code |= (p[b] > 0.0f ? 1u : 0u) << b;  // strict: 0 gives bit 0
+    codes[v * l + t] = static_cast<uint16_t>(code);
+  }
 }
 
 constexpr int kAttentionThreads = 128;  // keys per tile: one per thread
@@ -478,10 +501,15 @@ cudaError_t LaunchStoreKv(const float* k, const float* v, int64_t n, uint16_t* k
   return cudaGetLastError();
 }
 
-cudaError_t LaunchPackSigns(const float* proj, int64_t n, int k, int l, uint16_t* codes,
-                            cudaStream_t stream) {
-  if (n * l == 0) return cudaSuccess;
-  PackSignsKernel<<<Blocks(n * l), kThreads, 0, stream>>>(proj, n, k, l, codes);
+cudaError_t LaunchSimHashCodes(const float* x, const float* w, int64_t n, int64_t d, int k, int l,
+                               uint16_t* codes, cudaStream_t stream) {
+  if (k < 1 || k > 16 || d < 1 || l < 1 || n > 65535) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const int tables = kHashThreads / k;
+  const dim3 grid(static_cast<unsigned>((l + tables - 1) / tables), static_cast<unsigned>(n));
+  const size_t shared = static_cast<size_t>(d + kHashThreads) * sizeof(float);
+  if (shared > 48 * 1024) return cudaErrorInvalidValue;  // the default dynamic shared memory
+  SimHashCodesKernel<<<grid, kHashThreads, shared, stream>>>(x, w, d, k, l, codes);
   return cudaGetLastError();
 }
 

@@ -62,10 +62,13 @@ cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* o
 cudaError_t LaunchStoreKv(const float* k, const float* v, int64_t n, uint16_t* k_dst,
                           uint16_t* v_dst, cudaStream_t stream);
 
-// codes[v][t] = sum over b < k of (proj[v][t * k + b] > 0) << b, for v < n, t < l (SimHash sign
-// packing; proj is [n][k * l]).
-cudaError_t LaunchPackSigns(const float* proj, int64_t n, int k, int l, uint16_t* codes,
-                            cudaStream_t stream);
+// SimHash codes of n vectors of dimension d: codes[v][t] = sum over b < k of
+// (x[v] . w[:, t * k + b] > 0) << b for t < l, with w row-major [d][k * l] and the projections
+// summed in fp32 in index order. One launch, no product buffer: the cuBLAS product this replaced
+// cost ~140 us of host time per call (its fp32 pedantic path), more than a whole sparse layer's
+// device work (docs/gpu.md). Needs 1 <= k <= 16, n <= 65535 and d <= ~12K (shared memory).
+cudaError_t LaunchSimHashCodes(const float* x, const float* w, int64_t n, int64_t d, int k, int l,
+                               uint16_t* codes, cudaStream_t stream);
 
 // Partial attention over pieces of keys ("split-K"): block (query t, head h, piece s) attends
 // query t's head h over the keys of piece s and writes the piece's normalised output and
