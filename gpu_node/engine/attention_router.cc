@@ -259,6 +259,21 @@ absl::StatusOr<bool> SparseAttentionRouter::StartAttendWith(int64_t layer, const
   return Start(layer, q, pos, cache, scale, out, &results);
 }
 
+bool SparseAttentionRouter::AttendsAt(int64_t layer, int64_t pos) {
+  if (IsDense(layer)) return false;
+  JoinOffload();  // the layer's state is the offload's; its status is reported by the next call
+  return layers_[static_cast<size_t>(layer)].offloaded;
+}
+
+bool SparseAttentionRouter::ReadsRowsAt(int64_t layer, int64_t n_tokens) {
+  if (IsDense(layer)) return false;
+  JoinOffload();
+  // As OnLayerStored decides: the first offload, or a window overflow.
+  const Layer& st = layers_[static_cast<size_t>(layer)];
+  if (!st.offloaded) return RegionOffloads(options_, n_tokens);
+  return n_tokens - st.window_begin > options_.window_budget;
+}
+
 bool SparseAttentionRouter::PlanDeviceWork(int64_t layer, int64_t pos, DeviceWork* work) {
   if (IsDense(layer)) return false;
   JoinOffload();  // its status is reported by the StartAttendWith that follows

@@ -204,6 +204,8 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   // (hash_ and the sinks + [window_begin, pos] ranges); StartAttendWith takes them.
   // Dense layers stay exact: the router never reads their rows.
   bool AttendsLayer(int64_t layer) const override { return !IsDense(layer); }
+  bool AttendsAt(int64_t layer, int64_t pos) override;
+  bool ReadsRowsAt(int64_t layer, int64_t n_tokens) override;
   bool PlanDeviceWork(int64_t layer, int64_t pos, DeviceWork* work) override;
   // [n_sinks, window_begin) of an offloaded sparse layer: on the shards from now on (the window
   // only moves forward, so these positions are never attended exactly again).

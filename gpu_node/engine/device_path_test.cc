@@ -162,6 +162,72 @@ TEST(DevicePathTest, MagicPigThroughTheHostMirrorEqualsTheCpuBackends) {
   }
 }
 
+// Offloading that begins during decode (the prompt is shorter than the offload depth): before it,
+// the hooked layers' rows reach the host mirror without a wait of their own; the first offload
+// reads them, with no local window the step's own row too (the fake device poisons rows not yet
+// delivered), and the tokens and log-probabilities still equal the CPU backend's.
+TEST(DevicePathTest, OffloadStartingDuringDecodeEqualsTheCpuBackends) {
+  EngineOptions options;
+  options.attention.n_sinks = 4;
+  options.attention.n_local = 0;
+  options.num_threads = 1;
+  auto cpu = MakeEngine(testing::SmallModel(3), std::make_unique<backend::CpuBackend>(1), options);
+  ASSERT_NE(cpu, nullptr);
+  GenerateRequest req;
+  req.prompt = cpu->tokenizer().Encode("the cat and the dog went to the market for bread", false);
+  const int64_t prompt = static_cast<int64_t>(req.prompt.size());
+  // Offload once the cache holds prompt + 10 tokens: the 11th decode step.
+  options.attention.min_offload_keys =
+      prompt + 10 - options.attention.n_sinks - options.attention.n_local;
+  ASSERT_GT(options.attention.min_offload_keys, prompt - options.attention.n_sinks);
+  cpu = MakeEngine(testing::SmallModel(3), std::make_unique<backend::CpuBackend>(1), options);
+  auto dev =
+      MakeEngine(testing::SmallModel(3), std::make_unique<testing::FakeDeviceBackend>(1), options);
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(dev, nullptr);
+  req.max_tokens = 24;
+  req.ignore_eos = true;
+  req.top_logprobs = 0;
+  auto a = cpu->Generate(req, {});
+  auto b = dev->Generate(req, {});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_GT(a->stats.attention_keys_offloaded, 0);  // it offloaded, during decode
+  EXPECT_EQ(a->stats.attention_keys_touched, b->stats.attention_keys_touched);
+  EXPECT_EQ(a->tokens, b->tokens);
+  ASSERT_EQ(a->logprobs.size(), b->logprobs.size());
+  for (size_t i = 0; i < a->logprobs.size(); ++i) {
+    EXPECT_EQ(a->logprobs[i].logprob, b->logprobs[i].logprob) << "token " << i;
+  }
+}
+
+// Below the offload depth no layer is sparse: a decode step waits for the device once (the
+// logits), not once or twice per hooked layer for copies nobody reads yet. Two generations that
+// differ by 8 decode steps differ by 8 waits.
+TEST(DevicePathTest, DecodeBelowTheOffloadDepthWaitsOncePerStep) {
+  EngineOptions options;  // MagicPIG by default
+  options.attention.min_offload_keys = 100000;
+  options.num_threads = 1;
+  auto device = std::make_unique<testing::FakeDeviceBackend>(1);
+  testing::FakeDeviceBackend* fake = device.get();
+  auto dev = MakeEngine(testing::SmallModel(3), std::move(device), options);
+  ASSERT_NE(dev, nullptr);
+  GenerateRequest req;
+  req.prompt = dev->tokenizer().Encode("the cat and the dog went to the market", false);
+  req.ignore_eos = true;
+  std::vector<int64_t> waits;
+  for (int tokens : {4, 12}) {
+    req.max_tokens = tokens;
+    const int64_t before = fake->waits();
+    auto r = dev->Generate(req, {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->tokens.size(), static_cast<size_t>(tokens));
+    EXPECT_EQ(r->stats.attention_keys_offloaded, 0);
+    waits.push_back(fake->waits() - before);
+  }
+  EXPECT_EQ(waits[1] - waits[0], 8);
+}
+
 double GaugeValue(prometheus::Registry& registry, const std::string& name, const std::string& label,
                   const std::string& value) {
   for (const prometheus::MetricFamily& f : registry.Collect()) {

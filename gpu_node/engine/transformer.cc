@@ -189,11 +189,14 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
     const backend::KvLayerView cache = s.kv->layer(layer);
     b.StoreKv(sk, sv, s.n, s.first_pos, cache);
     const bool hooked = s.hook != nullptr && s.hook->AttendsLayer(layer);
+    // A device cache's hooked layers mirror their rows to the host; q goes there (and the step
+    // waits for it) only where the hook attends this step.
     const bool staged = hooked && !b.host_memory();
+    const bool attends = hooked && (!staged || s.n != 1 || s.hook->AttendsAt(layer, s.first_pos));
     const Clock::time_point launch_start = Clock::now();
     if (staged) MAGICPIG_RETURN_IF_ERROR(MirrorRows(layer, *s.kv, s.first_pos, s.n));
     bool started = false;
-    if (s.n == 1 && hooked) {
+    if (s.n == 1 && attends) {
       if (staged) {
         // The hook reads q and writes out on the host; LayerPost copies out back. Hashing and
         // the static window (when the hook plans them) run where q and the cache are; the row
@@ -429,7 +432,13 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
     auto post = [&](int64_t m, int64_t l) -> absl::Status {
       MAGICPIG_RETURN_IF_ERROR(
           LayerPost(l, x, bounds[m], bounds[m + 1] - bounds[m], part_of(m), pending[m], &local));
-      MAGICPIG_RETURN_IF_ERROR(backend_->FlushCopies());  // the rows MirrorRows queued
+      // The rows MirrorRows queued, where a hook reads them now; otherwise they land at the next
+      // wait (each wait costs a device backend tens of microseconds per layer).
+      bool reads_rows = false;
+      for (const Slot& s : part_of(m)) {
+        if (s.hook != nullptr && s.hook->ReadsRowsAt(l, s.first_pos + 1)) reads_rows = true;
+      }
+      if (reads_rows) MAGICPIG_RETURN_IF_ERROR(backend_->FlushCopies());
       for (const Slot& s : part_of(m)) {
         if (s.hook != nullptr) {
           // A step's offload (a window overflow, a few hundred rows) is not overlapped.

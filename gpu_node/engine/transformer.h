@@ -72,6 +72,15 @@ class LayerAttentionHook {
   // Whether the hook may attend `layer` or read its rows (false: the layer is always exact, and a
   // device backend need not copy its queries or rows to the host). Default: every layer.
   virtual bool AttendsLayer(int64_t layer) const { return true; }
+  // Finer, for a device backend's one-token steps: whether StartAttend of `layer` at `pos` will
+  // attend (return true). False: the layer runs exact on the device and its q is neither copied
+  // to the host nor waited for. Default: AttendsLayer(layer).
+  virtual bool AttendsAt(int64_t layer, int64_t pos) { return AttendsLayer(layer); }
+  // Whether OnLayerStored(layer, ..., n_tokens) of a one-token step will read the layer's rows on
+  // the host (an offload). False: the rows' copies to a device cache's host mirror may stay queued
+  // until the backend's next wait (at the latest, the end of the step). Default:
+  // AttendsLayer(layer).
+  virtual bool ReadsRowsAt(int64_t layer, int64_t n_tokens) { return AttendsLayer(layer); }
 
   // On a device backend the transformer can do part of a one-token step's work where q and the
   // cache live: the hook says what (PlanDeviceWork), the transformer computes it and passes the

@@ -74,6 +74,9 @@ class FakeDeviceBackend final : public backend::Backend {
   // Calls of SimHashCodes and RangeAttention so far (the sparse path's device work).
   int64_t simhash_calls() const { return simhash_calls_; }
   int64_t range_attention_calls() const { return range_attention_calls_; }
+  // The waits a real device backend would pay for: every CopyOut, and every FlushCopies that
+  // found copies queued.
+  int64_t waits() const { return waits_; }
 
  private:
   struct Registry {
@@ -90,6 +93,8 @@ class FakeDeviceBackend final : public backend::Backend {
                                int64_t bytes) const;
   // Queues `bytes` of `data` (copied now) for host_dst and poisons host_dst.
   void Queue(void* host_dst, const void* data, int64_t bytes);
+  // Writes the queued copies to their destinations.
+  void Deliver();
   // Whether [p, p + bytes) lies inside one live allocation.
   bool IsDevice(const void* p, int64_t bytes) const;
   // Keeps the first failure; returns whether `ok`.
@@ -103,6 +108,7 @@ class FakeDeviceBackend final : public backend::Backend {
   absl::Status error_;
   int64_t simhash_calls_ = 0;
   int64_t range_attention_calls_ = 0;
+  int64_t waits_ = 0;
 };
 
 }  // namespace magicpig::testing
