@@ -510,13 +510,14 @@ void CudaBackend::StoreKv(const float* k, const float* v, int64_t n_tokens, int6
                   "KV store"));
 }
 
-absl::Status CudaBackend::RunPieces(AttentionPieces a, float* out, float* lse) {
+absl::Status CudaBackend::RunPieces(AttentionPieces a, float* out, float* lse, bool tiled) {
   const int64_t rows = a.n_queries * a.n_head;
   MAGICPIG_RETURN_IF_ERROR(Reserve(part_o_, a.n_pieces * rows * a.head_dim * 4));
   MAGICPIG_RETURN_IF_ERROR(Reserve(part_lse_, a.n_pieces * rows * 4));
   a.part_o = part_o_.as<float>();
   a.part_lse = part_lse_.as<float>();
-  MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchAttentionPieces(a, device_->stream()));
+  MAGICPIG_CUDA_RETURN_IF_ERROR(tiled ? cuda_internal::LaunchCausalTiles(a, device_->stream())
+                                      : cuda_internal::LaunchAttentionPieces(a, device_->stream()));
   return CudaStatus(cuda_internal::LaunchMergePartials(a.part_o, a.part_lse, a.n_pieces, rows,
                                                        a.head_dim, out, lse, device_->stream()),
                     "attention merge");
@@ -533,13 +534,20 @@ void CudaBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t firs
   AttentionPieces a = PiecesOver(q, n_tokens, n_head, scale, cache);
   a.first_pos = first_pos;
   const int64_t n_keys = first_pos + n_tokens;
-  const int64_t rows = n_tokens * n_head;
+  // The tiled kernel's blocks hold kCausalTileQueries rows each; a one-row decode keeps the
+  // split-K kernel (a tile would hold one row).
+  const bool tiled = options_.tiled_prefill && n_tokens >= cuda_internal::kCausalTileQueries &&
+                     cache.head_dim <= cuda_internal::kCausalTileMaxHeadDim;
+  const int64_t blocks_per_piece = tiled ? (n_tokens + cuda_internal::kCausalTileQueries - 1) /
+                                               cuda_internal::kCausalTileQueries * n_head
+                                         : n_tokens * n_head;
   const int64_t max_pieces = std::max<int64_t>(1, (n_keys + kMinPieceKeys - 1) / kMinPieceKeys);
-  const int64_t want = std::max<int64_t>(1, (kTargetBlocks + rows - 1) / rows);
+  const int64_t want =
+      std::max<int64_t>(1, (kTargetBlocks + blocks_per_piece - 1) / blocks_per_piece);
   const int64_t pieces = std::min(max_pieces, want);
   a.piece_len = (n_keys + pieces - 1) / pieces;
   a.n_pieces = (n_keys + a.piece_len - 1) / a.piece_len;
-  Fail(RunPieces(a, out, nullptr));
+  Fail(RunPieces(a, out, nullptr, tiled));
 }
 
 absl::Status CudaBackend::SimHashCodes(const attention::SimHash& hash, const float* x, int64_t n,

@@ -41,6 +41,10 @@ struct CudaBackendOptions {
   // Off by default: recording every step costs the host about what launching it does, and the
   // update and the graph launch come on top (docs/gpu.md has the measurement).
   bool graphs = false;
+  // Causal chunks of many queries (prefill) through LaunchCausalTiles (rows share K/V tiles in
+  // shared memory) instead of the split-K kernel that reads a key's row once per query row. Off
+  // by default until a GPU run has checked and measured it (docs/gpu.md).
+  bool tiled_prefill = false;
 };
 
 // What ExecuteReplayable did, since the backend was made.
@@ -146,8 +150,9 @@ class CudaBackend final : public Backend {
   void DeliverDeferred();
   void GrowStaging();
   // Runs `a` (its part_o / part_lse are set here) and merges the pieces into out (and lse when
-  // not null): split-K attention.
-  absl::Status RunPieces(cuda_internal::AttentionPieces a, float* out, float* lse);
+  // not null): split-K attention; `tiled` (causal mode only) through LaunchCausalTiles.
+  absl::Status RunPieces(cuda_internal::AttentionPieces a, float* out, float* lse,
+                         bool tiled = false);
 
   std::unique_ptr<CudaDevice> device_;
   CudaBackendOptions options_;

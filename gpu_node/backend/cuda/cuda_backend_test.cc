@@ -40,8 +40,10 @@ std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-std::unique_ptr<CudaBackend> MakeBackend(bool float_weights) {
-  auto b = CudaBackend::Create(CudaBackendOptions{0, float_weights});
+std::unique_ptr<CudaBackend> MakeBackend(bool float_weights, bool tiled_prefill = false) {
+  CudaBackendOptions options{0, float_weights};
+  options.tiled_prefill = tiled_prefill;
+  auto b = CudaBackend::Create(options);
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? *std::move(b) : nullptr;
 }
@@ -445,11 +447,20 @@ struct AttentionCase {
 
 class CudaAttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 
-// Causal attention (prefill chunks and split-K decode) against float64 over the fp16 cache.
+void CheckCausalAttention(const AttentionCase& c, bool tiled);
+
+// Causal attention (prefill chunks and split-K decode) against float64 over the fp16 cache, with
+// the split-K kernel and with the tiled one (chunks of 16 rows or more, head_dim <= 128).
 TEST_P(CudaAttentionTest, MatchesFloat64) {
   MAGICPIG_REQUIRE_GPU();
-  const AttentionCase c = GetParam();
-  auto b = MakeBackend(true);
+  for (const bool tiled : {false, true}) {
+    SCOPED_TRACE(tiled ? "tiled prefill kernel" : "split-K kernel");
+    CheckCausalAttention(GetParam(), tiled);
+  }
+}
+
+void CheckCausalAttention(const AttentionCase& c, bool tiled) {
+  auto b = MakeBackend(true, tiled);
   ASSERT_NE(b, nullptr);
   const int64_t rows = c.first_pos + c.n_tokens, kv_row = c.n_head_kv * c.head_dim;
   const int64_t q_row = c.n_head * c.head_dim;
@@ -491,7 +502,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{32, 8, 128, 4000, 1}, AttentionCase{4, 2, 128, 1300, 5},
                       AttentionCase{4, 4, 128, 31, 33}, AttentionCase{8, 1, 16, 5, 17},
                       AttentionCase{2, 2, 256, 64, 3}, AttentionCase{6, 2, 48, 37, 21},
-                      AttentionCase{12, 2, 128, 0, 300}));
+                      AttentionCase{12, 2, 128, 0, 300}, AttentionCase{8, 2, 64, 2000, 40},
+                      AttentionCase{3, 3, 96, 5000, 16}));
 
 // RangeAttention (the static window's part of a sparse step) and its lse, against float64.
 TEST(CudaBackendTest, RangeAttentionMatchesFloat64) {

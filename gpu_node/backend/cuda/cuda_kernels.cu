@@ -352,6 +352,110 @@ __global__ void AttentionPiecesKernel(AttentionPieces a) {
   if (threadIdx.x == 0) a.part_lse[row] = m + logf(l);
 }
 
+// Block (tile of kCausalTileQueries query rows, head h, piece s) of a causal chunk: the rows
+// share each 32-key tile of K and V, staged once in shared memory (the split-K kernel above reads
+// a key's row once per query row). Each warp owns 4 rows; for one row at a time, lane j scores key
+// j of the tile and the lanes own the output's dimensions lane + 32 c, so the softmax's max and
+// sum are warp shuffles and every shared-memory read is conflict-free (rows padded by 2 halves).
+constexpr int kTileKeys = 32;
+constexpr int kTileWarps = 4;
+constexpr int kRowsPerWarp = kCausalTileQueries / kTileWarps;
+constexpr int kTileDims = kCausalTileMaxHeadDim / 32;
+
+__device__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void CausalTilesKernel(AttentionPieces a) {
+  __shared__ float q_s[kCausalTileQueries][kCausalTileMaxHeadDim];
+  __shared__ __half k_s[kTileKeys][kCausalTileMaxHeadDim + 2];
+  __shared__ __half v_s[kTileKeys][kCausalTileMaxHeadDim + 2];
+  const int64_t hd = a.head_dim;
+  const int64_t h = blockIdx.y, s = blockIdx.z;
+  const int64_t g = h / (a.n_head / a.n_head_kv);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kCausalTileQueries;
+  const int64_t n_rows = min(static_cast<int64_t>(kCausalTileQueries), a.n_queries - t0);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // The keys of piece s that some row of the tile sees (row r sees [0, first_pos + t0 + r]).
+  const int64_t begin = s * a.piece_len;
+  const int64_t end = min(begin + a.piece_len, a.first_pos + t0 + n_rows);
+  for (int64_t i = threadIdx.x; i < n_rows * hd; i += blockDim.x) {
+    const int64_t r = i / hd, d = i % hd;
+    q_s[r][d] = a.q[((t0 + r) * a.n_head + h) * hd + d] * a.scale;
+  }
+  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kTileDims];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kTileDims; ++c) acc[r][c] = 0.0f;
+  }
+  const int64_t stride = a.n_head_kv * hd;
+  const __half* k = reinterpret_cast<const __half*>(a.k) + g * hd;
+  const __half* v = reinterpret_cast<const __half*>(a.v) + g * hd;
+  for (int64_t tile = begin; tile < end; tile += kTileKeys) {
+    __syncthreads();  // q_s written (first tile); the previous tile's reads done (the others)
+    for (int64_t i = threadIdx.x; i < kTileKeys * hd; i += blockDim.x) {
+      const int64_t j = i / hd, d = i % hd;
+      const bool in = tile + j < end;
+      k_s[j][d] = in ? k[(tile + j) * stride + d] : __float2half(0.0f);
+      v_s[j][d] = in ? v[(tile + j) * stride + d] : __float2half(0.0f);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int64_t row = warp * kRowsPerWarp + r;  // the same in every lane: branches are uniform
+      if (row >= n_rows) continue;
+      const int64_t last = a.first_pos + t0 + row;  // the row's last visible key
+      const int64_t j = tile + lane;
+      float score = -INFINITY;
+      if (j < end && j <= last) {
+        float dot = 0.0f;
+        for (int64_t d = 0; d < hd; ++d) dot = fmaf(q_s[row][d], __half2float(k_s[lane][d]), dot);
+        score = dot;
+      }
+      const float tile_max = WarpMax(score);
+      if (tile_max == -INFINITY) continue;  // no key of this tile is visible to the row
+      const float m_new = fmaxf(m[r], tile_max);
+      const float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - m_new);
+      const float p = score == -INFINITY ? 0.0f : expf(score - m_new);
+      l[r] = l[r] * alpha + WarpSum(p);
+#pragma unroll
+      for (int c = 0; c < kTileDims; ++c) acc[r][c] *= alpha;
+      for (int jj = 0; jj < kTileKeys; ++jj) {
+        const float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+        for (int c = 0; c < kTileDims; ++c) {
+          const int64_t d = lane + 32 * c;
+          if (d < hd) acc[r][c] = fmaf(pj, __half2float(v_s[jj][d]), acc[r][c]);
+        }
+      }
+      m[r] = m_new;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int64_t row = warp * kRowsPerWarp + r;
+    if (row >= n_rows) continue;
+    const int64_t out_row = (s * a.n_queries + t0 + row) * a.n_head + h;
+    float* o = a.part_o + out_row * hd;
+    const bool empty = m[r] == -INFINITY;  // no key of the piece is visible to the row
+#pragma unroll
+    for (int c = 0; c < kTileDims; ++c) {
+      const int64_t d = lane + 32 * c;
+      if (d < hd) o[d] = empty ? 0.0f : acc[r][c] / l[r];
+    }
+    if (lane == 0) a.part_lse[out_row] = empty ? -INFINITY : m[r] + logf(l[r]);
+  }
+}
+
 // One block per (query, head) row, one thread per head dimension.
 __global__ void MergePartialsKernel(const float* part_o, const float* part_lse, int64_t n_pieces,
                                     int64_t n_rows, int64_t hd, float* out, float* lse) {
@@ -520,6 +624,20 @@ cudaError_t LaunchAttentionPieces(const AttentionPieces& a, cudaStream_t stream)
   if (a.n_queries * a.n_head * a.n_pieces == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(a.n_queries * a.n_head), static_cast<unsigned>(a.n_pieces));
   AttentionPiecesKernel<<<grid, kAttentionThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCausalTiles(const AttentionPieces& a, cudaStream_t stream) {
+  if (a.ranges != nullptr || a.head_dim > kCausalTileMaxHeadDim || a.head_dim < 1 ||
+      a.n_head_kv == 0 || a.n_head % a.n_head_kv != 0 || a.piece_len < 1 || a.n_head > 65535 ||
+      a.n_pieces > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.n_queries * a.n_head * a.n_pieces == 0) return cudaSuccess;
+  const dim3 grid(
+      static_cast<unsigned>((a.n_queries + kCausalTileQueries - 1) / kCausalTileQueries),
+      static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_pieces));
+  CausalTilesKernel<<<grid, 32 * kTileWarps, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -90,6 +90,12 @@ struct AttentionPieces {
   float* part_lse = nullptr;  // [n_pieces][n_queries][n_head]
 };
 cudaError_t LaunchAttentionPieces(const AttentionPieces& a, cudaStream_t stream);
+// The same contract in causal mode only (ranges == nullptr), for chunks of many queries: blocks
+// of kCausalTileQueries query rows share each tile of keys staged in shared memory. Needs
+// head_dim <= kCausalTileMaxHeadDim, n_head and n_pieces <= 65535.
+constexpr int kCausalTileQueries = 16;
+constexpr int kCausalTileMaxHeadDim = 128;
+cudaError_t LaunchCausalTiles(const AttentionPieces& a, cudaStream_t stream);
 // out[t][h] = the merge of the n_pieces partials of (t, h); lse (optional) their total lse.
 cudaError_t LaunchMergePartials(const float* part_o, const float* part_lse, int64_t n_pieces,
                                 int64_t n_rows, int64_t head_dim, float* out, float* lse,
