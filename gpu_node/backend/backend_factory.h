@@ -24,11 +24,11 @@ std::vector<std::pair<std::string, BackendKind>> BackendKindChoices();
 
 struct BackendOptions {
   BackendKind kind = BackendKind::kAuto;
-  int num_threads = 0;              // CPU backend: 0 = all cores
-  bool float_activations = false;   // reference precision (CPU: float activations; CUDA: fp32)
-  int gpu = 0;                      // CUDA device index
-  bool cuda_graphs = false;         // CUDA: replay decode steps as graphs (ExecuteReplayable)
-  bool cuda_tiled_prefill = false;  // CUDA: prefill attention through the tiled kernel
+  int num_threads = 0;                // CPU backend: 0 = all cores
+  bool float_activations = false;     // reference precision (CPU: float activations; CUDA: fp32)
+  int gpu = 0;                        // CUDA device index
+  bool cuda_graphs = false;           // CUDA: replay decode steps as graphs (ExecuteReplayable)
+  bool cuda_tiled_attention = false;  // CUDA: exact attention through the tiled kernel
 };
 
 // Whether this binary contains the CUDA backend.

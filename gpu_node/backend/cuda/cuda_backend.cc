@@ -534,13 +534,12 @@ void CudaBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t firs
   AttentionPieces a = PiecesOver(q, n_tokens, n_head, scale, cache);
   a.first_pos = first_pos;
   const int64_t n_keys = first_pos + n_tokens;
-  // The tiled kernel's blocks hold kCausalTileQueries rows each; a one-row decode keeps the
-  // split-K kernel (a tile would hold one row).
-  const bool tiled = options_.tiled_prefill && n_tokens >= cuda_internal::kCausalTileQueries &&
-                     cache.head_dim <= cuda_internal::kCausalTileMaxHeadDim;
-  const int64_t blocks_per_piece = tiled ? (n_tokens + cuda_internal::kCausalTileQueries - 1) /
-                                               cuda_internal::kCausalTileQueries * n_head
-                                         : n_tokens * n_head;
+  const bool tiled =
+      options_.tiled_attention && cache.head_dim <= cuda_internal::kCausalTileMaxHeadDim;
+  const int64_t blocks_per_piece =
+      tiled ? cuda_internal::CausalTileBlocks(
+                  cuda_internal::CausalTilesFor(n_head, cache.n_head_kv), n_tokens, cache.n_head_kv)
+            : n_tokens * n_head;
   const int64_t max_pieces = std::max<int64_t>(1, (n_keys + kMinPieceKeys - 1) / kMinPieceKeys);
   const int64_t want =
       std::max<int64_t>(1, (kTargetBlocks + blocks_per_piece - 1) / blocks_per_piece);

@@ -41,10 +41,11 @@ struct CudaBackendOptions {
   // Off by default: recording every step costs the host about what launching it does, and the
   // update and the graph launch come on top (docs/gpu.md has the measurement).
   bool graphs = false;
-  // Causal chunks of many queries (prefill) through LaunchCausalTiles (rows share K/V tiles in
-  // shared memory) instead of the split-K kernel that reads a key's row once per query row. Off
-  // by default until a GPU run has checked and measured it (docs/gpu.md).
-  bool tiled_prefill = false;
+  // Exact (causal) attention, decode and prefill, through LaunchCausalTiles (a GQA group's
+  // query-head rows share K/V tiles in shared memory) instead of the split-K kernel that reads a
+  // key's row once per query and head. Off by default until a GPU run has checked and measured
+  // it (docs/gpu.md).
+  bool tiled_attention = false;
 };
 
 // What ExecuteReplayable did, since the backend was made.

@@ -40,9 +40,9 @@ std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-std::unique_ptr<CudaBackend> MakeBackend(bool float_weights, bool tiled_prefill = false) {
+std::unique_ptr<CudaBackend> MakeBackend(bool float_weights, bool tiled_attention = false) {
   CudaBackendOptions options{0, float_weights};
-  options.tiled_prefill = tiled_prefill;
+  options.tiled_attention = tiled_attention;
   auto b = CudaBackend::Create(options);
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? *std::move(b) : nullptr;
@@ -450,11 +450,12 @@ class CudaAttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 void CheckCausalAttention(const AttentionCase& c, bool tiled);
 
 // Causal attention (prefill chunks and split-K decode) against float64 over the fp16 cache, with
-// the split-K kernel and with the tiled one (chunks of 16 rows or more, head_dim <= 128).
+// the split-K kernel and with the tiled one (head_dim <= 128; groups of 1 to 32 heads, the last
+// two larger than one block's 16 rows).
 TEST_P(CudaAttentionTest, MatchesFloat64) {
   MAGICPIG_REQUIRE_GPU();
   for (const bool tiled : {false, true}) {
-    SCOPED_TRACE(tiled ? "tiled prefill kernel" : "split-K kernel");
+    SCOPED_TRACE(tiled ? "tiled kernel" : "split-K kernel");
     CheckCausalAttention(GetParam(), tiled);
   }
 }
@@ -503,7 +504,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{4, 4, 128, 31, 33}, AttentionCase{8, 1, 16, 5, 17},
                       AttentionCase{2, 2, 256, 64, 3}, AttentionCase{6, 2, 48, 37, 21},
                       AttentionCase{12, 2, 128, 0, 300}, AttentionCase{8, 2, 64, 2000, 40},
-                      AttentionCase{3, 3, 96, 5000, 16}));
+                      AttentionCase{3, 3, 96, 5000, 16}, AttentionCase{32, 1, 64, 300, 1},
+                      AttentionCase{20, 1, 32, 100, 3}));
 
 // RangeAttention (the static window's part of a sparse step) and its lse, against float64.
 TEST(CudaBackendTest, RangeAttentionMatchesFloat64) {

@@ -352,14 +352,17 @@ __global__ void AttentionPiecesKernel(AttentionPieces a) {
   if (threadIdx.x == 0) a.part_lse[row] = m + logf(l);
 }
 
-// Block (tile of kCausalTileQueries query rows, head h, piece s) of a causal chunk: the rows
-// share each 32-key tile of K and V, staged once in shared memory (the split-K kernel above reads
-// a key's row once per query row). Each warp owns 4 rows; for one row at a time, lane j scores key
-// j of the tile and the lanes own the output's dimensions lane + 32 c, so the softmax's max and
-// sum are warp shuffles and every shared-memory read is conflict-free (rows padded by 2 halves).
+// Block (query tile, head block of a GQA group, piece s) of causal attention: its rows are (query
+// t, head h) pairs, up to kCausalTileRows of them, that read the same kv head: a tile of
+// CausalTileShape(...).queries queries times `heads` heads of one group. Each 32-key tile of K and
+// V is staged in shared memory once for all of them (the split-K kernel above reads a key's row
+// once per query and per head). Rows go round-robin to the 4 warps (so a decode step's few heads
+// spread over them); for one row at a time, lane j scores key j of the tile and the lanes own the
+// output's dimensions lane + 32 c: the softmax's max and sum are warp shuffles, and every
+// shared-memory read is conflict-free (rows padded by 2 halves: 65 words apart).
 constexpr int kTileKeys = 32;
 constexpr int kTileWarps = 4;
-constexpr int kRowsPerWarp = kCausalTileQueries / kTileWarps;
+constexpr int kRowsPerWarp = kCausalTileRows / kTileWarps;
 constexpr int kTileDims = kCausalTileMaxHeadDim / 32;
 
 __device__ float WarpMax(float v) {
@@ -372,30 +375,36 @@ __device__ float WarpSum(float v) {
   return v;
 }
 
-__global__ void CausalTilesKernel(AttentionPieces a) {
-  __shared__ float q_s[kCausalTileQueries][kCausalTileMaxHeadDim];
+__global__ void CausalTilesKernel(AttentionPieces a, CausalTileShape shape) {
+  __shared__ float q_s[kCausalTileRows][kCausalTileMaxHeadDim];
   __shared__ __half k_s[kTileKeys][kCausalTileMaxHeadDim + 2];
   __shared__ __half v_s[kTileKeys][kCausalTileMaxHeadDim + 2];
   const int64_t hd = a.head_dim;
-  const int64_t h = blockIdx.y, s = blockIdx.z;
-  const int64_t g = h / (a.n_head / a.n_head_kv);
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kCausalTileQueries;
-  const int64_t n_rows = min(static_cast<int64_t>(kCausalTileQueries), a.n_queries - t0);
+  const int64_t group = a.n_head / a.n_head_kv;
+  const int64_t g = blockIdx.y / shape.head_blocks;
+  const int64_t h0 = g * group + (blockIdx.y % shape.head_blocks) * shape.heads;
+  const int64_t n_heads = min(static_cast<int64_t>(shape.heads), (g + 1) * group - h0);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * shape.queries;
+  const int64_t n_queries = min(static_cast<int64_t>(shape.queries), a.n_queries - t0);
+  const int64_t n_rows =
+      n_queries * n_heads;  // row r: query t0 + r / n_heads, head h0 + r % n_heads
+  const int64_t s = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // The keys of piece s that some row of the tile sees (row r sees [0, first_pos + t0 + r]).
+  // The keys of piece s that some row sees (query t sees [0, first_pos + t]).
   const int64_t begin = s * a.piece_len;
-  const int64_t end = min(begin + a.piece_len, a.first_pos + t0 + n_rows);
+  const int64_t end = min(begin + a.piece_len, a.first_pos + t0 + n_queries);
   for (int64_t i = threadIdx.x; i < n_rows * hd; i += blockDim.x) {
     const int64_t r = i / hd, d = i % hd;
-    q_s[r][d] = a.q[((t0 + r) * a.n_head + h) * hd + d] * a.scale;
+    const int64_t t = t0 + r / n_heads, h = h0 + r % n_heads;
+    q_s[r][d] = a.q[(t * a.n_head + h) * hd + d] * a.scale;
   }
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kTileDims];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < kTileDims; ++c) acc[r][c] = 0.0f;
+    for (int c = 0; c < kTileDims; ++c) acc[i][c] = 0.0f;
   }
   const int64_t stride = a.n_head_kv * hd;
   const __half* k = reinterpret_cast<const __half*>(a.k) + g * hd;
@@ -410,49 +419,50 @@ __global__ void CausalTilesKernel(AttentionPieces a) {
     }
     __syncthreads();
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int64_t row = warp * kRowsPerWarp + r;  // the same in every lane: branches are uniform
-      if (row >= n_rows) continue;
-      const int64_t last = a.first_pos + t0 + row;  // the row's last visible key
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int64_t r = static_cast<int64_t>(i) * kTileWarps + warp;  // uniform in the warp
+      if (r >= n_rows) continue;
+      const int64_t last = a.first_pos + t0 + r / n_heads;  // the row's last visible key
       const int64_t j = tile + lane;
       float score = -INFINITY;
       if (j < end && j <= last) {
         float dot = 0.0f;
-        for (int64_t d = 0; d < hd; ++d) dot = fmaf(q_s[row][d], __half2float(k_s[lane][d]), dot);
+        for (int64_t d = 0; d < hd; ++d) dot = fmaf(q_s[r][d], __half2float(k_s[lane][d]), dot);
         score = dot;
       }
       const float tile_max = WarpMax(score);
       if (tile_max == -INFINITY) continue;  // no key of this tile is visible to the row
-      const float m_new = fmaxf(m[r], tile_max);
-      const float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - m_new);
+      const float m_new = fmaxf(m[i], tile_max);
+      const float alpha = m[i] == -INFINITY ? 0.0f : expf(m[i] - m_new);
       const float p = score == -INFINITY ? 0.0f : expf(score - m_new);
-      l[r] = l[r] * alpha + WarpSum(p);
+      l[i] = l[i] * alpha + WarpSum(p);
 #pragma unroll
-      for (int c = 0; c < kTileDims; ++c) acc[r][c] *= alpha;
+      for (int c = 0; c < kTileDims; ++c) acc[i][c] *= alpha;
       for (int jj = 0; jj < kTileKeys; ++jj) {
         const float pj = __shfl_sync(0xffffffffu, p, jj);
 #pragma unroll
         for (int c = 0; c < kTileDims; ++c) {
           const int64_t d = lane + 32 * c;
-          if (d < hd) acc[r][c] = fmaf(pj, __half2float(v_s[jj][d]), acc[r][c]);
+          if (d < hd) acc[i][c] = fmaf(pj, __half2float(v_s[jj][d]), acc[i][c]);
         }
       }
-      m[r] = m_new;
+      m[i] = m_new;
     }
   }
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int64_t row = warp * kRowsPerWarp + r;
-    if (row >= n_rows) continue;
-    const int64_t out_row = (s * a.n_queries + t0 + row) * a.n_head + h;
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int64_t r = static_cast<int64_t>(i) * kTileWarps + warp;
+    if (r >= n_rows) continue;
+    const int64_t t = t0 + r / n_heads, h = h0 + r % n_heads;
+    const int64_t out_row = (s * a.n_queries + t) * a.n_head + h;
     float* o = a.part_o + out_row * hd;
-    const bool empty = m[r] == -INFINITY;  // no key of the piece is visible to the row
+    const bool empty = m[i] == -INFINITY;  // no key of the piece is visible to the row
 #pragma unroll
     for (int c = 0; c < kTileDims; ++c) {
       const int64_t d = lane + 32 * c;
-      if (d < hd) o[d] = empty ? 0.0f : acc[r][c] / l[r];
+      if (d < hd) o[d] = empty ? 0.0f : acc[i][c] / l[i];
     }
-    if (lane == 0) a.part_lse[out_row] = empty ? -INFINITY : m[r] + logf(l[r]);
+    if (lane == 0) a.part_lse[out_row] = empty ? -INFINITY : m[i] + logf(l[i]);
   }
 }
 
@@ -627,17 +637,31 @@ cudaError_t LaunchAttentionPieces(const AttentionPieces& a, cudaStream_t stream)
   return cudaGetLastError();
 }
 
+CausalTileShape CausalTilesFor(int64_t n_head, int64_t n_head_kv) {
+  CausalTileShape shape;
+  const int64_t group = n_head_kv > 0 ? n_head / n_head_kv : 1;
+  shape.heads = static_cast<int>(min(group, static_cast<int64_t>(kCausalTileRows)));
+  shape.head_blocks = static_cast<int>((group + shape.heads - 1) / shape.heads);
+  shape.queries = kCausalTileRows / shape.heads;
+  return shape;
+}
+
+int64_t CausalTileBlocks(const CausalTileShape& shape, int64_t n_queries, int64_t n_head_kv) {
+  return (n_queries + shape.queries - 1) / shape.queries * n_head_kv * shape.head_blocks;
+}
+
 cudaError_t LaunchCausalTiles(const AttentionPieces& a, cudaStream_t stream) {
   if (a.ranges != nullptr || a.head_dim > kCausalTileMaxHeadDim || a.head_dim < 1 ||
-      a.n_head_kv == 0 || a.n_head % a.n_head_kv != 0 || a.piece_len < 1 || a.n_head > 65535 ||
-      a.n_pieces > 65535) {
+      a.n_head_kv == 0 || a.n_head % a.n_head_kv != 0 || a.piece_len < 1 || a.n_pieces > 65535) {
     return cudaErrorInvalidValue;
   }
   if (a.n_queries * a.n_head * a.n_pieces == 0) return cudaSuccess;
-  const dim3 grid(
-      static_cast<unsigned>((a.n_queries + kCausalTileQueries - 1) / kCausalTileQueries),
-      static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_pieces));
-  CausalTilesKernel<<<grid, 32 * kTileWarps, 0, stream>>>(a);
+  const CausalTileShape shape = CausalTilesFor(a.n_head, a.n_head_kv);
+  const int64_t y = a.n_head_kv * shape.head_blocks;
+  if (y > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((a.n_queries + shape.queries - 1) / shape.queries),
+                  static_cast<unsigned>(y), static_cast<unsigned>(a.n_pieces));
+  CausalTilesKernel<<<grid, 32 * kTileWarps, 0, stream>>>(a, shape);
   return cudaGetLastError();
 }
 

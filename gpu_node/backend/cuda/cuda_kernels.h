@@ -90,11 +90,21 @@ struct AttentionPieces {
   float* part_lse = nullptr;  // [n_pieces][n_queries][n_head]
 };
 cudaError_t LaunchAttentionPieces(const AttentionPieces& a, cudaStream_t stream);
-// The same contract in causal mode only (ranges == nullptr), for chunks of many queries: blocks
-// of kCausalTileQueries query rows share each tile of keys staged in shared memory. Needs
-// head_dim <= kCausalTileMaxHeadDim, n_head and n_pieces <= 65535.
-constexpr int kCausalTileQueries = 16;
+// The same contract in causal mode only (ranges == nullptr), for decode steps and prefill chunks
+// alike: each block's rows are up to kCausalTileRows (query, head) pairs that read one kv head (a
+// tile of queries times the heads of one GQA group, or a part of a group larger than that), and
+// they share each tile of keys staged in shared memory. Needs head_dim <= kCausalTileMaxHeadDim
+// and n_pieces <= 65535.
+constexpr int kCausalTileRows = 16;
 constexpr int kCausalTileMaxHeadDim = 128;
+// How a block's rows are made: `queries` queries times `heads` heads of a group, a group taking
+// `head_blocks` blocks.
+struct CausalTileShape {
+  int queries = 1, heads = 1, head_blocks = 1;
+};
+CausalTileShape CausalTilesFor(int64_t n_head, int64_t n_head_kv);
+// Blocks per piece of a launch over n_queries queries.
+int64_t CausalTileBlocks(const CausalTileShape& shape, int64_t n_queries, int64_t n_head_kv);
 cudaError_t LaunchCausalTiles(const AttentionPieces& a, cudaStream_t stream);
 // out[t][h] = the merge of the n_pieces partials of (t, h); lse (optional) their total lse.
 cudaError_t LaunchMergePartials(const float* part_o, const float* part_lse, int64_t n_pieces,
