@@ -176,23 +176,27 @@ absl::Status SparseAttentionRouter::Recover() {
   return status;
 }
 
+std::optional<int64_t> SparseAttentionRouter::OffloadBegin(const Layer& st,
+                                                           int64_t n_tokens) const {
+  if (!st.offloaded) {
+    // Offload [n_sinks, n - n_local) once it holds min_offload_keys (at prefill for any long
+    // prompt, else at the decode step that makes it that long).
+    if (!RegionOffloads(options_, n_tokens)) return std::nullopt;
+    return options_.n_sinks;
+  }
+  // Window overflow: its oldest tokens (all but the last n_local) join the append segment.
+  if (n_tokens - st.window_begin > options_.window_budget) return st.window_begin;
+  return std::nullopt;
+}
+
 absl::Status SparseAttentionRouter::OnLayerStored(int64_t layer, const backend::KvLayerView& cache,
                                                   int64_t n_tokens) {
   MAGICPIG_RETURN_IF_ERROR(WaitStored());
   if (IsDense(layer)) return absl::OkStatus();
   Layer& st = layers_[static_cast<size_t>(layer)];
-  int64_t begin = 0;
-  if (!st.offloaded) {
-    // Offload [n_sinks, n - n_local) once it holds min_offload_keys (at prefill for any long
-    // prompt, else at the decode step that makes it that long).
-    if (!RegionOffloads(options_, n_tokens)) return absl::OkStatus();
-    begin = options_.n_sinks;
-  } else if (n_tokens - st.window_begin > options_.window_budget) {
-    // Window overflow: its oldest tokens (all but the last n_local) join the append segment.
-    begin = st.window_begin;
-  } else {
-    return absl::OkStatus();
-  }
+  const std::optional<int64_t> first = OffloadBegin(st, n_tokens);
+  if (!first.has_value()) return absl::OkStatus();
+  const int64_t begin = *first;
   const int64_t end = n_tokens - options_.n_local;
   st.offload_end = end;
   auto offload = [this, layer, cache, begin, end] {
@@ -268,10 +272,7 @@ bool SparseAttentionRouter::AttendsAt(int64_t layer, int64_t pos) {
 bool SparseAttentionRouter::ReadsRowsAt(int64_t layer, int64_t n_tokens) {
   if (IsDense(layer)) return false;
   JoinOffload();
-  // As OnLayerStored decides: the first offload, or a window overflow.
-  const Layer& st = layers_[static_cast<size_t>(layer)];
-  if (!st.offloaded) return RegionOffloads(options_, n_tokens);
-  return n_tokens - st.window_begin > options_.window_budget;
+  return OffloadBegin(layers_[static_cast<size_t>(layer)], n_tokens).has_value();
 }
 
 bool SparseAttentionRouter::PlanDeviceWork(int64_t layer, int64_t pos, DeviceWork* work) {

@@ -45,6 +45,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -233,6 +234,10 @@ class SparseAttentionRouter final : public LayerAttentionHook {
     // offload started). What OffloadedPositions reports while the offload may still run.
     int64_t offload_end = 0;
   };
+  // Where the offload of a store that makes the layer n_tokens long begins (it ends at n_tokens -
+  // n_local): n_sinks at the first offload (once the region holds min_offload_keys), window_begin
+  // at a window overflow; nullopt when the store offloads nothing.
+  std::optional<int64_t> OffloadBegin(const Layer& st, int64_t n_tokens) const;
   // Centres positions [begin, end) of every kv head with the layer's c (computed at the layer's
   // first offload), hashes them, hands them to the shards and commits the layer's state.
   absl::Status Offload(int64_t layer, const backend::KvLayerView& cache, int64_t begin,
