@@ -20,6 +20,18 @@ unsigned Blocks(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
 
+// Warp-wide max and sum: every lane of a full warp returns the result.
+__device__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+template <typename T>
+__device__ T WarpSum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 // One thread per block of the weight matrix.
 __global__ void DequantizeKernel(int type, const uint8_t* src, int64_t rows, int64_t blocks_per_row,
                                  int64_t row_bytes, int64_t cols, void* dst, bool dst_fp32) {
@@ -70,7 +82,7 @@ __device__ void NormFactors(const float* x, int64_t cols, float eps, int lane, f
       const float v = __ldg(x + t * cols + i);
       sum += static_cast<double>(v) * v;
     }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    sum = WarpSum(sum);
     inv[t] = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(cols) + eps));
   }
 }
@@ -119,9 +131,7 @@ __device__ void AccumulateRow(const __half* w_row, const float* x, int64_t cols,
     }
   }
 #pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    for (int o = 16; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
-  }
+  for (int t = 0; t < NT; ++t) acc[t] = WarpSum(acc[t]);
 }
 
 // Rows of up to kMaxMatVecProducts matrices sharing x, numbered one after the other: warp r
@@ -174,7 +184,7 @@ __global__ void HalfGateUpKernel(const __half* gate, const __half* up, const flo
 template <typename T>
 __device__ T BlockSum(T v) {
   __shared__ T warp_sums[32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  v = WarpSum(v);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   __syncthreads();  // warp_sums may still be read by a previous call
   if (lane == 0) warp_sums[warp] = v;
@@ -186,7 +196,7 @@ __device__ T BlockSum(T v) {
 
 __device__ float BlockMax(float v) {
   __shared__ float warp_max[32];
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  v = WarpMax(v);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   __syncthreads();
   if (lane == 0) warp_max[warp] = v;
@@ -364,16 +374,6 @@ constexpr int kTileKeys = 32;
 constexpr int kTileWarps = 4;
 constexpr int kRowsPerWarp = kCausalTileRows / kTileWarps;
 constexpr int kTileDims = kCausalTileMaxHeadDim / 32;
-
-__device__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-__device__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __global__ void CausalTilesKernel(AttentionPieces a, CausalTileShape shape) {
   __shared__ float q_s[kCausalTileRows][kCausalTileMaxHeadDim];
