@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 
@@ -375,6 +376,59 @@ TEST_F(EvalModelTest, TinyAttnError) {
   const double frac = c.Find("sampled_frac")->as_double();
   EXPECT_GT(frac, 0.0);
   EXPECT_LT(frac, 0.3);
+}
+
+// The empirical (epsilon, delta) guarantee on real keys, values and queries (issue #38): over the
+// sparse layers' (head, query) pairs, vattention's offloaded denominator is within epsilon of
+// exact attention's (FullEstimator's log-sum-exp) in at least 1 - delta of them, less three
+// binomial standard errors. Measured at epsilon 0.1, delta 0.1, base rate 0.05, 2,048 tokens:
+// 0.927 of 1,008 pairs, 28% of the offloaded keys touched; with the sample fixed at the base size
+// instead of sized for the bound, 0.611 (checked by that mutation; at epsilon 0.3 the base sample
+// alone would pass, so the test uses 0.1). vattention-lsh falls short by design (heavy hitters the
+// tables miss stay in its residual, docs/vattention.md): printed, not asserted.
+TEST_F(EvalModelTest, VAttentionMeetsItsBoundOnRealKeys) {
+  AttnErrorOptions o;
+  o.model_path = ModelPath();
+  o.tokens = 2048;
+  o.queries = 4;
+  o.configs = {{10, 150}};
+  o.lsh_seeds = {1};
+  o.work_dir = dir_;
+  o.json = dir_ + "/verified.json";
+  o.quiet = true;
+  o.vattention = true;
+  o.va.epsilon = 0.1;
+  o.va.delta = 0.1;
+  o.va.base_rate = 0.05;
+  std::ostringstream out;
+  ASSERT_TRUE(RunAttnError(o, out).ok()) << out.str();
+  std::ifstream in(o.json);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  absl::StatusOr<json::Value> v = json::Parse(buf.str());
+  ASSERT_TRUE(v.ok());
+  const json::Value* rows = v->Find("verified");
+  ASSERT_NE(rows, nullptr);
+  double pairs = 0, within[2] = {0, 0}, keys[2] = {0, 0};
+  for (const json::Value& row : rows->as_array()) {
+    const double t = row.Find("triples")->as_double();
+    pairs += t;
+    int i = 0;
+    for (const char* m : {"vattention", "vattention_lsh"}) {
+      within[i] += t * row.Find(m)->Find("den_within")->as_double();
+      keys[i] += t * row.Find(m)->Find("keys_frac")->as_double();
+      ++i;
+    }
+  }
+  ASSERT_GT(pairs, 500);
+  const double share = within[0] / pairs, p = 1 - o.va.delta;
+  const double se = std::sqrt(p * (1 - p) / pairs);
+  std::cerr << "denominator within epsilon: vattention " << share << " at " << 100 * keys[0] / pairs
+            << "% of the keys, vattention-lsh " << within[1] / pairs << " at "
+            << 100 * keys[1] / pairs << "% (" << pairs << " pairs)\n";
+  EXPECT_GE(share, p - 3 * se) << out.str();
+  // The bound is met without reading every key's value.
+  EXPECT_LT(keys[0] / pairs, 0.5);
 }
 
 }  // namespace
