@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json/parse.h"
+#include "common/status_macros.h"
 #include "eval/evaluators.h"
 #include "eval/fork_decoder.h"
 #include "eval/prompt.h"
@@ -42,6 +43,23 @@ class EvalModelTest : public ::testing::Test {
     auto e = engine::Engine::Load(eo);
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
+  }
+  // A small attn-error run (SimHash (10, 150), seed 1) on the model; its JSON summary.
+  absl::StatusOr<json::Value> AttnErrorSummary(AttnErrorOptions o, int64_t tokens,
+                                               std::ostream& out) {
+    o.model_path = ModelPath();
+    o.tokens = tokens;
+    o.queries = 4;
+    o.configs = {{10, 150}};
+    o.lsh_seeds = {1};
+    o.work_dir = dir_;
+    o.json = dir_ + "/attn.json";
+    o.quiet = true;
+    MAGICPIG_RETURN_IF_ERROR(RunAttnError(o, out));
+    std::ifstream in(o.json);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    return json::Parse(buf.str());
   }
   // The generator's token-count callback over the renderer (it must outlive the counter).
   static TokenCounter Counter(const PromptRenderer& r) {
@@ -350,22 +368,9 @@ TEST_F(EvalModelTest, TinyPpl) {
 }
 
 TEST_F(EvalModelTest, TinyAttnError) {
-  AttnErrorOptions o;
-  o.model_path = ModelPath();
-  o.tokens = 512;
-  o.queries = 4;
-  o.configs = {{10, 150}};
-  o.lsh_seeds = {1};
-  o.work_dir = dir_;
-  o.json = dir_ + "/attn.json";
-  o.quiet = true;
   std::ostringstream out;
-  ASSERT_TRUE(RunAttnError(o, out).ok()) << out.str();
-  std::ifstream in(o.json);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  absl::StatusOr<json::Value> v = json::Parse(buf.str());
-  ASSERT_TRUE(v.ok());
+  absl::StatusOr<json::Value> v = AttnErrorSummary(AttnErrorOptions{}, 512, out);
+  ASSERT_TRUE(v.ok()) << v.status() << out.str();
   const json::Value& c = v->Find("configs")->as_array()[0];
   for (const char* m : {"magicpig", "oracle", "topk"}) {
     const double mean = c.Find(m)->Find("mean")->as_double();
@@ -388,25 +393,13 @@ TEST_F(EvalModelTest, TinyAttnError) {
 // tables miss stay in its residual, docs/vattention.md): printed, not asserted.
 TEST_F(EvalModelTest, VAttentionMeetsItsBoundOnRealKeys) {
   AttnErrorOptions o;
-  o.model_path = ModelPath();
-  o.tokens = 2048;
-  o.queries = 4;
-  o.configs = {{10, 150}};
-  o.lsh_seeds = {1};
-  o.work_dir = dir_;
-  o.json = dir_ + "/verified.json";
-  o.quiet = true;
   o.vattention = true;
   o.va.epsilon = 0.1;
   o.va.delta = 0.1;
   o.va.base_rate = 0.05;
   std::ostringstream out;
-  ASSERT_TRUE(RunAttnError(o, out).ok()) << out.str();
-  std::ifstream in(o.json);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  absl::StatusOr<json::Value> v = json::Parse(buf.str());
-  ASSERT_TRUE(v.ok());
+  absl::StatusOr<json::Value> v = AttnErrorSummary(o, 2048, out);
+  ASSERT_TRUE(v.ok()) << v.status() << out.str();
   const json::Value* rows = v->Find("verified");
   ASSERT_NE(rows, nullptr);
   double pairs = 0, within[2] = {0, 0}, keys[2] = {0, 0};
