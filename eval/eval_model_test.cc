@@ -44,6 +44,13 @@ class EvalModelTest : public ::testing::Test {
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
   }
+  // The JSON document an evaluator wrote to `path`.
+  static absl::StatusOr<json::Value> ParseJsonFile(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    return json::Parse(buf.str());
+  }
   // A small attn-error run (SimHash (10, 150), seed 1) on the model; its JSON summary.
   absl::StatusOr<json::Value> AttnErrorSummary(AttnErrorOptions o, int64_t tokens,
                                                std::ostream& out) {
@@ -56,10 +63,7 @@ class EvalModelTest : public ::testing::Test {
     o.json = dir_ + "/attn.json";
     o.quiet = true;
     MAGICPIG_RETURN_IF_ERROR(RunAttnError(o, out));
-    std::ifstream in(o.json);
-    std::stringstream buf;
-    buf << in.rdbuf();
-    return json::Parse(buf.str());
+    return ParseJsonFile(o.json);
   }
   // The generator's token-count callback over the renderer (it must outlive the counter).
   static TokenCounter Counter(const PromptRenderer& r) {
@@ -326,10 +330,7 @@ TEST_F(EvalModelTest, TinyPpl) {
   o.quiet = true;
   std::ostringstream out;
   ASSERT_TRUE(RunPpl(o, out).ok()) << out.str();
-  std::ifstream in(o.json);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  absl::StatusOr<json::Value> v = json::Parse(buf.str());
+  absl::StatusOr<json::Value> v = ParseJsonFile(o.json);
   ASSERT_TRUE(v.ok());
   const auto& rows = v->Find("rows")->as_array();
   ASSERT_EQ(rows.size(), 4u);  // full, magicpig, topk, oracle (one seed each)
@@ -349,10 +350,7 @@ TEST_F(EvalModelTest, TinyPpl) {
   o.lsh_seeds = {1, 2};
   o.oracle_all_seeds = true;
   ASSERT_TRUE(RunPpl(o, out).ok()) << out.str();
-  std::ifstream in2(o.json);
-  std::stringstream buf2;
-  buf2 << in2.rdbuf();
-  v = json::Parse(buf2.str());
+  v = ParseJsonFile(o.json);
   ASSERT_TRUE(v.ok());
   std::map<std::string, std::vector<int64_t>> seeds_of;  // family -> its runs' seeds
   std::vector<double> oracle_nll;
