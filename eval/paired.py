@@ -9,6 +9,7 @@ prints the mean difference (first - second, score x100), its standard error and 
 With no arguments it prints the three examples evaluation.md quotes.
 """
 import argparse
+import functools
 import json
 import os
 import sys
@@ -17,9 +18,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plot import mean_and_se  # noqa: E402
 
 
-def scores(path, setup, method, length, task, lo, hi):
+@functools.lru_cache(maxsize=None)
+def rows_of(path):
+    """Every row of a rows file, read once per process (the examples pair one file many times)."""
     with open(path) as f:
-        rows = [json.loads(line) for line in f]
+        return tuple(json.loads(line) for line in f)
+
+
+def scores(path, setup, method, length, task, lo, hi):
+    rows = rows_of(path)
     return {(r["task"], r["index"]): 100 * r["score"] for r in rows
             if (r["length"], r["setup"], r["method"]) == (length, setup, method)
             and lo <= r["index"] < hi and task in (None, r["task"])}
