@@ -10,14 +10,26 @@ writes its keys at every position and its queries at the last --queries position
 eval/qk_dump.h). Documents are numbered; train.py and retrieval.py take ranges of them, so the
 held-out documents are simply higher numbers.
 
-Usage: collect.py --out DIR [--model GGUF] [--docs 120] [--tokens 4096] [--queries 128]
+--kind retrieval writes documents with the structure of a lookup instead: the same code or prose
+(taken from the other end of the file lists), with 24 short records planted at random line
+boundaries ("The vault combination recorded for Telvara Dunmoke is 4471920.", in six phrasings of
+our own, invented names, 4-7 digit numbers or 8 hex digits), then a tail of questions about them,
+each followed by its answer ("Q: ... A: 4471920"). The document is sized with the model's own
+tokenizer (tests/tokenizer/hf_reference.py) so that the last --queries dumped positions all fall in
+the tail: their queries are the ones that look a planted record up, the dominant-key structure of
+retrieval prompts, which the code and prose alone rarely show.
+
+Usage: collect.py --out DIR [--model GGUF] [--docs 120] [--first 0] [--tokens 4096]
+                  [--queries 128] [--kind corpus|retrieval] [--seed 5]
                   [--dump-tool build/tests/accuracy/magicpig_dump_qk] [--threads 2]
 """
 
 import argparse
 import glob
 import os
+import random
 import subprocess
+import sys
 import sysconfig
 import tempfile
 
@@ -32,8 +44,10 @@ def sources():
 
 
 def documents(count, min_bytes):
-    code, prose = sources()
-    pools = [code, prose]
+    return documents_from(list(sources()), count, min_bytes)
+
+
+def documents_from(pools, count, min_bytes):
     cursor = [0, 0]
     docs = []
     for i in range(count):
@@ -53,6 +67,72 @@ def documents(count, min_bytes):
     return docs
 
 
+SYLLABLES = ["ba", "del", "fa", "gor", "hin", "ka", "lum", "mor", "ne", "pol", "quin", "ra",
+             "sel", "tor", "va", "wen", "xi", "yal", "zu", "bri", "cas", "dun", "mok", "tel"]
+# (record, question, answer prefix); {n} is a name, {v} the value.
+RECORDS = [
+    ("Ledger line: {n} holds ticket {v}.", "Which ticket does {n} hold?", "Ticket"),
+    ("The vault combination recorded for {n} is {v}.", "What is the vault combination for {n}?",
+     "Combination"),
+    ("Memo: the badge issued to {n} reads {v}.", "What does the badge issued to {n} read?", "Badge"),
+    ("{n} was assigned locker {v} this season.", "Which locker was {n} assigned?", "Locker"),
+    ("Note for the archive: {n} filed report {v}.", "Which report did {n} file?", "Report"),
+    ("Contact {n} on extension {v}.", "On which extension can {n} be reached?", "Extension"),
+]
+
+
+def invented_name(rng):
+    word = lambda: "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3)))  # noqa: E731
+    return f"{word().capitalize()} {word().capitalize()}"
+
+
+def invented_value(rng):
+    if rng.random() < 0.25:
+        return "".join(rng.choice("0123456789abcdef") for _ in range(8))
+    return str(rng.randint(1000, 9999999))
+
+
+def retrieval_document(tok, haystack, tokens, queries, rng, n_records=24):
+    """Haystack text with planted records and a question tail, sized by `tok` so that the first
+    `tokens` tokens end inside the tail with at least `queries` tail tokens before the cut."""
+    records = []
+    names = set()
+    while len(records) < n_records:
+        name = invented_name(rng)
+        if name in names:
+            continue
+        names.add(name)
+        records.append((rng.randrange(len(RECORDS)), name, invented_value(rng)))
+    asked = records[:]
+    rng.shuffle(asked)
+    tail = "\n\nQuestions about the records above, each answered from them:\n" + "".join(
+        f"Q: {RECORDS[k][1].format(n=n)}\nA: {RECORDS[k][2]} {v}.\n" for k, n, v in asked)
+    planted = [RECORDS[k][0].format(n=n, v=v) for k, n, v in records]
+    tail_tokens = len(tok.encode(tail, add_special_tokens=False).ids)
+    if tail_tokens < queries + 96:
+        raise SystemExit(f"the question tail is {tail_tokens} tokens; --queries {queries} needs more")
+    # The body (haystack + records) ends 64 tokens before the dumped queries start.
+    budget = tokens - queries - 64
+    record_tokens = sum(len(tok.encode("\n" + r, add_special_tokens=False).ids) for r in planted)
+    ids = tok.encode(haystack, add_special_tokens=False).ids
+    cut = budget - record_tokens
+    while True:
+        lines = tok.decode(ids[:cut]).split("\n")
+        slots = sorted(rng.randrange(1, len(lines)) for _ in planted)
+        for r, at in sorted(zip(planted, slots), key=lambda p: -p[1]):
+            lines.insert(at, r)
+        body = "\n".join(lines)
+        n_body = len(tok.encode(body, add_special_tokens=False).ids)
+        if n_body <= budget:
+            break
+        cut -= n_body - budget
+    text = body + tail
+    total = len(tok.encode(text, add_special_tokens=False).ids)
+    if total < tokens:
+        raise SystemExit(f"retrieval document of {total} tokens is shorter than --tokens {tokens}")
+    return text
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -62,10 +142,26 @@ def main():
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--queries", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kind", choices=["corpus", "retrieval"], default="corpus")
+    ap.add_argument("--seed", type=int, default=5, help="records of --kind retrieval")
     ap.add_argument("--dump-tool", default="build/tests/accuracy/magicpig_dump_qk")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    docs = documents(args.docs, 5 * args.tokens)
+    if args.kind == "corpus":
+        docs = documents(args.docs, 5 * args.tokens)
+    else:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "tests", "tokenizer"))
+        import hf_reference  # noqa: E402 - the model's tokenizer, for sizing
+
+        tok = hf_reference.build(args.model)
+        code, prose = sources()
+        # Haystacks from the other end of the file lists than the corpus documents.
+        hay = documents_from([code[::-1], prose[::-1]], args.docs, 5 * args.tokens)
+        docs = [None] * args.docs
+        for i in range(args.first, args.docs):
+            rng = random.Random(args.seed * 1000003 + i)
+            docs[i] = retrieval_document(tok, hay[i], args.tokens, args.queries, rng)
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.first, args.docs):
             out = os.path.join(args.out, f"doc{i:04d}.qk")

@@ -109,12 +109,17 @@ def nearest(dist, m):
 
 
 def open_docs(data_dir, spec):
-    """Dumps doc{i:04d}.qk for i in the range spec "a:b" (end exclusive)."""
-    a, b = (int(x) for x in spec.split(":"))
-    paths = [os.path.join(data_dir, f"doc{i:04d}.qk") for i in range(a, b)]
+    """Dumps doc{i:04d}.qk for i in the ranges of spec: "a:b" (end exclusive), or several joined
+    by commas ("0:32,40:52")."""
+    idx = []
+    for part in spec.split(","):
+        a, b = (int(x) for x in part.split(":"))
+        idx.extend(range(a, b))
+    if not idx:
+        raise SystemExit(f"no documents in {spec!r}")
+    paths = [os.path.join(data_dir, f"doc{i:04d}.qk") for i in idx]
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
         have = len(glob.glob(os.path.join(data_dir, "doc*.qk")))
         raise SystemExit(f"{missing[0]} missing ({have} dumps in {data_dir}; run collect.py)")
     return [Dump(p) for p in paths]
-
