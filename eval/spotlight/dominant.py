@@ -1,17 +1,25 @@
 #!/usr/bin/env python3
 """How often a retrieval holds a query's top key: learned codes against MagicPIG's candidates.
 
-For every sparse layer, query head and every 4th dumped query of the documents FIRST:END in DIR,
+For every sparse layer, query head and every --query-stride-th (4th) dumped query of the documents
+FIRST:END in DIR,
 the key of highest exact score (centred keys, as the engine scores them) is looked up in (a) the
 keys colliding with the query in >= 2 of 150 SimHash tables of 10 bits (seeded planes: what
 MagicPIG(10, 150) samples), (b) as many keys nearest by the learned code of SPOT, and (c) their
 union, and with RERANK > 1 (d) as many keys kept by exact score out of RERANK times as many
 nearest by learned code (spotlight's rescoring, --spotlight-rerank) and (e) top-k by exact score at
-that count. Reported over all queries and over the queries whose top key carries softmax weight >
-0.3 (a dominant key, as a needle is), and the softmax weight each retrieval holds (mean over queries).
+that count, and with --sketch R,... (f) as many keys of highest score by a low-rank sketch: each
+kv head's keys projected on their own R leading principal directions (of the dumped region) and
+rounded to int8 per direction (R bytes per key), scored against the query's projection, and (g)
+the m best by that sketch among the 8m nearest by learned code. Reported over all queries and over
+the queries whose top key carries softmax weight > 0.3 (a dominant key, as a needle is), and the
+softmax weight each retrieval holds (mean over queries).
 
-Usage: dominant.py DIR FIRST:END [SPOT [RERANK]]     (docs/vattention.md, docs/spotlight.md; Qwen 4K)
+Usage: dominant.py DIR FIRST:END [SPOT [RERANK]] [--sketch R,...] [--query-stride 4]
+       (docs/vattention.md, docs/spotlight.md; Qwen 4K)
 """
+
+import argparse
 
 import sys
 
@@ -23,15 +31,32 @@ import spotfile  # noqa: E402
 
 LSH_K, LSH_L = 10, 150
 DOMINANT = 0.3
-QUERY_STRIDE = 4
+
+
+def sketch(k, dims):
+    """(u [d][dims], sketch [R][dims]): k's `dims` leading principal directions and k's
+    coordinates on them rounded to int8 per direction; q . k ~ (q u) . sketch."""
+    _, _, vt = np.linalg.svd(k, full_matrices=False)
+    u = vt[:dims].T
+    kp = k @ u
+    scale = np.abs(kp).max(axis=0) / 127
+    scale[scale == 0] = 1
+    return u, np.round(kp / scale) * scale
 
 
 def main():
-    if len(sys.argv) not in (3, 4, 5):
-        raise SystemExit(__doc__.split("Usage: ")[1])
-    docs = qkdata.open_docs(sys.argv[1], sys.argv[2])
-    sp = spotfile.read(sys.argv[3] if len(sys.argv) > 3 else "models/qwen2.5-coder-1.5b-64.spot")
-    rerank = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir")
+    ap.add_argument("docs")
+    ap.add_argument("spot", nargs="?", default="models/qwen2.5-coder-1.5b-64.spot")
+    ap.add_argument("rerank", nargs="?", type=int, default=1)
+    ap.add_argument("--sketch", default="", help="comma list of sketch dimensions")
+    ap.add_argument("--query-stride", type=int, default=4)
+    args = ap.parse_args()
+    docs = qkdata.open_docs(args.dir, args.docs)
+    sp = spotfile.read(args.spot)
+    rerank = args.rerank
+    sketches = [int(x) for x in args.sketch.split(",") if x]
     d0 = docs[0]
     group = d0.n_head // d0.n_head_kv
     rng = np.random.default_rng(7)
@@ -39,6 +64,8 @@ def main():
     names = ["spotlight", "magicpig", "union"]
     if rerank > 1:
         names += [f"spotlight rescored from {rerank}x", "top-k"]
+    for r in sketches:
+        names += [f"sketch-{r} (top by sketch)", f"spotlight 8x rescored by sketch-{r}"]
     # method -> [top key held for dominant queries, dominant queries, held for all, all]
     totals = {name: np.zeros(4, np.int64) for name in names}
     mass = {name: 0.0 for name in names}  # softmax weight held, summed over queries
@@ -46,12 +73,13 @@ def main():
     for doc in docs:
         for layer in (layer for layer in d0.layers if layer not in dense):
             keys = doc.centred_region_keys(layer).astype(np.float64)  # [kv][R][d]
-            queries = doc.queries(layer)[::QUERY_STRIDE].astype(np.float64)  # [Q][H][d]
+            queries = doc.queries(layer)[::args.query_stride].astype(np.float64)  # [Q][H][d]
             slot = sp.layers.index(layer)
             for kv in range(d0.n_head_kv):
                 k = keys[kv]
                 key_lsh = qkdata.lsh_codes(k, lsh, LSH_K)
                 key_code = qkdata.pack_bits(spotfile.outputs64(sp.keys[slot][kv], k))
+                key_sketch = {r: sketch(k, r) for r in sketches}
                 for h in range(kv * group, (kv + 1) * group):
                     q = queries[:, h, :]
                     x = q @ k.T / np.sqrt(d0.head_dim)
@@ -69,6 +97,13 @@ def main():
                         near = qkdata.nearest(dist, min(len(k), rerank * m))
                         rets += [(names[3], qkdata.nearest(np.where(near, -x, np.inf), m)),
                                  ("top-k", qkdata.nearest(-x, m))]
+                    for r in sketches:
+                        u, ks = key_sketch[r]
+                        sk = (q @ u) @ ks.T
+                        near = qkdata.nearest(dist, min(len(k), 8 * m))
+                        rets += [(f"sketch-{r} (top by sketch)", qkdata.nearest(-sk, m)),
+                                 (f"spotlight 8x rescored by sketch-{r}",
+                                  qkdata.nearest(np.where(near, -sk, np.inf), m))]
                     p = w / w.sum(1, keepdims=True)
                     for name, ret in rets:
                         held = ret[np.arange(len(q)), top]

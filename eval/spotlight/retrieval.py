@@ -55,6 +55,11 @@ def main():
     docs = qkdata.open_docs(args.data, args.docs)
     d0 = docs[0]
     spots = [spotfile.read(p) for p in args.spot]
+    # Labels: spotlight-B, or with the file's name where two files have B bits (their rows would
+    # otherwise merge).
+    bit_counts = [s.bits for s in spots]
+    labels = [f"spotlight-{s.bits}" if bit_counts.count(s.bits) == 1 else
+              f"spotlight-{s.bits} ({p.rsplit('/', 1)[-1]})" for s, p in zip(spots, args.spot)]
     dense = ({int(x) for x in args.dense.split(",") if x} if args.dense
              else qkdata.engine_dense_layers(d0.n_layer_model))
     layers = ([int(x) for x in args.layers.split(",")] if args.layers
@@ -93,9 +98,9 @@ def main():
                 for b in bit_set:
                     cand.append((f"simhash-{b}", qkdata.pack_bits(q @ planes[b].T),
                                  qkdata.pack_bits(k[kv] @ planes[b].T)))
-                for sp in spots:
+                for sp, label in zip(spots, labels):
                     slot = sp.layers.index(layer)
-                    cand.append((f"spotlight-{sp.bits}",
+                    cand.append((label,
                                  qkdata.pack_bits(spotfile.outputs64(sp.queries[slot][h], q)),
                                  qkdata.pack_bits(spotfile.outputs64(sp.keys[slot][kv], k[kv]))))
                 for name, qb, kb in cand:
