@@ -2,25 +2,23 @@
 """How often a retrieval holds a query's top key: learned codes against MagicPIG's candidates.
 
 For every sparse layer, query head and every --query-stride-th (4th) dumped query of the documents
-FIRST:END in DIR,
-the key of highest exact score (centred keys, as the engine scores them) is looked up in (a) the
-keys colliding with the query in >= 2 of 150 SimHash tables of 10 bits (seeded planes: what
-MagicPIG(10, 150) samples), (b) as many keys nearest by the learned code of SPOT, and (c) their
-union, and with RERANK > 1 (d) as many keys kept by exact score out of RERANK times as many
-nearest by learned code (spotlight's rescoring, --spotlight-rerank) and (e) top-k by exact score at
-that count, and with --sketch R,... (f) as many keys of highest score by a low-rank sketch: each
-kv head's keys projected on their own R leading principal directions (of the dumped region) and
-rounded to int8 per direction (R bytes per key), scored against the query's projection, and (g)
-the m best by that sketch among the 8m nearest by learned code. Reported over all queries and over
-the queries whose top key carries softmax weight > 0.3 (a dominant key, as a needle is), and the
-softmax weight each retrieval holds (mean over queries).
+FIRST:END in DIR, the key of highest exact score (centred keys, as the engine scores them) is looked
+up in (a) the keys colliding with the query in >= 2 of 150 SimHash tables of 10 bits (seeded planes:
+what MagicPIG(10, 150) samples), (b) as many keys nearest by the learned code of SPOT, and (c) their
+union, and with RERANK > 1 (d) as many keys kept by exact score out of RERANK times as many nearest
+by learned code (spotlight's rescoring, --spotlight-rerank) and (e) top-k by exact score at that
+count, and with --sketch R,... (f) as many keys of highest score by a low-rank sketch: each kv
+head's keys projected on their own R leading principal directions (of the dumped region) and rounded
+to int8 per direction (R bytes per key), scored against the query's projection, and (g) the m best
+by that sketch among the 8m nearest by learned code. Reported over all queries and over the queries
+whose top key carries softmax weight > 0.3 (a dominant key, as a needle is), and the softmax weight
+each retrieval holds (mean over queries).
 
 Usage: dominant.py DIR FIRST:END [SPOT [RERANK]] [--sketch R,...] [--query-stride 4]
        (docs/vattention.md, docs/spotlight.md; Qwen 4K)
 """
 
 import argparse
-
 import sys
 
 import numpy as np
