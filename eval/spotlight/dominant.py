@@ -14,7 +14,7 @@ by that sketch among the 8m nearest by learned code. Reported over all queries a
 whose top key carries softmax weight > 0.3 (a dominant key, as a needle is), and the softmax weight
 each retrieval holds (mean over queries).
 
-Usage: dominant.py DIR FIRST:END [SPOT [RERANK]] [--sketch R,...] [--query-stride 4]
+Usage: dominant.py DIR FIRST:END [SPOT|- [RERANK]] [--sketch R,...] [--query-stride 4]
        (docs/vattention.md, docs/spotlight.md; Qwen 4K)
 """
 
@@ -46,24 +46,27 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir")
     ap.add_argument("docs")
-    ap.add_argument("spot", nargs="?", default="models/qwen2.5-coder-1.5b-64.spot")
+    ap.add_argument("spot", nargs="?", default="models/qwen2.5-coder-1.5b-64.spot",
+                    help="trained hashes, or - for none (MagicPIG, top-k and the sketches only)")
     ap.add_argument("rerank", nargs="?", type=int, default=1)
     ap.add_argument("--sketch", default="", help="comma list of sketch dimensions")
     ap.add_argument("--query-stride", type=int, default=4)
     args = ap.parse_args()
     docs = qkdata.open_docs(args.dir, args.docs)
-    sp = spotfile.read(args.spot)
-    rerank = args.rerank
+    sp = spotfile.read(args.spot) if args.spot != "-" else None
+    rerank = args.rerank if sp is not None else 1
     sketches = [int(x) for x in args.sketch.split(",") if x]
     d0 = docs[0]
     group = d0.n_head // d0.n_head_kv
     rng = np.random.default_rng(7)
     lsh = rng.standard_normal((LSH_L * LSH_K, d0.head_dim))
-    names = ["spotlight", "magicpig", "union"]
+    names = ["spotlight", "magicpig", "union"] if sp is not None else ["magicpig", "top-k"]
     if rerank > 1:
         names += [f"spotlight rescored from {rerank}x", "top-k"]
     for r in sketches:
-        names += [f"sketch-{r} (top by sketch)", f"spotlight 8x rescored by sketch-{r}"]
+        names += [f"sketch-{r} (top by sketch)"]
+        if sp is not None:
+            names += [f"spotlight 8x rescored by sketch-{r}"]
     # method -> [top key held for dominant queries, dominant queries, held for all, all]
     totals = {name: np.zeros(4, np.int64) for name in names}
     mass = {name: 0.0 for name in names}  # softmax weight held, summed over queries
@@ -72,11 +75,12 @@ def main():
         for layer in (layer for layer in d0.layers if layer not in dense):
             keys = doc.centred_region_keys(layer).astype(np.float64)  # [kv][R][d]
             queries = doc.queries(layer)[::args.query_stride].astype(np.float64)  # [Q][H][d]
-            slot = sp.layers.index(layer)
+            slot = sp.layers.index(layer) if sp is not None else -1
             for kv in range(d0.n_head_kv):
                 k = keys[kv]
                 key_lsh = qkdata.lsh_codes(k, lsh, LSH_K)
-                key_code = qkdata.pack_bits(spotfile.outputs64(sp.keys[slot][kv], k))
+                key_code = (qkdata.pack_bits(spotfile.outputs64(sp.keys[slot][kv], k))
+                            if sp is not None else None)
                 key_sketch = {r: sketch(k, r) for r in sketches}
                 for h in range(kv * group, (kv + 1) * group):
                     q = queries[:, h, :]
@@ -86,10 +90,13 @@ def main():
                     dominant = (w[np.arange(len(q)), top] / w.sum(1)) > DOMINANT
                     mp = qkdata.collisions(qkdata.lsh_codes(q, lsh, LSH_K), key_lsh) >= 2
                     m = max(1, int(round(mp.mean() * len(k))))
-                    q_code = qkdata.pack_bits(spotfile.outputs64(sp.queries[slot][h], q))
-                    dist = qkdata.hamming(q_code, key_code)
-                    learned = qkdata.nearest(dist, m)
-                    rets = [("spotlight", learned), ("magicpig", mp), ("union", learned | mp)]
+                    if sp is not None:
+                        q_code = qkdata.pack_bits(spotfile.outputs64(sp.queries[slot][h], q))
+                        dist = qkdata.hamming(q_code, key_code)
+                        learned = qkdata.nearest(dist, m)
+                        rets = [("spotlight", learned), ("magicpig", mp), ("union", learned | mp)]
+                    else:
+                        rets = [("magicpig", mp), ("top-k", qkdata.nearest(-x, m))]
                     if rerank > 1:
                         # The m best by exact score among the rerank * m nearest by code.
                         near = qkdata.nearest(dist, min(len(k), rerank * m))
@@ -98,10 +105,11 @@ def main():
                     for r in sketches:
                         u, ks = key_sketch[r]
                         sk = (q @ u) @ ks.T
-                        near = qkdata.nearest(dist, min(len(k), 8 * m))
-                        rets += [(f"sketch-{r} (top by sketch)", qkdata.nearest(-sk, m)),
-                                 (f"spotlight 8x rescored by sketch-{r}",
-                                  qkdata.nearest(np.where(near, -sk, np.inf), m))]
+                        rets.append((f"sketch-{r} (top by sketch)", qkdata.nearest(-sk, m)))
+                        if sp is not None:
+                            near = qkdata.nearest(dist, min(len(k), 8 * m))
+                            rets.append((f"spotlight 8x rescored by sketch-{r}",
+                                         qkdata.nearest(np.where(near, -sk, np.inf), m)))
                     p = w / w.sum(1, keepdims=True)
                     for name, ret in rets:
                         held = ret[np.arange(len(q)), top]

@@ -6,7 +6,8 @@ is written as its task text, the answer prefix and the references ("input\\npref
 without the chat template, and prefilled with exact attention by magicpig_dump_qk with queries at
 the last --queries positions: the tokens of the answer, whose queries look the needles up. The
 dump's length is the text's own token count (the model's tokenizer, tests/tokenizer/
-hf_reference.py), so nothing is repeated. Dumps are numbered in task order (doc0000.qk, ...).
+hf_reference.py), so nothing is repeated; the engine's count is one more (a start token), so the
+text's last token falls outside the dump. Dumps are numbered in task order (doc0000.qk, ...).
 
 Usage: ruler_dump.py --out DIR --model GGUF [--tasks niah_multikey_3,niah_single_3,...]
                      [--length 4096] [--queries 16] [--data-dir eval/data]
