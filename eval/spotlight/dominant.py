@@ -14,7 +14,8 @@ by that sketch among the 8m nearest by learned code. Reported over all queries a
 whose top key carries softmax weight > 0.3 (a dominant key, as a needle is), and the softmax weight
 each retrieval holds (mean over queries).
 
-Usage: dominant.py DIR FIRST:END [SPOT|- [RERANK]] [--sketch R,...] [--query-stride 4]
+Usage: dominant.py DIR FIRST:END [SPOT|- [RERANK]] [--sketch R,...] [--sketch-fit 1]
+                   [--query-stride 4]
        (docs/vattention.md, docs/spotlight.md; Qwen 4K)
 """
 
@@ -31,10 +32,12 @@ LSH_K, LSH_L = 10, 150
 DOMINANT = 0.3
 
 
-def sketch(k, dims):
-    """(u [d][dims], sketch [R][dims]): k's `dims` leading principal directions and k's
-    coordinates on them rounded to int8 per direction; q . k ~ (q u) . sketch."""
-    _, _, vt = np.linalg.svd(k, full_matrices=False)
+def sketch(k, dims, fit_fraction=1.0):
+    """(u [d][dims], sketch [R][dims]): the `dims` leading principal directions of the first
+    `fit_fraction` of k's rows (as a shard that fixes its basis at offload and keeps it for keys
+    appended later) and k's coordinates on them rounded to int8 per direction; q . k ~ (q u) .
+    sketch."""
+    _, _, vt = np.linalg.svd(k[:max(dims, int(fit_fraction * len(k)))], full_matrices=False)
     u = vt[:dims].T
     kp = k @ u
     scale = np.abs(kp).max(axis=0) / 127
@@ -51,6 +54,8 @@ def main():
     ap.add_argument("rerank", nargs="?", type=int, default=1)
     ap.add_argument("--sketch", default="", help="comma list of sketch dimensions")
     ap.add_argument("--query-stride", type=int, default=4)
+    ap.add_argument("--sketch-fit", type=float, default=1.0,
+                    help="fit the sketch's directions on this leading fraction of the keys")
     args = ap.parse_args()
     docs = qkdata.open_docs(args.dir, args.docs)
     sp = spotfile.read(args.spot) if args.spot != "-" else None
@@ -81,7 +86,7 @@ def main():
                 key_lsh = qkdata.lsh_codes(k, lsh, LSH_K)
                 key_code = (qkdata.pack_bits(spotfile.outputs64(sp.keys[slot][kv], k))
                             if sp is not None else None)
-                key_sketch = {r: sketch(k, r) for r in sketches}
+                key_sketch = {r: sketch(k, r, args.sketch_fit) for r in sketches}
                 for h in range(kv * group, (kv + 1) * group):
                     q = queries[:, h, :]
                     x = q @ k.T / np.sqrt(d0.head_dim)
