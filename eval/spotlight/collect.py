@@ -33,6 +33,9 @@ import sys
 import sysconfig
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import qkdata  # noqa: E402
+
 
 def sources():
     code = sorted(p for p in glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "**", "*.py"),
@@ -150,11 +153,7 @@ def main():
     if args.kind == "corpus":
         docs = documents(args.docs, 5 * args.tokens)
     else:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                        "tests", "tokenizer"))
-        import hf_reference  # noqa: E402 - the model's tokenizer, for sizing
-
-        tok = hf_reference.build(args.model)
+        tok = qkdata.model_tokenizer(args.model)
         code, prose = sources()
         # Haystacks from the other end of the file lists than the corpus documents.
         hay = documents_from([code[::-1], prose[::-1]], args.docs, 5 * args.tokens)

@@ -107,14 +107,15 @@ def main():
                         near = qkdata.nearest(dist, min(len(k), rerank * m))
                         rets += [(names[3], qkdata.nearest(np.where(near, -x, np.inf), m)),
                                  ("top-k", qkdata.nearest(-x, m))]
+                    if sketches and sp is not None:
+                        near8 = qkdata.nearest(dist, min(len(k), 8 * m))  # what sketches rescore
                     for r in sketches:
                         u, ks = key_sketch[r]
                         sk = (q @ u) @ ks.T
                         rets.append((f"sketch-{r} (top by sketch)", qkdata.nearest(-sk, m)))
                         if sp is not None:
-                            near = qkdata.nearest(dist, min(len(k), 8 * m))
                             rets.append((f"spotlight 8x rescored by sketch-{r}",
-                                         qkdata.nearest(np.where(near, -sk, np.inf), m)))
+                                         qkdata.nearest(np.where(near8, -sk, np.inf), m)))
                     p = w / w.sum(1, keepdims=True)
                     for name, ret in rets:
                         held = ret[np.arange(len(q)), top]

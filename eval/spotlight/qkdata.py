@@ -9,6 +9,7 @@ position would find on the attention shards (the engine keeps 4 sinks and 64 loc
 import glob
 import os
 import struct
+import sys
 
 import numpy as np
 
@@ -123,3 +124,13 @@ def open_docs(data_dir, spec):
         have = len(glob.glob(os.path.join(data_dir, "doc*.qk")))
         raise SystemExit(f"{missing[0]} missing ({have} dumps in {data_dir}; run collect.py)")
     return [Dump(p) for p in paths]
+
+
+def model_tokenizer(model_path):
+    """The model's own tokenizer (Hugging Face `tokenizers` built from the GGUF's vocabulary by
+    tests/tokenizer/hf_reference.py), for sizing texts in tokens."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "tests", "tokenizer"))
+    import hf_reference  # noqa: E402
+
+    return hf_reference.build(model_path)

@@ -20,9 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
-                                "tokenizer"))
-import hf_reference  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import qkdata  # noqa: E402
 
 
 def main():
@@ -36,7 +35,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dump-tool", default="build/tests/accuracy/magicpig_dump_qk")
     args = ap.parse_args()
-    tok = hf_reference.build(args.model)
+    tok = qkdata.model_tokenizer(args.model)
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for i, task in enumerate(args.tasks.split(",")):
