@@ -35,11 +35,12 @@
 //                              kFullEvery-th iteration in the same loop: speedup = full / it,
 //                              keys_frac = keys touched per query head / n, GBps and of_probe from
 //                              the bytes it read (BM_VAttention).
-//   Spotlight/n/bits/fraction[/rerank]/threads
+//   Spotlight/n/bits/fraction[/rerank]/threads, Sketch/n/dims/fraction/threads
 //                              spotlight over the same keys in codes-only shards (random-hyperplane
 //                              codes of `bits`), `fraction` retrieved per head (rescored from
 //                              `rerank` times as many nearest keys), `full` in the same loop:
-//                              speedup = full / it (BM_Spotlight).
+//                              speedup = full / it (BM_Spotlight); Sketch: the same over low-rank
+//                              key sketches of `dims` int8 coordinates (--attention sketch).
 //   TableBuild/K/L/threads     LshTables::Build of 64K keys x 8 kv heads vs ten cold reads of the
 //                              same keys (bf16, read with the probe's sum on the shards' buffers),
 //                              after one untimed build (first_build_ms: the process's first large
@@ -105,6 +106,7 @@
 #include "absl/status/status.h"
 #include "common/attention/attention_runner.h"
 #include "common/attention/estimators.h"
+#include "common/attention/key_sketch.h"
 #include "common/attention/kv_shard.h"
 #include "common/attention/lsh_tables.h"
 #include "common/attention/partial_attention.h"
@@ -119,9 +121,11 @@
 namespace magicpig {
 
 using ::magicpig::attention::AttentionRunner;
+using ::magicpig::attention::CodeScore;
 using ::magicpig::attention::Estimator;
 using ::magicpig::attention::FullEstimator;
 using ::magicpig::attention::GroupWork;
+using ::magicpig::attention::KeySketch;
 using ::magicpig::attention::KvIndex;
 using ::magicpig::attention::KvShard;
 using ::magicpig::attention::KvStorage;
@@ -1010,8 +1014,12 @@ void BM_VAttention(benchmark::State& state, int64_t n, int k, int l, bool lsh, i
 // queries in the same loop: speedup = full / spotlight. GBps counts every key's code (bits / 8
 // bytes) plus the union of the group's retrieved rows (key and value) and, with rerank > 1, of
 // the rescored candidates' keys.
+//
+// With CodeScore::kSketch the same over low-rank key sketches of bits / 8 int8 coordinates
+// (key_sketch.h, fitted per kv head on its keys; `sketch`'s cost does not depend on the fit
+// either): the scan is an integer dot product per key instead of a popcount.
 void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction, int64_t rerank,
-                  int threads) {
+                  int threads, CodeScore score) {
   const DataSet* ds = GetDataSet(n, 10, 150);
   if (ds == nullptr) {
     state.SkipWithError("data set build failed");
@@ -1024,6 +1032,7 @@ void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction,
     return;
   }
   std::vector<KvShard> shards;
+  std::vector<KeySketch> sketches;
   for (const KvShard& src : ds->shards) {
     std::vector<float> keys(static_cast<size_t>(n * kDim)), values(keys.size());
     for (int64_t i = 0; i < n; ++i) {
@@ -1031,11 +1040,22 @@ void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction,
       src.CopyValue(i, values.data() + i * kDim);
     }
     std::vector<uint16_t> codes(static_cast<size_t>(n * words));
+    absl::Status coded = absl::OkStatus();
+    if (score == CodeScore::kSketch) {
+      absl::StatusOr<KeySketch> sketch = KeySketch::Fit(keys.data(), n, kDim, bits / 8);
+      if (sketch.ok()) {
+        sketch->KeyCodes(keys.data(), n, codes.data());
+        sketches.push_back(*std::move(sketch));
+      } else {
+        coded = sketch.status();
+      }
+    } else {
+      coded = hash->Codes(keys.data(), n, kDim, codes.data());
+    }
     absl::StatusOr<KvShard> shard =
-        hash->Codes(keys.data(), n, kDim, codes.data()).ok()
-            ? KvShard::CreateFromCodes(kDim, 16, words, keys.data(), codes.data(), values.data(), n,
-                                       KvStorage::kBf16, KvIndex::kCodes)
-            : absl::InternalError("codes");
+        coded.ok() ? KvShard::CreateFromCodes(kDim, 16, words, keys.data(), codes.data(),
+                                              values.data(), n, KvStorage::kBf16, KvIndex::kCodes)
+                   : absl::InternalError("codes");
     if (!shard.ok()) {
       state.SkipWithError("shard build failed");
       return;
@@ -1043,12 +1063,17 @@ void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction,
     shards.push_back(*std::move(shard));
   }
   std::vector<uint16_t> q_codes(static_cast<size_t>(kSteps * kQHeads * words));
-  if (!hash->Codes(ds->q.data(), kSteps * kQHeads, kDim, q_codes.data()).ok()) {
+  if (score == CodeScore::kSketch) {
+    for (int64_t row = 0; row < kSteps * kQHeads; ++row) {
+      sketches[static_cast<size_t>((row % kQHeads) / kGroup)].QueryCode(
+          ds->q.data() + row * kDim, q_codes.data() + row * words);
+    }
+  } else if (!hash->Codes(ds->q.data(), kSteps * kQHeads, kDim, q_codes.data()).ok()) {
     state.SkipWithError("query codes failed");
     return;
   }
   AttentionRunner runner(threads);
-  const SpotlightEstimator est(fraction, rerank);
+  const SpotlightEstimator est(fraction, rerank, ActiveSimdLevel(), score);
   const FullEstimator full;
   std::vector<PartialAttention> out(kQHeads), full_out(kQHeads);
   int64_t iter = 0;
@@ -1371,10 +1396,21 @@ void RegisterAll() {
                    "/fraction:" + std::to_string(fraction).substr(0, 5) +
                    "/threads:" + std::to_string(t))
                       .c_str(),
-                  BM_Spotlight, n, bits, fraction, 1, t)
+                  BM_Spotlight, n, bits, fraction, 1, t, CodeScore::kHamming)
                   ->Unit(benchmark::kMicrosecond)
                   ->UseManualTime();
             }
+          }
+        }
+        // The low-rank key sketch at 16 and 32 bytes per key (docs/spotlight.md).
+        for (int dims : {16, 32}) {
+          for (int t : {1, 2}) {
+            RegisterBenchmark(("Sketch/n:" + std::to_string(n) + "/dims:" + std::to_string(dims) +
+                               "/fraction:0.02/threads:" + std::to_string(t))
+                                  .c_str(),
+                              BM_Spotlight, n, 8 * dims, 0.02, 1, t, CodeScore::kSketch)
+                ->Unit(benchmark::kMicrosecond)
+                ->UseManualTime();
           }
         }
         // Rescored from 2, 4 and 8 times the retrieved keys (docs/spotlight.md).
@@ -1384,7 +1420,7 @@ void RegisterAll() {
                                "/bits:64/fraction:0.02/rerank:" + std::to_string(rerank) +
                                "/threads:" + std::to_string(t))
                                   .c_str(),
-                              BM_Spotlight, n, 64, 0.02, rerank, t)
+                              BM_Spotlight, n, 64, 0.02, rerank, t, CodeScore::kHamming)
                 ->Unit(benchmark::kMicrosecond)
                 ->UseManualTime();
           }

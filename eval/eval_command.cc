@@ -102,6 +102,11 @@ std::unique_ptr<flags::FlagTable> RulerFlagTable(RulerOptions* o) {
                     "also run spotlight-rerankR@(K,L) for each R: spotlight@(K,L) scoring R times "
                     "its retrieved keys exactly and attending the best (docs/spotlight.md)",
                     int64_t{2}, attention::kSpotRerank.max);
+  table->NumberList("sketch-dims", &o->sketch_dims,
+                    "also run sketchR@(K,L) for each R: the low-rank key sketch of R int8 "
+                    "coordinates (even) retrieving the fraction of keys magicpig(K,L) touched on "
+                    "the same sample (docs/spotlight.md)",
+                    attention::kSketchDims.min, attention::kSketchDims.max);
   table->Switch("no-early-stop", &o->early_stop,
                 "generate every answer token even when the score can no longer change", false);
   table->Number("lsh-seed", &o->lsh_seed, "SimHash projection seed", uint64_t{0},

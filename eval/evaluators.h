@@ -66,6 +66,9 @@ struct RulerOptions {
   // Each R > 1 (with spotlight_file): also spotlight-rerankR@(K,L), spotlight@(K,L) whose heads
   // score R times its retrieved keys exactly and keep the best (--spotlight-rerank).
   std::vector<int64_t> spotlight_rerank;
+  // Each R: also sketchR@(K,L), the low-rank key sketch of R int8 coordinates (--attention sketch)
+  // retrieving the fraction of keys magicpig(K,L) touched on the same sample.
+  std::vector<int64_t> sketch_dims;
   bool early_stop = true;  // stop a generation once the score can no longer change
   uint64_t lsh_seed = 1234;
   bool quiet = false;         // no progress on stderr

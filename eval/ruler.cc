@@ -30,10 +30,11 @@ using engine::SparseAttentionOptions;
 struct Method {
   std::string name;  // "full", "magicpig(10,150)", "topk@(10,150)", "oracle@(10,150)"
   // full | magicpig | topk | oracle | vattention | vattention-lsh | spotlight |
-  // vattention-spotlight
+  // vattention-spotlight | sketch
   std::string family;
   LshConfig config{0, 0};
   int64_t spotlight_rerank = 1;  // spotlight: candidates scored per retrieved key
+  int64_t sketch_dims = 0;       // sketch: int8 coordinates per key
 };
 
 std::vector<Method> Methods(const RulerOptions& o) {
@@ -49,6 +50,9 @@ std::vector<Method> Methods(const RulerOptions& o) {
     if (!o.spotlight_file.empty()) m.push_back({absl::StrCat("spotlight@", kl), "spotlight", c});
     for (int64_t r : o.spotlight_file.empty() ? std::vector<int64_t>{} : o.spotlight_rerank) {
       m.push_back({absl::StrCat("spotlight-rerank", r, "@", kl), "spotlight", c, r});
+    }
+    for (int64_t r : o.sketch_dims) {
+      m.push_back({absl::StrCat("sketch", r, "@", kl), "sketch", c, 1, r});
     }
   }
   // vattention reads no tables; its config only names which tables the fork builds.
@@ -359,15 +363,15 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
             base = &whole;
           }
           // Two rounds of branches decoded together: full and MagicPIG first, then top-k,
-          // oracle sampling and spotlight, whose budgets are the keys MagicPIG touched on this
-          // sample (spotlight's as the fraction of the offloaded keys).
+          // oracle sampling, spotlight and sketch, whose budgets are the keys MagicPIG touched on
+          // this sample (spotlight's and sketch's as the fraction of the offloaded keys).
           std::map<LshConfig, int64_t> matched_budget;
           std::map<LshConfig, double> matched_density;
           for (const bool baselines : {false, true}) {
             std::vector<const Method*> round;
             for (const Method& m : methods) {
-              const bool baseline =
-                  m.family == "topk" || m.family == "oracle" || m.family == "spotlight";
+              const bool baseline = m.family == "topk" || m.family == "oracle" ||
+                                    m.family == "spotlight" || m.family == "sketch";
               if (baseline != baselines || Skip(o, setup, m)) continue;
               // A baseline whose row exists needs no rerun; MagicPIG always runs (its budget).
               if (baseline && done.count(RowKey(task, length, s.index, setup, m.name))) continue;
@@ -395,6 +399,11 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
                   a.spotlight_fraction =
                       std::clamp(matched_density[m->config], attention::kSpotFraction.min, 1.0);
                   a.spotlight_rerank = m->spotlight_rerank;
+                }
+                if (a.mode == attention::EstimatorKind::kSketch) {
+                  a.spotlight_fraction =
+                      std::clamp(matched_density[m->config], attention::kSpotFraction.min, 1.0);
+                  a.sketch_dims = m->sketch_dims;
                 }
               }
               MAGICPIG_ASSIGN_OR_RETURN(

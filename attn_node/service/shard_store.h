@@ -97,7 +97,7 @@ struct SequenceSpec {
   uint64_t seed = 0;   // oracle sampling's and vAttention's draw seed
   // vattention, vattention-lsh: checked (ValidateVAttentionParams) only for those.
   attention::VAttentionParams vattention;
-  // spotlight, vattention-spotlight (learned codes): checked only for them.
+  // spotlight, vattention-spotlight, sketch (codes kept whole): checked only for them.
   double spotlight_fraction = attention::kSpotFraction.default_value;
   int64_t spotlight_rerank = attention::kSpotRerank.default_value;
   int64_t token_begin = 0;  // >= 0

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace magicpig::attention {
 
@@ -42,6 +43,15 @@ absl::Status ValidateEstimatorParams(const EstimatorParams& params, std::string_
       !s.ok())
     return s;
   return ValidateVAttentionParams(params.vattention, prefix);
+}
+
+absl::Status CheckSketchDims(int64_t dims, std::string_view field) {
+  MAGICPIG_RETURN_IF_ERROR(kSketchDims.Check(dims, field));
+  if (dims % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(field), " must be even, got ", dims));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace magicpig::attention

@@ -96,6 +96,21 @@ inline constexpr ParamSpec kSpotRerank{
     1,
     64};
 
+// The sketch estimator's code length: int8 principal coordinates per key (two per 16-bit code word,
+// at most 16 words as for learned codes). Even; the compute node fits the sketch (key_sketch.h), so
+// the attention node sees only the words (shape.lsh_l). 32 bytes per key held 94-96% of the
+// dominant keys of Qwen2.5-Coder-1.5B's RULER prompts in docs/spotlight.md.
+inline constexpr ParamSpec kSketchDims{
+    "sketch_dims",
+    "sketch-dims",
+    "sketch: int8 principal coordinates kept per key and kv head (even)",
+    32,
+    2,
+    32};
+
+// OK, or INVALID_ARGUMENT "<field> must be even, got v" (after kSketchDims.Check).
+absl::Status CheckSketchDims(int64_t dims, std::string_view field);
+
 // Kept for the storage code's static bounds (a code is a uint16; the table count bounds arrays).
 inline constexpr int kSimHashMaxK = static_cast<int>(kLshK.max);
 inline constexpr int kSimHashMaxL = static_cast<int>(kLshL.max);

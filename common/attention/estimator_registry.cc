@@ -18,29 +18,31 @@ int64_t TwoPercent(int64_t offloaded_keys) {
 }
 
 // The registry. proto_value must match proto/magicpig/v1/attention.proto's Estimator enum.
-const std::array<EstimatorSpec, 8> kEstimators = {{
+const std::array<EstimatorSpec, 9> kEstimators = {{
     {EstimatorKind::kMagicPig, "magicpig",
      "MagicPIG: keys colliding with the query in >= 2 of L SimHash tables, importance-weighted",
      /*proto_value=*/1, /*sparse=*/true, /*retrieves=*/true, /*verified=*/false,
-     KvIndex::kLshTables, /*default_budget=*/nullptr,
+     KvIndex::kLshTables, CodeSource::kSimHash, /*default_budget=*/nullptr,
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<MagicPigEstimator>(p.lsh_k, p.lsh_l);
      }},
     {EstimatorKind::kFull, "full", "exact attention over every key", /*proto_value=*/2,
      /*sparse=*/false, /*retrieves=*/false, /*verified=*/false, KvIndex::kLshTables,
+     CodeSource::kSimHash,
      /*default_budget=*/nullptr,
      [](const EstimatorParams&, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<FullEstimator>();
      }},
     {EstimatorKind::kTopK, "topk", "exact attention over the `budget` keys with the largest scores",
      /*proto_value=*/3, /*sparse=*/true, /*retrieves=*/false, /*verified=*/false,
-     KvIndex::kLshTables, TwoPercent,
+     KvIndex::kLshTables, CodeSource::kSimHash, TwoPercent,
      [](const EstimatorParams&, int64_t budget) -> std::unique_ptr<const Estimator> {
        return std::make_unique<TopKEstimator>(budget);
      }},
     {EstimatorKind::kOracle, "oracle",
      "oracle sampling: `budget` keys drawn from the true attention distribution", /*proto_value=*/4,
-     /*sparse=*/true, /*retrieves=*/false, /*verified=*/false, KvIndex::kLshTables, TwoPercent,
+     /*sparse=*/true, /*retrieves=*/false, /*verified=*/false, KvIndex::kLshTables,
+     CodeSource::kSimHash, TwoPercent,
      [](const EstimatorParams& p, int64_t budget) -> std::unique_ptr<const Estimator> {
        return std::make_unique<OracleEstimator>(budget, p.lsh_seed);
      }},
@@ -48,7 +50,7 @@ const std::array<EstimatorSpec, 8> kEstimators = {{
      "vAttention: the top --va-heavy keys exactly, the rest from a uniform sample sized per head "
      "and step for the (--va-epsilon, --va-delta) bound",
      /*proto_value=*/5, /*sparse=*/true, /*retrieves=*/false, /*verified=*/true,
-     KvIndex::kLshTables, /*default_budget=*/nullptr,
+     KvIndex::kLshTables, CodeSource::kSimHash, /*default_budget=*/nullptr,
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<VAttentionEstimator>(p.vattention, p.lsh_seed);
      }},
@@ -56,6 +58,7 @@ const std::array<EstimatorSpec, 8> kEstimators = {{
      "vAttention with its heavy hitters found in the MagicPIG tables: reads candidates and "
      "samples, not every key",
      /*proto_value=*/6, /*sparse=*/true, /*retrieves=*/true, /*verified=*/true, KvIndex::kLshTables,
+     CodeSource::kSimHash,
      /*default_budget=*/nullptr,
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<VAttentionLshEstimator>(p.lsh_k, p.lsh_l, p.vattention, p.lsh_seed);
@@ -65,6 +68,7 @@ const std::array<EstimatorSpec, 8> kEstimators = {{
      "Hamming distance of trained hash codes (--spotlight-file), or over the best of "
      "--spotlight-rerank times as many by exact score",
      /*proto_value=*/7, /*sparse=*/true, /*retrieves=*/false, /*verified=*/false, KvIndex::kCodes,
+     CodeSource::kLearned,
      /*default_budget=*/nullptr,
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<SpotlightEstimator>(p.spotlight_fraction, p.spotlight_rerank);
@@ -74,10 +78,21 @@ const std::array<EstimatorSpec, 8> kEstimators = {{
      "--spotlight-fraction nearest keys, exact) and the rest sampled for the (--va-epsilon, "
      "--va-delta) bound",
      /*proto_value=*/8, /*sparse=*/true, /*retrieves=*/false, /*verified=*/true, KvIndex::kCodes,
+     CodeSource::kLearned,
      /*default_budget=*/nullptr,
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<VAttentionLshEstimator>(VAttentionLshEstimator::WithLearnedCodes(
            p.spotlight_fraction, p.vattention, p.lsh_seed));
+     }},
+    {EstimatorKind::kSketch, "sketch",
+     "low-rank key sketch (Loki): exact attention over the --spotlight-fraction of keys whose "
+     "--sketch-dims int8 principal coordinates score highest against the query's, or over the "
+     "best of --spotlight-rerank times as many by exact score",
+     /*proto_value=*/9, /*sparse=*/true, /*retrieves=*/false, /*verified=*/false, KvIndex::kCodes,
+     CodeSource::kKeySketch, /*default_budget=*/nullptr,
+     [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
+       return std::make_unique<SpotlightEstimator>(p.spotlight_fraction, p.spotlight_rerank,
+                                                   ActiveSimdLevel(), CodeScore::kSketch);
      }},
 }};
 

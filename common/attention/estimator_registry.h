@@ -31,6 +31,16 @@ enum class EstimatorKind {
   kVAttentionLsh,
   kSpotlight,
   kVAttentionSpotlight,
+  kSketch,
+};
+
+// What makes the codes a sequence's shards hold (the compute node computes them, at offload for the
+// keys and each step for the queries).
+enum class CodeSource {
+  kSimHash,    // SimHash of --lsh-k, --lsh-l, --lsh-seed (kept in LSH tables or unused)
+  kLearned,    // trained per-head MLP hashes (--spotlight-file; spotlight_hash.h)
+  kKeySketch,  // a low-rank int8 sketch fitted per layer and kv head at the first offload
+               // (--sketch-dims; key_sketch.h)
 };
 
 struct EstimatorSpec {
@@ -50,6 +60,7 @@ struct EstimatorSpec {
   // How its shards index the keys' codes: SimHash codes in LSH tables, or learned codes kept
   // whole (spotlight: the compute node hashes with --spotlight-file, K = 16, L = bits / 16).
   KvIndex index;
+  CodeSource codes;
   // Keys per head when the request's budget is 0, from the offloaded prompt keys; null for
   // estimators that take no budget. A budgeted estimator is built with a budget >= 1.
   int64_t (*default_budget)(int64_t offloaded_keys);
@@ -61,7 +72,8 @@ struct EstimatorSpec {
 absl::Span<const EstimatorSpec> AllEstimators();
 const EstimatorSpec& SpecOf(EstimatorKind kind);
 std::string_view EstimatorName(EstimatorKind kind);
-// "magicpig, full, topk, oracle, vattention, vattention-lsh, spotlight, vattention-spotlight".
+// "magicpig, full, topk, oracle, vattention, vattention-lsh, spotlight, vattention-spotlight,
+// sketch".
 std::string EstimatorNames();
 // INVALID_ARGUMENT naming the choices for an unknown name.
 absl::StatusOr<EstimatorKind> ParseEstimator(std::string_view name);

@@ -30,7 +30,7 @@ TEST(EstimatorRegistryTest, OneEntryPerKindWithDistinctNamesAndWireValues) {
   for (EstimatorKind k :
        {EstimatorKind::kFull, EstimatorKind::kMagicPig, EstimatorKind::kTopK,
         EstimatorKind::kOracle, EstimatorKind::kVAttention, EstimatorKind::kVAttentionLsh,
-        EstimatorKind::kSpotlight, EstimatorKind::kVAttentionSpotlight}) {
+        EstimatorKind::kSpotlight, EstimatorKind::kVAttentionSpotlight, EstimatorKind::kSketch}) {
     EXPECT_EQ(kinds.count(k), 1u) << static_cast<int>(k);
   }
 }
@@ -48,7 +48,7 @@ TEST(EstimatorRegistryTest, NamesAndWireValuesRoundTrip) {
   EXPECT_EQ(*EstimatorFromProtoValue(0), EstimatorKind::kMagicPig);  // unspecified: the default
   EXPECT_EQ(EstimatorNames(),
             "magicpig, full, topk, oracle, vattention, vattention-lsh, spotlight, "
-            "vattention-spotlight");
+            "vattention-spotlight, sketch");
   auto bad = ParseEstimator("psychic");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -130,12 +130,27 @@ TEST(EstimatorRegistryTest, FactoriesBuildTheDeclaredEstimator) {
   auto spr = MakeEstimator(EstimatorKind::kSpotlight, p, 1000);
   ASSERT_TRUE(spr.ok());
   EXPECT_EQ(dynamic_cast<const SpotlightEstimator*>(spr->get())->rerank(), 8);
-  // Learned codes live in codes-only shards; every other estimator's shards have tables.
+  // Learned codes and key sketches live in codes-only shards; every other estimator's shards
+  // have tables (SimHash codes).
   for (const EstimatorSpec& s : AllEstimators()) {
-    EXPECT_EQ(s.index == KvIndex::kCodes,
-              s.kind == EstimatorKind::kSpotlight || s.kind == EstimatorKind::kVAttentionSpotlight)
+    const bool learned =
+        s.kind == EstimatorKind::kSpotlight || s.kind == EstimatorKind::kVAttentionSpotlight;
+    const bool sketch = s.kind == EstimatorKind::kSketch;
+    EXPECT_EQ(s.index == KvIndex::kCodes, learned || sketch) << s.name;
+    EXPECT_EQ(s.codes, learned  ? CodeSource::kLearned
+                       : sketch ? CodeSource::kKeySketch
+                                : CodeSource::kSimHash)
         << s.name;
   }
+  p.spotlight_rerank = 2;
+  auto sk = MakeEstimator(EstimatorKind::kSketch, p, 1000);
+  ASSERT_TRUE(sk.ok());
+  const auto* ske = dynamic_cast<const SpotlightEstimator*>(sk->get());
+  ASSERT_NE(ske, nullptr);
+  EXPECT_EQ(ske->score(), CodeScore::kSketch);
+  EXPECT_EQ(ske->fraction(), 0.07);
+  EXPECT_EQ(ske->rerank(), 2);
+  EXPECT_EQ(spe->score(), CodeScore::kHamming);
   auto vs = MakeEstimator(EstimatorKind::kVAttentionSpotlight, p, 1000);
   ASSERT_TRUE(vs.ok());
   const auto* vse = dynamic_cast<const VAttentionLshEstimator*>(vs->get());

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/attention/group_kernel_runner.h"
 #include "common/attention/kernels/hamming_kernel.h"
+#include "common/attention/kernels/sketch_kernel.h"
+#include "common/attention/key_sketch.h"
 #include "common/status_macros.h"
 
 namespace magicpig::attention {
@@ -35,6 +37,19 @@ void NearestCount(const KvShard& shard, const uint16_t* q_code, int64_t count, S
   scratch->distances.resize(static_cast<size_t>(n));
   HammingDistances(level, q_code, shard.unindexed_codes(), n, shard.l(), scratch->distances.data());
   SelectNearest(scratch->distances.data(), n, count, 16 * shard.l(), out);
+}
+
+// The `count` keys of largest sketch score, ties to the lower index, in increasing index order.
+void BestSketchCount(const KvShard& shard, const uint16_t* q_code, int64_t count, SimdLevel level,
+                     EstimatorScratch* scratch, std::vector<int32_t>* out) {
+  const int64_t n = shard.size();
+  scratch->sketch_scores.resize(static_cast<size_t>(n));
+  SketchScores(level, q_code, shard.unindexed_codes(), n, shard.l(), scratch->sketch_scores.data());
+  SelectLargest(scratch->sketch_scores.data(), n, count, out);
+}
+
+const char* Who(CodeScore score) {
+  return score == CodeScore::kSketch ? "SketchEstimator" : "SpotlightEstimator";
 }
 
 }  // namespace
@@ -75,22 +90,35 @@ int64_t SpotlightRetrieved(double fraction, int64_t n) {
 absl::StatusOr<PartialAttention> SpotlightEstimator::Attend(const KvShard& shard, const float* q,
                                                             const uint16_t* q_codes, float scale,
                                                             Scratch* scratch) const {
-  MAGICPIG_RETURN_IF_ERROR(internal::CheckCommon(shard, q, scratch, "SpotlightEstimator"));
-  MAGICPIG_RETURN_IF_ERROR(CheckLearnedCodes(shard, q_codes, "SpotlightEstimator"));
+  MAGICPIG_RETURN_IF_ERROR(internal::CheckCommon(shard, q, scratch, Who(score_)));
+  MAGICPIG_RETURN_IF_ERROR(CheckLearnedCodes(shard, q_codes, Who(score_)));
   const int64_t n = shard.size();
   const int l = shard.l();
-  // Distances bit by bit: the reference does not share the kernels' popcount.
-  std::vector<uint16_t> dist(static_cast<size_t>(n));
   const uint16_t* codes = shard.unindexed_codes();
-  for (int64_t i = 0; i < n; ++i) {
-    int d = 0;
-    for (int w = 0; w < l; ++w) {
-      for (int b = 0; b < 16; ++b) d += ((codes[i * l + w] ^ q_codes[w]) >> b) & 1;
+  const int64_t c = SpotlightCandidates(fraction_, rerank_, n);
+  if (score_ == CodeScore::kSketch) {
+    // Scores coordinate by coordinate: the reference does not share the kernels' arithmetic.
+    std::vector<int32_t> score(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t s = 0;
+      for (int j = 0; j < 2 * l; ++j) {
+        s += SketchCoordinate(q_codes, j) * SketchCoordinate(codes + i * l, j);
+      }
+      score[static_cast<size_t>(i)] = s;
     }
-    dist[static_cast<size_t>(i)] = static_cast<uint16_t>(d);
+    SelectLargest(score.data(), n, c, &scratch->sample);
+  } else {
+    // Distances bit by bit: the reference does not share the kernels' popcount.
+    std::vector<uint16_t> dist(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      int d = 0;
+      for (int w = 0; w < l; ++w) {
+        for (int b = 0; b < 16; ++b) d += ((codes[i * l + w] ^ q_codes[w]) >> b) & 1;
+      }
+      dist[static_cast<size_t>(i)] = static_cast<uint16_t>(d);
+    }
+    SelectNearest(dist.data(), n, c, 16 * l, &scratch->sample);
   }
-  SelectNearest(dist.data(), n, SpotlightCandidates(fraction_, rerank_, n), 16 * l,
-                &scratch->sample);
   std::vector<std::pair<double, int32_t>> scored;
   for (int32_t i : scratch->sample) {
     scored.emplace_back(static_cast<double>(scale) * shard.KeyDot(i, q), i);
@@ -109,8 +137,8 @@ absl::StatusOr<PartialAttention> SpotlightEstimator::Attend(const KvShard& shard
 absl::Status SpotlightEstimator::AttendGroup(const KvShard& shard, const float* q,
                                              const uint16_t* q_codes, int g, float scale,
                                              Scratch* scratch, PartialAttention* out) const {
-  MAGICPIG_RETURN_IF_ERROR(internal::CheckGroup(shard, q, g, scratch, out, "SpotlightEstimator"));
-  MAGICPIG_RETURN_IF_ERROR(CheckLearnedCodes(shard, q_codes, "SpotlightEstimator"));
+  MAGICPIG_RETURN_IF_ERROR(internal::CheckGroup(shard, q, g, scratch, out, Who(score_)));
+  MAGICPIG_RETURN_IF_ERROR(CheckLearnedCodes(shard, q_codes, Who(score_)));
   const int64_t n = shard.size();
   const int l = shard.l();
   const int64_t m = SpotlightRetrieved(fraction_, n);
@@ -122,8 +150,12 @@ absl::Status SpotlightEstimator::AttendGroup(const KvShard& shard, const float* 
     const float* qc = q + static_cast<int64_t>(h0) * shard.dim();
     lists.resize(static_cast<size_t>(gc));
     for (int h = 0; h < gc; ++h) {
-      NearestCount(shard, q_codes + static_cast<int64_t>(h0 + h) * l, c, simd_level(), scratch,
-                   &lists[static_cast<size_t>(h)]);
+      const uint16_t* code = q_codes + static_cast<int64_t>(h0 + h) * l;
+      if (score_ == CodeScore::kSketch) {
+        BestSketchCount(shard, code, c, simd_level(), scratch, &lists[static_cast<size_t>(h)]);
+      } else {
+        NearestCount(shard, code, c, simd_level(), scratch, &lists[static_cast<size_t>(h)]);
+      }
     }
     if (c > m) {
       // Each candidate's key is read once for the heads that chose it; each head keeps its m best.

@@ -17,6 +17,11 @@
 // prompts the learned codes' nearest 1.7% held a dominant query's top key 47% of the time, the
 // best 1.7% of the nearest 13.6% (R = 8) 80% (docs/spotlight.md).
 //
+// The same class serves the `sketch` estimator (CodeScore::kSketch): the codes are low-rank int8
+// key sketches (key_sketch.h, 2 coordinates per word) and "nearest" means the largest integer dot
+// product of the query's sketch with the key's (kernels/sketch_kernel.h), ties to the lower index;
+// the rest (rescoring, the exact attention, n_touched) is as above.
+//
 // Attend: the float64 reference (scalar distances). AttendGroup: each head's distances with the
 // SIMD Hamming kernel (kernels/hamming_kernel.h), then the union of the heads' sets through the
 // SIMD group kernel, each row attended by the heads that chose it (as MagicPIG's group path).
@@ -47,12 +52,22 @@ void NearestByCode(const KvShard& shard, const uint16_t* q_code, double fraction
 // The keys a spotlight head scores: min(n, rerank * SpotlightRetrieved(fraction, n)).
 int64_t SpotlightCandidates(double fraction, int64_t rerank, int64_t n);
 
+// How a key's code is compared with the query's.
+enum class CodeScore {
+  kHamming,  // learned binary codes: the smaller the Hamming distance, the nearer
+  kSketch,   // key sketches: the larger the int8 dot product, the nearer
+};
+
 class SpotlightEstimator final : public Estimator {
  public:
   // fraction in (0, 1]; rerank >= 1 (1: no rescoring).
   explicit SpotlightEstimator(double fraction, int64_t rerank = 1,
-                              SimdLevel simd_level = ActiveSimdLevel())
-      : Estimator(simd_level), fraction_(fraction), rerank_(rerank < 1 ? 1 : rerank) {}
+                              SimdLevel simd_level = ActiveSimdLevel(),
+                              CodeScore score = CodeScore::kHamming)
+      : Estimator(simd_level),
+        fraction_(fraction),
+        rerank_(rerank < 1 ? 1 : rerank),
+        score_(score) {}
   SpotlightEstimator(double fraction, SimdLevel simd_level)
       : SpotlightEstimator(fraction, 1, simd_level) {}
 
@@ -66,10 +81,12 @@ class SpotlightEstimator final : public Estimator {
 
   double fraction() const { return fraction_; }
   int64_t rerank() const { return rerank_; }
+  CodeScore score() const { return score_; }
 
  private:
   double fraction_;
   int64_t rerank_;
+  CodeScore score_;
 };
 
 }  // namespace magicpig::attention

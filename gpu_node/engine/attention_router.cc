@@ -65,6 +65,10 @@ absl::StatusOr<ShardCodes> ShardCodesFor(const SparseAttentionOptions& options,
   if (attention::SpecOf(options.mode).index == attention::KvIndex::kLshTables) {
     return ShardCodes{options.lsh_k, options.lsh_l, attention::KvIndex::kLshTables};
   }
+  if (attention::SpecOf(options.mode).codes == attention::CodeSource::kKeySketch) {
+    MAGICPIG_RETURN_IF_ERROR(attention::CheckSketchDims(options.sketch_dims, "--sketch-dims"));
+    return ShardCodes{16, static_cast<int>(options.sketch_dims / 2), attention::KvIndex::kCodes};
+  }
   if (spot == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("attention mode ", std::string(attention::EstimatorName(options.mode)),
@@ -84,6 +88,7 @@ SparseAttentionRouter::SparseAttentionRouter(const model::ModelConfig& config,
       options_(options),
       hash_(hash),
       spot_(spot),
+      sketch_(attention::SpecOf(options.mode).codes == attention::CodeSource::kKeySketch),
       shards_(shards),
       backend_(backend),
       kv_(kv),
@@ -127,7 +132,23 @@ absl::Status SparseAttentionRouter::Offload(int64_t layer, const backend::KvLaye
       for (int64_t t = 0; t < hd; ++t)
         keys_[static_cast<size_t>((g * n + i) * hd + t)] -=
             st.center[static_cast<size_t>(g * hd + t)];
-  if (spot_ != nullptr) {
+  if (sketch_) {
+    const int dims = static_cast<int>(options_.sketch_dims);
+    if (st.sketches.empty()) {
+      for (int64_t g = 0; g < n_kv; ++g) {
+        MAGICPIG_ASSIGN_OR_RETURN(
+            attention::KeySketch sketch,
+            attention::KeySketch::Fit(keys_.data() + g * n * hd, n, hd, dims));
+        st.sketches.push_back(std::move(sketch));
+      }
+    }
+    const int64_t words = dims / 2;
+    key_codes_.resize(static_cast<size_t>(n_kv * n * words));
+    for (int64_t g = 0; g < n_kv; ++g) {
+      st.sketches[static_cast<size_t>(g)].KeyCodes(keys_.data() + g * n * hd, n,
+                                                   key_codes_.data() + g * n * words);
+    }
+  } else if (spot_ != nullptr) {
     // Learned codes: each kv head's keys through its own MLP.
     const int64_t words = spot_->words();
     key_codes_.resize(static_cast<size_t>(n_kv * n * words));
@@ -281,7 +302,7 @@ bool SparseAttentionRouter::PlanDeviceWork(int64_t layer, int64_t pos, DeviceWor
   const Layer& st = layers_[static_cast<size_t>(layer)];
   if (!st.offloaded) return false;
   // The device computes SimHash codes; learned codes are computed here from the host query.
-  work->hash = spot_ != nullptr ? nullptr : hash_;
+  work->hash = spot_ != nullptr || sketch_ ? nullptr : hash_;
   work->window_ranges = WindowRanges(st, pos);
   return true;
 }
@@ -312,10 +333,18 @@ absl::StatusOr<bool> SparseAttentionRouter::Start(int64_t layer, const float* q,
   // FlushStarted (or FinishAttend), after the micro-batch's queries have been sent, so that the
   // nodes' round trip also overlaps that work.
   PhaseClock clock(options_.time_phases);
-  const int64_t code_l = spot_ != nullptr ? spot_->words() : hash_->l();
+  const int64_t code_l = sketch_            ? options_.sketch_dims / 2
+                         : spot_ != nullptr ? spot_->words()
+                                            : hash_->l();
   const size_t n_codes = static_cast<size_t>(n_head * code_l);
   if (results != nullptr && results->codes != nullptr) {
     codes_.assign(results->codes, results->codes + n_codes);
+  } else if (sketch_) {
+    codes_.resize(n_codes);
+    const int64_t group = n_head / config_.n_head_kv;
+    for (int64_t h = 0; h < n_head; ++h) {
+      st.sketches[static_cast<size_t>(h / group)].QueryCode(q + h * hd, codes_.data() + h * code_l);
+    }
   } else if (spot_ != nullptr) {
     codes_.resize(n_codes);
     for (int64_t h = 0; h < n_head; ++h) {

@@ -52,6 +52,7 @@
 #include "absl/status/statusor.h"
 #include "common/attention/attention_shards.h"
 #include "common/attention/estimator_registry.h"
+#include "common/attention/key_sketch.h"
 #include "common/attention/kv_shard.h"
 #include "common/attention/partial_attention.h"
 #include "common/attention/simhash.h"
@@ -78,6 +79,8 @@ struct SparseAttentionOptions {
   double spotlight_fraction = attention::kSpotFraction.default_value;
   int64_t spotlight_rerank = attention::kSpotRerank.default_value;
   std::string spotlight_file;
+  // sketch: int8 principal coordinates per key (the shards' codes are sketch_dims / 2 words).
+  int64_t sketch_dims = attention::kSketchDims.default_value;
   int64_t n_sinks = 4;
   int64_t n_local = 64;
   int64_t window_budget = 64 + 256;
@@ -121,10 +124,11 @@ struct ShardCodes {
   int k = 0;
   int l = 0;
   attention::KvIndex index = attention::KvIndex::kLshTables;
-  // The hashes that make learned codes (the router's `spot`); null for SimHash codes.
+  // The hashes that make learned codes (the router's `spot`); null for SimHash codes and sketches.
   const attention::SpotlightHashes* spot = nullptr;
 };
-// FAILED_PRECONDITION for spotlight without hashes (spot null: no --spotlight-file).
+// FAILED_PRECONDITION for spotlight without hashes (spot null: no --spotlight-file);
+// INVALID_ARGUMENT for sketch with an odd or out-of-range sketch_dims.
 absl::StatusOr<ShardCodes> ShardCodesFor(const SparseAttentionOptions& options,
                                          const attention::SpotlightHashes* spot);
 
@@ -229,7 +233,10 @@ class SparseAttentionRouter final : public LayerAttentionHook {
     // Set by the offload when it completes:
     bool offloaded = false;
     std::vector<float> center;  // [n_kv][d]: mean offloaded key per kv head
-    int64_t window_begin = 0;   // first position of the local part of the static window
+    // sketch mode: one per kv head, fitted on the first offloaded region's centred keys and kept
+    // for the sequence (the window's overflow and a recovery's re-offload reuse it).
+    std::vector<attention::KeySketch> sketches;
+    int64_t window_begin = 0;  // first position of the local part of the static window
     // Set when an offload starts: where the region on the shards ends once it completes (0: no
     // offload started). What OffloadedPositions reports while the offload may still run.
     int64_t offload_end = 0;
@@ -266,6 +273,8 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   SparseAttentionOptions options_;
   const attention::SimHash* hash_;
   const attention::SpotlightHashes* spot_;
+  // The codes are key sketches (options_.mode's CodeSource::kKeySketch).
+  const bool sketch_;
   attention::AttentionShards* shards_;
   backend::Backend* backend_;
   KvCache* kv_;

@@ -80,6 +80,7 @@ void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* atte
   DeclareVAttentionFlags(table, &attention->vattention);
   DeclareParam(table, attention::kSpotFraction, &attention->spotlight_fraction);
   DeclareParam(table, attention::kSpotRerank, &attention->spotlight_rerank);
+  DeclareParam(table, attention::kSketchDims, &attention->sketch_dims);
   table.Text(
       "spotlight-file", &attention->spotlight_file, "FILE.spot",
       "trained spotlight hashes for this model (eval/spotlight/train.py; docs/spotlight.md), "

@@ -263,7 +263,8 @@ bool AttentionOverride(const Value& v, const engine::SparseAttentionOptions& bas
   // Bounds from the one declaration of each parameter (common/attention/estimator_params.h).
   for (auto [spec, value] : {std::pair{&attention::kLshK, &k}, std::pair{&attention::kLshL, &l},
                              std::pair{&attention::kBudget, &budget},
-                             std::pair{&attention::kSpotRerank, &out->spotlight_rerank}}) {
+                             std::pair{&attention::kSpotRerank, &out->spotlight_rerank},
+                             std::pair{&attention::kSketchDims, &out->sketch_dims}}) {
     f.Int(spec->name, spec->min, spec->max, value);
   }
   attention::VAttentionParams va = out->vattention;
@@ -276,6 +277,12 @@ bool AttentionOverride(const Value& v, const engine::SparseAttentionOptions& bas
   f.Int(attention::kVaHeavy.name, attention::kVaHeavy.min, attention::kVaHeavy.max, &va.heavy);
   if (!f.ok()) {
     error->param = "attention." + error->param;
+    return false;
+  }
+  if (absl::Status st = attention::CheckSketchDims(out->sketch_dims, "'attention.sketch_dims'");
+      !st.ok()) {
+    error->message = std::string(st.message());
+    error->param = "attention.sketch_dims";
     return false;
   }
   if (!mode.empty()) {
@@ -451,7 +458,7 @@ std::optional<ApiRequest> ParseRequest(Endpoint endpoint, std::string_view body,
     }
     engine::SparseAttentionOptions attention;
     if (!AttentionOverride(*a, engine.attention_options(), &attention, error)) return std::nullopt;
-    if (attention::SpecOf(attention.mode).index == attention::KvIndex::kCodes &&
+    if (attention::SpecOf(attention.mode).codes == attention::CodeSource::kLearned &&
         engine.spotlight() == nullptr) {
       error->message =
           absl::StrCat("'attention.mode' ", std::string(attention::EstimatorName(attention.mode)),

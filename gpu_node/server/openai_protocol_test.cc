@@ -183,6 +183,18 @@ TEST_F(ProtocolTest, AttentionOverrideWhenAllowed) {
             R"({"prompt": "x", "attention": {"mode": "magicpig", "spotlight_rerank": 8}})");
   ASSERT_TRUE(r.has_value()) << error_.message;
   EXPECT_EQ(r->prompts[0].attention->spotlight_rerank, 8);
+  // sketch needs no trained hashes; its code length is bounded and even.
+  r = Parse(Endpoint::kCompletions,
+            R"({"prompt": "x", "attention": {"mode": "sketch", "sketch_dims": 16}})");
+  ASSERT_TRUE(r.has_value()) << error_.message;
+  EXPECT_EQ(r->prompts[0].attention->mode, attention::EstimatorKind::kSketch);
+  EXPECT_EQ(r->prompts[0].attention->sketch_dims, 16);
+  ExpectError(Endpoint::kCompletions,
+              R"({"prompt": "x", "attention": {"mode": "sketch", "sketch_dims": 15}})", 400,
+              "attention.sketch_dims");
+  ExpectError(Endpoint::kCompletions,
+              R"({"prompt": "x", "attention": {"mode": "sketch", "sketch_dims": 40}})", 400,
+              "attention.sketch_dims");
 }
 
 TEST_F(ProtocolTest, ResponsesHaveTheOpenAIShapes) {

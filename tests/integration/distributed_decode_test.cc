@@ -237,13 +237,14 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
     }
   }
 
-  // vAttention's and spotlight's estimators through 2 nodes: their parameters travel in ShardShape
-  // and the draws depend on the query and the block only, so the tokens and the keys touched are
-  // the embedded ones, and the sample leaves keys unread. Spotlight's learned codes travel the same
-  // way (lsh_k = 16, lsh_l = words) into codes-only shards on the nodes.
+  // vAttention's, spotlight's and sketch's estimators through 2 nodes: their parameters travel in
+  // ShardShape and the draws depend on the query and the block only, so the tokens and the keys
+  // touched are the embedded ones, and the sample leaves keys unread. Spotlight's learned codes and
+  // the key sketches travel the same way (lsh_k = 16, lsh_l = words) into codes-only shards.
   for (attention::EstimatorKind mode :
        {attention::EstimatorKind::kVAttention, attention::EstimatorKind::kVAttentionLsh,
-        attention::EstimatorKind::kSpotlight, attention::EstimatorKind::kVAttentionSpotlight}) {
+        attention::EstimatorKind::kSpotlight, attention::EstimatorKind::kVAttentionSpotlight,
+        attention::EstimatorKind::kSketch}) {
     const char* name = attention::EstimatorName(mode).data();
     auto local = LoadEngine({}, false, std::chrono::milliseconds(10000), nullptr, false,
                             fabric::TransportSecurity::Plaintext(), mode);
@@ -258,7 +259,7 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
     EXPECT_EQ(a->stats.attention_keys_touched, b->stats.attention_keys_touched) << name;
     EXPECT_GT(a->stats.attention_keys_touched, 0) << name;
     EXPECT_LT(a->stats.attention_keys_touched, a->stats.attention_keys_offloaded) << name;
-    if (mode == attention::EstimatorKind::kSpotlight) {
+    if (mode == attention::EstimatorKind::kSpotlight || mode == attention::EstimatorKind::kSketch) {
       // On a device backend the router codes the host copy of each query (the device computes
       // SimHash codes only): the same tokens.
       auto device = LoadEngine(First(2), false, std::chrono::milliseconds(10000), nullptr,
@@ -267,6 +268,8 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
       auto c = device->Generate(Request(ids[0], 12), {});
       ASSERT_TRUE(c.ok()) << c.status();
       EXPECT_EQ(a->tokens, c->tokens) << name << " on a device backend";
+    }
+    if (mode == attention::EstimatorKind::kSpotlight) {
       // Spotlight's rescoring travels too (ShardShape.spotlight_rerank): rescored from 4x the
       // retrieved keys, the nodes give the embedded log-probabilities, which differ from the
       // unrescored ones (so the parameter took effect on both sides).
