@@ -4,6 +4,7 @@
 // overlapped or not.
 #include "gpu_node/engine/attention_router.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <random>
@@ -175,6 +176,56 @@ TEST(AttentionRouterTest, AFailedOverlappedOffloadIsReportedOnceByTheNextCall) {
   ASSERT_TRUE(router.WaitStored().ok());
   EXPECT_EQ(shards.appended(), 1);
   EXPECT_EQ(shards.calls()[0].layer, 1);
+}
+
+// sketch mode: each sparse layer's kv heads get a key sketch fitted on the first offloaded region
+// (their centred keys), and the tokens that later leave the window are coded with that same sketch,
+// not a refitted one; a dense layer offloads nothing.
+TEST(AttentionRouterTest, SketchCodesComeFromTheFirstRegionsFit) {
+  SparseAttentionOptions options = Options(false);
+  options.mode = attention::EstimatorKind::kSketch;
+  options.sketch_dims = 8;
+  auto codes = ShardCodesFor(options, nullptr);
+  ASSERT_TRUE(codes.ok()) << codes.status();
+  EXPECT_EQ(codes->l, 4);
+  EXPECT_EQ(codes->index, attention::KvIndex::kCodes);
+  auto hash = attention::SimHash::Create(kDim, 4, 6, 1);
+  RecordingShards shards;
+  shards.Configure(kKv, kDim, 4);
+  Cache cache;
+  SparseAttentionRouter router(Config(), options, &*hash, nullptr, &shards, nullptr);
+  for (int64_t n : {64, 80, 96}) {
+    for (int64_t l = 0; l < kLayers; ++l)
+      ASSERT_TRUE(router.OnLayerStored(l, cache.view(l), n).ok());
+  }
+  std::vector<std::vector<attention::KeySketch>> fitted(kLayers);
+  int first_offloads = 0, later = 0;
+  for (const RecordingShards::Call& call : shards.calls()) {
+    ASSERT_NE(call.layer, 0);
+    std::vector<attention::KeySketch>& sketches = fitted[static_cast<size_t>(call.layer)];
+    if (sketches.empty()) {
+      ++first_offloads;
+      for (int64_t g = 0; g < kKv; ++g) {
+        auto s = attention::KeySketch::Fit(call.keys.data() + g * call.n * kDim, call.n, kDim, 8);
+        ASSERT_TRUE(s.ok());
+        sketches.push_back(*std::move(s));
+      }
+    } else {
+      ++later;
+    }
+    for (int64_t g = 0; g < kKv; ++g) {
+      std::vector<uint16_t> want(static_cast<size_t>(call.n * 4));
+      sketches[static_cast<size_t>(g)].KeyCodes(call.keys.data() + g * call.n * kDim, call.n,
+                                                want.data());
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), call.codes.begin() + g * call.n * 4))
+          << "layer " << call.layer << " first_pos " << call.first_pos << " kv head " << g;
+    }
+  }
+  EXPECT_EQ(first_offloads, kLayers - 1);
+  EXPECT_GT(later, 0);
+  // An odd code length is refused before any sequence starts.
+  options.sketch_dims = 7;
+  EXPECT_EQ(ShardCodesFor(options, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
