@@ -28,9 +28,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"full": "black", "magicpig": "tab:red", "topk": "tab:blue", "oracle": "tab:green",
           "vattention": "tab:purple", "vattention-lsh": "tab:orange", "spotlight": "tab:cyan",
-          "vattention-spotlight": "tab:brown"}
+          "vattention-spotlight": "tab:brown", "sketch": "tab:olive"}
 MARKERS = {"full": "s", "magicpig": "o", "topk": "^", "oracle": "D", "vattention": "P",
-           "vattention-lsh": "X", "spotlight": "*", "vattention-spotlight": "v"}
+           "vattention-lsh": "X", "spotlight": "*", "vattention-spotlight": "v", "sketch": "h"}
 
 
 def mean_and_se(xs):
@@ -174,14 +174,17 @@ def tables(path):
         n_rows = collections.Counter(r["method"] for r in rs)
         methods, short_runs = split_complete(n_rows)
         fam_order = {"full": 0, "magicpig": 1, "topk": 2, "oracle": 3, "vattention": 4,
-                     "vattention-lsh": 5, "spotlight": 6, "vattention-spotlight": 7}
+                     "vattention-lsh": 5, "spotlight": 6, "vattention-spotlight": 7, "sketch": 8}
 
         def sort_key(m):
             k = int(m.split("(")[1].split(",")[0]) if "(" in m else 99
             name = m.split("@")[0].split("(")[0]
-            # spotlight-rerankR: after spotlight, by R
+            # spotlight-rerankR: after spotlight, by R; sketchR: by R
             rerank = int(name[len("spotlight-rerank"):]) if name.startswith("spotlight-rerank") else 0
-            return (m != "full", -k, fam_order["spotlight" if rerank else name], rerank)
+            if name.startswith("sketch"):
+                name, rerank = "sketch", int(name[len("sketch"):])
+            return (m != "full", -k, fam_order["spotlight" if name.startswith("spotlight") else name],
+                    rerank)
 
         methods.sort(key=sort_key)
         tasks = [t for t in order if all((m, t) in cell for m in methods)]

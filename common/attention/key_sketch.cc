@@ -175,14 +175,15 @@ absl::StatusOr<KeySketch> KeySketch::Fit(const float* keys, int64_t n, int64_t d
   Orthonormalise(d, r, &q);
   std::vector<double> z(q.size());
   for (int it = 0; it < kIterations; ++it) {
+    // z_c = M q_c, as a sum of M's rows (M is symmetric): the inner loop vectorises.
+    std::fill(z.begin(), z.end(), 0.0);
     for (int c = 0; c < r; ++c) {
       const double* v = q.data() + c * d;
       double* out = z.data() + c * d;
-      for (int64_t a = 0; a < d; ++a) {
-        const double* row = m.data() + a * d;
-        double s = 0;
-        for (int64_t b = 0; b < d; ++b) s += row[b] * v[b];
-        out[a] = s;
+      for (int64_t b = 0; b < d; ++b) {
+        const double* row = m.data() + b * d;
+        const double vb = v[b];
+        for (int64_t a = 0; a < d; ++a) out[a] += row[a] * vb;
       }
     }
     q.swap(z);
@@ -223,34 +224,40 @@ absl::StatusOr<KeySketch> KeySketch::Fit(const float* keys, int64_t n, int64_t d
     }
   }
   // Scales: the largest coordinate of every given key along each direction maps to 127.
-  std::vector<double> largest(static_cast<size_t>(r), 0.0);
+  KeySketch sketch(d, dims, std::move(basis), std::vector<float>(static_cast<size_t>(r), 1.0f));
+  std::vector<float> largest(static_cast<size_t>(r), 0.0f), y(static_cast<size_t>(r));
   for (int64_t i = 0; i < n; ++i) {
-    const float* k = keys + i * d;
+    sketch.Project(keys + i * d, y.data());
     for (int j = 0; j < r; ++j) {
-      const float* u = basis.data() + j * d;
-      float s = 0;
-      for (int64_t a = 0; a < d; ++a) s += u[a] * k[a];
       largest[static_cast<size_t>(j)] =
-          std::max(largest[static_cast<size_t>(j)], std::fabs(double{s}));
+          std::max(largest[static_cast<size_t>(j)], std::fabs(y[static_cast<size_t>(j)]));
     }
   }
-  std::vector<float> scales(static_cast<size_t>(r));
   for (int j = 0; j < r; ++j) {
-    const double l = largest[static_cast<size_t>(j)];
-    scales[static_cast<size_t>(j)] = l > 0 ? static_cast<float>(l / 127) : 1.0f;
+    const float l = largest[static_cast<size_t>(j)];
+    sketch.scales_[static_cast<size_t>(j)] = l > 0 ? static_cast<float>(double{l} / 127) : 1.0f;
   }
-  return KeySketch(d, dims, std::move(basis), std::move(scales));
+  return sketch;
+}
+
+void KeySketch::Project(const float* k, float* y) const {
+  // Accumulated across the dims coordinates at once (each still summed in order of a), so the
+  // loop vectorises without reassociating any sum.
+  std::fill(y, y + dims_, 0.0f);
+  for (int64_t a = 0; a < d_; ++a) {
+    const float ka = k[a];
+    const float* row = basis_t_.data() + a * dims_;
+    for (int j = 0; j < dims_; ++j) y[j] += row[j] * ka;
+  }
 }
 
 void KeySketch::KeyCodes(const float* keys, int64_t n, uint16_t* codes) const {
   int8_t c[kMaxDims];
+  float y[kMaxDims];
   for (int64_t i = 0; i < n; ++i) {
-    const float* k = keys + i * d_;
+    Project(keys + i * d_, y);
     for (int j = 0; j < dims_; ++j) {
-      const float* u = basis_.data() + j * d_;
-      float s = 0;
-      for (int64_t a = 0; a < d_; ++a) s += u[a] * k[a];
-      c[j] = Quantise(static_cast<double>(s) / scales_[static_cast<size_t>(j)]);
+      c[j] = Quantise(static_cast<double>(y[j]) / scales_[static_cast<size_t>(j)]);
     }
     Pack(c, dims_, codes + i * words());
   }

@@ -60,12 +60,19 @@ class KeySketch {
 
  private:
   KeySketch(int64_t d, int dims, std::vector<float> basis, std::vector<float> scales)
-      : d_(d), dims_(dims), basis_(std::move(basis)), scales_(std::move(scales)) {}
+      : d_(d), dims_(dims), basis_(std::move(basis)), scales_(std::move(scales)) {
+    basis_t_.resize(basis_.size());
+    for (int j = 0; j < dims_; ++j)
+      for (int64_t a = 0; a < d_; ++a) basis_t_[a * dims_ + j] = basis_[j * d_ + a];
+  }
+  // y[j] = U_j . k in float32 (sums in order of the coordinates of k).
+  void Project(const float* k, float* y) const;
 
   int64_t d_;
   int dims_;
-  std::vector<float> basis_;   // [dims][d]
-  std::vector<float> scales_;  // [dims]
+  std::vector<float> basis_;    // [dims][d]
+  std::vector<float> basis_t_;  // [d][dims]: the basis transposed, for Project
+  std::vector<float> scales_;   // [dims]
 };
 
 // The int8 coordinate j of a packed sketch code (the layout above).

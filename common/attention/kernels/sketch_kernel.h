@@ -33,8 +33,9 @@ void SketchScores(SimdLevel level, const uint16_t* query_code, const uint16_t* k
 
 // Replaces *out with the indices of the m keys with the largest scores[i] (ties broken by the lower
 // index), in increasing index order; m is clamped to [0, n]. Scores must lie in
-// [-kSketchMaxScore, kSketchMaxScore] (others are clamped to it). O(n) in three passes: a histogram
-// of the high bits, one of the low bits within the threshold bucket, then the selection.
+// [-kSketchMaxScore, kSketchMaxScore] (others are clamped to it). O(n): a histogram
+// of the high bits, a pass that takes the keys below the threshold bucket and sets its own keys
+// aside, a histogram of their low bits (two passes over the n scores).
 void SelectLargest(const int32_t* scores, int64_t n, int64_t m, std::vector<int32_t>* out);
 
 namespace internal {

@@ -1,6 +1,8 @@
 // Scalar sketch scores (sketch_kernel.h), the selection, and the dispatch.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/attention/kernels/sketch_kernel.h"
@@ -49,8 +51,10 @@ void SelectLargest(const int32_t* scores, int64_t n, int64_t m, std::vector<int3
     for (int64_t i = 0; i < n; ++i) out->push_back(static_cast<int32_t>(i));
     return;
   }
-  // u = kSketchMaxScore - score in [0, 2 kSketchMaxScore] = [0, 2^20]: the m smallest u, split into
-  // a high part (u >> 10) and a low part (u & 1023).
+  // u = kSketchMaxScore - score in [0, 2 kSketchMaxScore] = [0, 2^20]: the m smallest u. A
+  // histogram of the high part (u >> 10) finds the bucket h that holds the m-th; a second pass
+  // takes every key of a lower bucket and sets aside those of bucket h, among which a histogram of
+  // the low part picks the rest (ties to the lower index); the two sorted lists then merge.
   constexpr int kLowBits = 10;
   constexpr int kLow = 1 << kLowBits;
   constexpr int kHigh = ((2 * kSketchMaxScore) >> kLowBits) + 1;
@@ -58,25 +62,32 @@ void SelectLargest(const int32_t* scores, int64_t n, int64_t m, std::vector<int3
     return static_cast<uint32_t>(kSketchMaxScore -
                                  std::clamp(scores[i], -kSketchMaxScore, kSketchMaxScore));
   };
-  std::vector<int64_t> high(kHigh, 0);
+  int32_t high[kHigh] = {};
   for (int64_t i = 0; i < n; ++i) ++high[key(i) >> kLowBits];
   int64_t below = 0;
   uint32_t h = 0;
   while (below + high[h] < m) below += high[h++];
-  std::vector<int64_t> low(kLow, 0);
+  std::vector<std::pair<uint32_t, int32_t>> bucket;  // (u, index) of bucket h, by index
+  bucket.reserve(static_cast<size_t>(high[h]));
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t u = key(i);
-    if ((u >> kLowBits) == h) ++low[u & (kLow - 1)];
+    if ((u >> kLowBits) < h) {
+      out->push_back(static_cast<int32_t>(i));
+    } else if ((u >> kLowBits) == h) {
+      bucket.emplace_back(u, static_cast<int32_t>(i));
+    }
   }
+  int32_t low[kLow] = {};
+  for (const auto& [u, i] : bucket) ++low[u & (kLow - 1)];
   uint32_t l = 0;
   while (below + low[l] < m) below += low[l++];
-  // Every key below the threshold t is taken, and the first m - below keys at t.
   const uint32_t t = (h << kLowBits) | l;
   int64_t at_threshold = m - below;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = key(i);
-    if (u < t || (u == t && at_threshold-- > 0)) out->push_back(static_cast<int32_t>(i));
+  const size_t taken = out->size();
+  for (const auto& [u, i] : bucket) {
+    if (u < t || (u == t && at_threshold-- > 0)) out->push_back(i);
   }
+  std::inplace_merge(out->begin(), out->begin() + static_cast<std::ptrdiff_t>(taken), out->end());
 }
 
 }  // namespace magicpig::attention
