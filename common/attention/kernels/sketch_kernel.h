@@ -6,9 +6,10 @@
 // of word w, 2w + 1 in the high byte); the score is their integer dot product, at most
 // 2 * words * 128^2 <= kSketchMaxScore in magnitude.
 //
-// Compiled per ISA (sketch_{scalar,avx2}.cc): scalar, and AVX2 for codes of a multiple of 8 words
-// (each 16-byte chunk widened to int16 and multiplied with vpmaddwd, eight keys' sums reduced
-// together); other lengths and the kAvx512 level run the scalar and AVX2 kernels respectively.
+// Compiled per ISA (sketch_{scalar,avx2,avx512}.cc): scalar; AVX2 for codes of a multiple of 8
+// words (each 16-byte chunk widened to int16 and multiplied with vpmaddwd, eight keys' sums reduced
+// together); AVX-512 for codes of 16 words (a key per register, sixteen keys' sums reduced
+// together). Other lengths run the scalar kernel, 8 words at kAvx512 the AVX2 one.
 // Every level gives the same scores (integer arithmetic).
 //
 // Thread-safety: pure functions.
@@ -45,6 +46,8 @@ void SketchScalar(const uint16_t* query_code, const uint16_t* key_codes, int64_t
                   int32_t* out);
 void SketchAvx2(const uint16_t* query_code, const uint16_t* key_codes, int64_t n, int words,
                 int32_t* out);
+// Codes of 16 words only.
+void SketchAvx512(const uint16_t* query_code, const uint16_t* key_codes, int64_t n, int32_t* out);
 
 }  // namespace internal
 }  // namespace magicpig::attention

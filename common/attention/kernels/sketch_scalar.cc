@@ -34,7 +34,9 @@ void SketchScores(SimdLevel level, const uint16_t* query_code, const uint16_t* k
                   int words, int32_t* out) {
   if (n <= 0 || words < 1 || words > 16) return;
   level = ClampToDetected(level);
-  if (level >= SimdLevel::kAvx2 && words % 8 == 0) {
+  if (level == SimdLevel::kAvx512 && words == 16) {
+    internal::SketchAvx512(query_code, key_codes, n, out);
+  } else if (level >= SimdLevel::kAvx2 && words % 8 == 0) {
     internal::SketchAvx2(query_code, key_codes, n, words, out);
   } else {
     internal::SketchScalar(query_code, key_codes, n, words, out);
