@@ -16,6 +16,7 @@
 #include "common/attention/kernels/sketch_kernel.h"
 #include "common/attention/key_sketch.h"
 #include "common/attention/kv_shard.h"
+#include "common/attention/softmax_reference.h"
 #include "common/attention/spotlight_estimator.h"
 #include "gtest/gtest.h"
 
@@ -293,26 +294,7 @@ PartialAttention BruteForce(const Problem& p, const float* q, const uint16_t* q_
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return score[a] > score[b]; });
-  double mx = -1e300;
-  std::vector<double> logit(static_cast<size_t>(m));
-  for (int64_t j = 0; j < m; ++j) {
-    double s = 0;
-    for (int64_t t = 0; t < p.d; ++t) s += double{q[t]} * p.keys[order[j] * p.d + t];
-    logit[j] = double{scale} * s;
-    mx = std::max(mx, logit[j]);
-  }
-  std::vector<double> acc(static_cast<size_t>(p.d), 0.0);
-  double z = 0;
-  for (int64_t j = 0; j < m; ++j) {
-    const double w = std::exp(logit[j] - mx);
-    z += w;
-    for (int64_t t = 0; t < p.d; ++t) acc[t] += w * p.values[order[j] * p.d + t];
-  }
-  PartialAttention out;
-  for (int64_t t = 0; t < p.d; ++t) out.o.push_back(static_cast<float>(acc[t] / z));
-  out.lse = static_cast<float>(mx + std::log(z));
-  out.n_touched = m;
-  return out;
+  return test_util::SoftmaxOverRows(p.keys, p.values, p.d, order, m, q, scale);
 }
 
 std::vector<float> Queries(int64_t count, int64_t d, uint32_t seed) {

@@ -21,6 +21,7 @@
 #include "common/attention/kv_shard.h"
 #include "common/attention/monte_carlo_expect.h"
 #include "common/attention/simhash.h"
+#include "common/attention/softmax_reference.h"
 #include "common/attention/vattention.h"
 #include "gtest/gtest.h"
 
@@ -88,30 +89,7 @@ PartialAttention BruteForce(const Problem& p, const float* q, const uint16_t* q_
       return xa > xb || (xa == xb && a < b);
     });
   }
-  std::vector<double> logit(static_cast<size_t>(m));
-  double mx = -1e300;
-  for (int64_t j = 0; j < m; ++j) {
-    double s = 0;
-    for (int64_t t = 0; t < p.d; ++t)
-      s += double{q[t]} * p.keys[static_cast<size_t>(order[j] * p.d + t)];
-    logit[static_cast<size_t>(j)] = double{scale} * s;
-    mx = std::max(mx, logit[static_cast<size_t>(j)]);
-  }
-  std::vector<double> acc(static_cast<size_t>(p.d), 0.0);
-  double z = 0;
-  for (int64_t j = 0; j < m; ++j) {
-    const double w = std::exp(logit[static_cast<size_t>(j)] - mx);
-    z += w;
-    for (int64_t t = 0; t < p.d; ++t)
-      acc[static_cast<size_t>(t)] += w * p.values[static_cast<size_t>(order[j] * p.d + t)];
-  }
-  PartialAttention out;
-  out.o.resize(static_cast<size_t>(p.d));
-  for (int64_t t = 0; t < p.d; ++t)
-    out.o[static_cast<size_t>(t)] = static_cast<float>(acc[static_cast<size_t>(t)] / z);
-  out.lse = static_cast<float>(mx + std::log(z));
-  out.n_touched = m;
-  return out;
+  return test_util::SoftmaxOverRows(p.keys, p.values, p.d, order, m, q, scale);
 }
 
 std::vector<float> Queries(int64_t count, int64_t d, uint32_t seed) {

@@ -4,20 +4,13 @@
 #include <vector>
 
 #include "common/attention/kernels/hamming_kernel.h"
+#include "common/attention/kernels/selection_start.h"
 
 namespace magicpig::attention {
 
 void SelectNearest(const uint16_t* distances, int64_t n, int64_t m, int max_distance,
                    std::vector<int32_t>* out) {
-  out->clear();
-  n = std::max<int64_t>(n, 0);
-  m = std::clamp<int64_t>(m, 0, n);
-  if (m == 0) return;
-  out->reserve(static_cast<size_t>(m));
-  if (m == n) {
-    for (int64_t i = 0; i < n; ++i) out->push_back(static_cast<int32_t>(i));
-    return;
-  }
+  if (internal::StartSelection(&n, &m, out)) return;
   // Bucket max_distance + 1 holds every distance above max_distance.
   const int top = std::max(max_distance, 0) + 1;
   std::vector<int64_t> histogram(static_cast<size_t>(top) + 1, 0);

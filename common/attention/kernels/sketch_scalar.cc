@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/attention/kernels/selection_start.h"
 #include "common/attention/kernels/sketch_kernel.h"
 
 namespace magicpig::attention {
@@ -44,15 +45,7 @@ void SketchScores(SimdLevel level, const uint16_t* query_code, const uint16_t* k
 }
 
 void SelectLargest(const int32_t* scores, int64_t n, int64_t m, std::vector<int32_t>* out) {
-  out->clear();
-  n = std::max<int64_t>(n, 0);
-  m = std::clamp<int64_t>(m, 0, n);
-  if (m == 0) return;
-  out->reserve(static_cast<size_t>(m));
-  if (m == n) {
-    for (int64_t i = 0; i < n; ++i) out->push_back(static_cast<int32_t>(i));
-    return;
-  }
+  if (internal::StartSelection(&n, &m, out)) return;
   // u = kSketchMaxScore - score in [0, 2 kSketchMaxScore] = [0, 2^20]: the m smallest u. A
   // histogram of the high part (u >> 10) finds the bucket h that holds the m-th; a second pass
   // takes every key of a lower bucket and sets aside those of bucket h, among which a histogram of
