@@ -366,7 +366,7 @@ TEST(AttentionServiceTest, MalformedRequestsGetFieldNamedErrorsAndChangeNothing)
   bad.mutable_shape()->set_dtype(static_cast<v1::KvDtype>(9));
   ExpectStatus(client.Create(bad), C::INVALID_ARGUMENT, "shape.dtype");
   bad = create("a");
-  bad.mutable_shape()->set_estimator(static_cast<v1::Estimator>(9));
+  bad.mutable_shape()->set_estimator(static_cast<v1::Estimator>(99));
   ExpectStatus(client.Create(bad), C::INVALID_ARGUMENT, "shape.estimator");
   bad = create("a");
   bad.mutable_shape()->set_estimator(v1::ESTIMATOR_TOPK);  // budget 0
