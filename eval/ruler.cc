@@ -395,15 +395,12 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
                 if (a.mode == attention::EstimatorKind::kVAttentionSpotlight) {
                   a.spotlight_fraction = o.spotlight_candidates;
                 }
-                if (a.mode == attention::EstimatorKind::kSpotlight) {
+                if (a.mode == attention::EstimatorKind::kSpotlight ||
+                    a.mode == attention::EstimatorKind::kSketch) {
                   a.spotlight_fraction =
                       std::clamp(matched_density[m->config], attention::kSpotFraction.min, 1.0);
                   a.spotlight_rerank = m->spotlight_rerank;
-                }
-                if (a.mode == attention::EstimatorKind::kSketch) {
-                  a.spotlight_fraction =
-                      std::clamp(matched_density[m->config], attention::kSpotFraction.min, 1.0);
-                  a.sketch_dims = m->sketch_dims;
+                  if (m->sketch_dims > 0) a.sketch_dims = m->sketch_dims;
                 }
               }
               MAGICPIG_ASSIGN_OR_RETURN(

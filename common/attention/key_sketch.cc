@@ -69,6 +69,22 @@ void Orthonormalise(int64_t d, int r, std::vector<double>* q) {
   }
 }
 
+// out_c = M q_c for the r columns of q ([d][r] column-major as in Orthonormalise), M symmetric
+// d x d: a sum of M's rows weighted by q_c's coordinates, so the inner loop vectorises.
+void MultiplyColumns(const std::vector<double>& m, int64_t d, int r, const std::vector<double>& q,
+                     std::vector<double>* out) {
+  std::fill(out->begin(), out->end(), 0.0);
+  for (int c = 0; c < r; ++c) {
+    const double* v = q.data() + c * d;
+    double* o = out->data() + c * d;
+    for (int64_t b = 0; b < d; ++b) {
+      const double* row = m.data() + b * d;
+      const double vb = v[b];
+      for (int64_t a = 0; a < d; ++a) o[a] += row[a] * vb;
+    }
+  }
+}
+
 // Eigen-decomposition of the symmetric r x r matrix a (row-major; destroyed) by cyclic Jacobi
 // rotations: *values (r) and *vectors (r x r, column c the eigenvector of values[c]).
 void Jacobi(int r, std::vector<double> a, std::vector<double>* values,
@@ -175,29 +191,13 @@ absl::StatusOr<KeySketch> KeySketch::Fit(const float* keys, int64_t n, int64_t d
   Orthonormalise(d, r, &q);
   std::vector<double> z(q.size());
   for (int it = 0; it < kIterations; ++it) {
-    // z_c = M q_c, as a sum of M's rows (M is symmetric): the inner loop vectorises.
-    std::fill(z.begin(), z.end(), 0.0);
-    for (int c = 0; c < r; ++c) {
-      const double* v = q.data() + c * d;
-      double* out = z.data() + c * d;
-      for (int64_t b = 0; b < d; ++b) {
-        const double* row = m.data() + b * d;
-        const double vb = v[b];
-        for (int64_t a = 0; a < d; ++a) out[a] += row[a] * vb;
-      }
-    }
+    MultiplyColumns(m, d, r, q, &z);
     q.swap(z);
     Orthonormalise(d, r, &q);
   }
   // Rayleigh-Ritz: the directions within the subspace, by decreasing variance.
   std::vector<double> mq(q.size());
-  for (int c = 0; c < r; ++c) {
-    for (int64_t a = 0; a < d; ++a) {
-      double s = 0;
-      for (int64_t b = 0; b < d; ++b) s += m[a * d + b] * q[c * d + b];
-      mq[c * d + a] = s;
-    }
-  }
+  MultiplyColumns(m, d, r, q, &mq);
   std::vector<double> t(static_cast<size_t>(r * r));
   for (int i = 0; i < r; ++i) {
     for (int j = 0; j < r; ++j) {
