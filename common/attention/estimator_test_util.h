@@ -1,16 +1,36 @@
-// Test helper shared by the estimator tests: exact softmax attention over chosen rows, in float64.
-// Header-only, for test files only.
-#ifndef MAGICPIG_COMMON_ATTENTION_SOFTMAX_REFERENCE_H_
-#define MAGICPIG_COMMON_ATTENTION_SOFTMAX_REFERENCE_H_
+// Test helpers shared by the codes-shard estimator tests (spotlight, sketch): a problem of keys,
+// values and codes, its codes-only shard, and exact softmax attention over chosen rows in float64.
+// Header-only, for gtest test files only.
+#ifndef MAGICPIG_COMMON_ATTENTION_ESTIMATOR_TEST_UTIL_H_
+#define MAGICPIG_COMMON_ATTENTION_ESTIMATOR_TEST_UTIL_H_
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "common/attention/kv_shard.h"
 #include "common/attention/partial_attention.h"
+#include "gtest/gtest.h"
 
 namespace magicpig::attention::test_util {
+
+// n keys and values of dimension d ([n][d] float32) with their codes ([n][words] uint16).
+struct CodesProblem {
+  int64_t n = 0, d = 0;
+  int words = 0;
+  std::vector<float> keys, values;
+  std::vector<uint16_t> codes;
+};
+
+// The problem's keys, values and codes in a codes-only shard (KvIndex::kCodes, 16-bit words).
+inline KvShard CodesShard(const CodesProblem& p, KvStorage storage = KvStorage::kF32) {
+  auto shard = KvShard::CreateFromCodes(p.d, 16, p.words, p.keys.data(), p.codes.data(),
+                                        p.values.data(), p.n, storage, KvIndex::kCodes);
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return *std::move(shard);
+}
 
 // Attention of q over keys[rows[j]] and values[rows[j]] (row-major [n][d] float32) for j < m, in
 // float64: o = softmax(scale * q . k) weighted values, lse = ln sum exp(scale * q . k); n_touched
@@ -49,4 +69,4 @@ inline PartialAttention SoftmaxOverRows(const std::vector<float>& keys,
 
 }  // namespace magicpig::attention::test_util
 
-#endif  // MAGICPIG_COMMON_ATTENTION_SOFTMAX_REFERENCE_H_
+#endif  // MAGICPIG_COMMON_ATTENTION_ESTIMATOR_TEST_UTIL_H_

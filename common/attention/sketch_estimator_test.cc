@@ -13,10 +13,10 @@
 #include <random>
 #include <vector>
 
+#include "common/attention/estimator_test_util.h"
 #include "common/attention/kernels/sketch_kernel.h"
 #include "common/attention/key_sketch.h"
 #include "common/attention/kv_shard.h"
-#include "common/attention/softmax_reference.h"
 #include "common/attention/spotlight_estimator.h"
 #include "gtest/gtest.h"
 
@@ -254,12 +254,8 @@ TEST(SketchKernel, SelectLargestMatchesStableSort) {
   }
 }
 
-struct Problem {
-  int64_t n = 0, d = 0;
-  int words = 0;
-  std::vector<float> keys, values;
-  std::vector<uint16_t> codes;
-};
+using Problem = test_util::CodesProblem;
+using test_util::CodesShard;
 
 Problem MakeProblem(int64_t n, int64_t d, int dims, uint32_t seed) {
   Problem p{n, d, dims / 2, {}, {}, {}};
@@ -274,13 +270,6 @@ Problem MakeProblem(int64_t n, int64_t d, int dims, uint32_t seed) {
   p.codes.resize(static_cast<size_t>(n * p.words));
   sketch->KeyCodes(p.keys.data(), n, p.codes.data());
   return p;
-}
-
-KvShard SketchShard(const Problem& p, KvStorage storage = KvStorage::kF32) {
-  auto shard = KvShard::CreateFromCodes(p.d, 16, p.words, p.keys.data(), p.codes.data(),
-                                        p.values.data(), p.n, storage, KvIndex::kCodes);
-  EXPECT_TRUE(shard.ok()) << shard.status();
-  return *std::move(shard);
 }
 
 // Float64 brute force: keys ordered by sketch score (ties: lower index), the first m attended.
@@ -308,7 +297,7 @@ std::vector<float> Queries(int64_t count, int64_t d, uint32_t seed) {
 TEST(SketchEstimator, ReferenceMatchesBruteForce) {
   for (int dims : {2, 8, 16}) {
     const Problem p = MakeProblem(600, 32, dims, 31 + dims);
-    const KvShard shard = SketchShard(p);
+    const KvShard shard = CodesShard(p);
     auto sketch = KeySketch::Fit(p.keys.data(), p.n, p.d, dims);
     ASSERT_TRUE(sketch.ok());
     const std::vector<float> q = Queries(3, p.d, 7);
@@ -342,7 +331,7 @@ TEST(SketchEstimator, GroupPathMatchesReferenceAtEveryLevel) {
     std::vector<uint16_t> qc(static_cast<size_t>(g * p.words));
     for (int h = 0; h < g; ++h) sketch->QueryCode(q.data() + h * p.d, qc.data() + h * p.words);
     for (KvStorage storage : {KvStorage::kF32, KvStorage::kBf16}) {
-      const KvShard shard = SketchShard(p, storage);
+      const KvShard shard = CodesShard(p, storage);
       for (int64_t rerank : {1, 8}) {
         for (SimdLevel level : SupportedSimdLevels()) {
           const SpotlightEstimator est(0.03, rerank, level, CodeScore::kSketch);

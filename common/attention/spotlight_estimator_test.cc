@@ -17,23 +17,19 @@
 #include <utility>
 #include <vector>
 
+#include "common/attention/estimator_test_util.h"
 #include "common/attention/group_kernel_runner.h"
 #include "common/attention/kv_shard.h"
 #include "common/attention/monte_carlo_expect.h"
 #include "common/attention/simhash.h"
-#include "common/attention/softmax_reference.h"
 #include "common/attention/vattention.h"
 #include "gtest/gtest.h"
 
 namespace magicpig::attention {
 namespace {
 
-struct Problem {
-  int64_t n = 0, d = 0;
-  int words = 0;
-  std::vector<float> keys, values;
-  std::vector<uint16_t> codes;
-};
+using Problem = test_util::CodesProblem;
+using test_util::CodesShard;
 
 // Keys spread so that attention is peaked; codes drawn with few distinct values per word, so that
 // many keys tie in distance (ties must go to the lower index).
@@ -50,13 +46,6 @@ Problem MakeProblem(int64_t n, int64_t d, int words, uint32_t seed) {
   p.codes.resize(static_cast<size_t>(n * words));
   for (uint16_t& c : p.codes) c = choices[pick(rng)];
   return p;
-}
-
-KvShard CodesShard(const Problem& p, KvStorage storage = KvStorage::kF32) {
-  auto shard = KvShard::CreateFromCodes(p.d, 16, p.words, p.keys.data(), p.codes.data(),
-                                        p.values.data(), p.n, storage, KvIndex::kCodes);
-  EXPECT_TRUE(shard.ok()) << shard.status();
-  return *std::move(shard);
 }
 
 // Brute force in float64 over the float32 keys and values. rerank > 1: the first min(n, rerank m)
