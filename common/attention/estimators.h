@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/attention/kernels/sketch_kernel.h"
 #include "common/attention/kv_shard.h"
 #include "common/attention/lsh_tables.h"
 #include "common/attention/partial_attention.h"
@@ -90,7 +91,7 @@ struct EstimatorScratch {
   std::vector<uint32_t> key_heads;     // in head h's deterministic set
   std::vector<uint32_t> sample_heads;  // taken by head h's sample
   std::vector<uint16_t> distances;     // [n] Hamming distances (spotlight)
-  std::vector<int32_t> sketch_scores;  // [n] sketch scores (sketch)
+  SketchSelectScratch sketch;          // the sketch's retrieval
   // Phase timing of MagicPIG's AttendGroup (only when time_phases is set): the LSH retrieval of the
   // group's sample union, and the kernel (gather of the sampled rows and their attention).
   bool time_phases = false;

@@ -254,6 +254,99 @@ TEST(SketchKernel, SelectLargestMatchesStableSort) {
   }
 }
 
+// Integer brute force: key i's score against query code q (words words).
+int32_t BruteScore(const uint16_t* q, const uint16_t* key, int words) {
+  int32_t s = 0;
+  for (int j = 0; j < 2 * words; ++j) s += SketchCoordinate(q, j) * SketchCoordinate(key, j);
+  return s;
+}
+
+TEST(SketchKernel, GroupScoresMatchBruteForceAtEveryLevel) {
+  std::mt19937 rng(29);
+  for (int words : {1, 6, 8, 16}) {
+    for (int g : {1, 3, 4, 5, 33}) {  // 33: more heads than the VNNI kernel holds at once
+      for (int64_t n : {1, 15, 16, 17, 100, 300}) {
+        std::vector<uint16_t> keys(static_cast<size_t>(n * words));
+        for (uint16_t& w : keys) w = static_cast<uint16_t>(rng());
+        keys[0] = 0x8080;
+        std::vector<uint16_t> q(static_cast<size_t>(g * words));
+        for (uint16_t& w : q) w = static_cast<uint16_t>(rng());
+        q[0] = 0x8080;
+        std::vector<int32_t> want(static_cast<size_t>(g * n));
+        for (int h = 0; h < g; ++h)
+          for (int64_t i = 0; i < n; ++i)
+            want[h * n + i] = BruteScore(q.data() + h * words, keys.data() + i * words, words);
+        for (SimdLevel level : SupportedSimdLevels()) {
+          std::vector<int32_t> got(static_cast<size_t>(g * n), -1);
+          SketchScoresGroup(level, q.data(), g, keys.data(), n, words, got.data());
+          ASSERT_EQ(got, want) << SimdLevelName(level) << " words " << words << " g " << g << " n "
+                               << n;
+        }
+      }
+    }
+  }
+}
+
+// The m best keys of head h by brute force: a stable sort by score, the first m, in index order.
+std::vector<int32_t> BestByBruteForce(const std::vector<uint16_t>& keys,
+                                      const std::vector<uint16_t>& q, int h, int words, int64_t n,
+                                      int64_t m) {
+  std::vector<int32_t> score(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    score[i] = BruteScore(q.data() + h * words, keys.data() + i * words, words);
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return score[a] > score[b]; });
+  std::vector<int32_t> best(order.begin(), order.begin() + std::clamp<int64_t>(m, 0, n));
+  std::sort(best.begin(), best.end());
+  return best;
+}
+
+// BestSketchKeys against brute force at every level, through each of its paths: all scores (small
+// n, large m), the sampled threshold, and the fallback where the stride aliases with the scores.
+TEST(SketchKernel, BestSketchKeysMatchBruteForceAtEveryLevel) {
+  std::mt19937 rng(41);
+  enum class Keys { kRandom, kFewValues, kStrideAliased };
+  for (Keys kind : {Keys::kRandom, Keys::kFewValues, Keys::kStrideAliased}) {
+    for (int words : {16, 8, 6}) {
+      for (int64_t n : {int64_t{300}, kSketchSampledMin, int64_t{9000}}) {
+        const int g = 3;
+        std::vector<uint16_t> keys(static_cast<size_t>(n * words));
+        std::vector<uint16_t> q(static_cast<size_t>(g * words));
+        for (uint16_t& w : q) w = static_cast<uint16_t>(rng());
+        for (int64_t i = 0; i < n; ++i) {
+          uint16_t* key = keys.data() + i * words;
+          for (int w = 0; w < words; ++w) key[w] = static_cast<uint16_t>(rng());
+          if (kind == Keys::kFewValues) {
+            // Scores from a handful of values: ties everywhere, at the threshold too.
+            for (int w = 0; w < words; ++w) key[w] = static_cast<uint16_t>(rng() % 3);
+          } else if (kind == Keys::kStrideAliased) {
+            // The keys the sample reads (every 32nd, from the 16th) score highest for head 0, so
+            // its threshold admits only them: fewer than m, the fallback runs.
+            for (int w = 0; w < words; ++w) key[w] = 0;
+            if (i % kSketchSampleStride == kSketchSampleStride / 2) key[0] = q[0];
+          }
+        }
+        for (int64_t m : {int64_t{0}, int64_t{1}, n / 50, n / 8, n / 4 + 1, n}) {
+          std::vector<std::vector<int32_t>> want;
+          for (int h = 0; h < g; ++h) want.push_back(BestByBruteForce(keys, q, h, words, n, m));
+          for (SimdLevel level : SupportedSimdLevels()) {
+            SketchSelectScratch scratch;
+            std::vector<std::vector<int32_t>> got(g, std::vector<int32_t>{-1});
+            BestSketchKeys(level, q.data(), g, keys.data(), n, words, m, &scratch, got.data());
+            for (int h = 0; h < g; ++h) {
+              ASSERT_EQ(got[h], want[h])
+                  << SimdLevelName(level) << " kind " << static_cast<int>(kind) << " words "
+                  << words << " n " << n << " m " << m << " head " << h;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 using Problem = test_util::CodesProblem;
 using test_util::CodesShard;
 

@@ -39,15 +39,6 @@ void NearestCount(const KvShard& shard, const uint16_t* q_code, int64_t count, S
   SelectNearest(scratch->distances.data(), n, count, 16 * shard.l(), out);
 }
 
-// The `count` keys of largest sketch score, ties to the lower index, in increasing index order.
-void BestSketchCount(const KvShard& shard, const uint16_t* q_code, int64_t count, SimdLevel level,
-                     EstimatorScratch* scratch, std::vector<int32_t>* out) {
-  const int64_t n = shard.size();
-  scratch->sketch_scores.resize(static_cast<size_t>(n));
-  SketchScores(level, q_code, shard.unindexed_codes(), n, shard.l(), scratch->sketch_scores.data());
-  SelectLargest(scratch->sketch_scores.data(), n, count, out);
-}
-
 const char* Who(CodeScore score) {
   return score == CodeScore::kSketch ? "SketchEstimator" : "SpotlightEstimator";
 }
@@ -149,12 +140,13 @@ absl::Status SpotlightEstimator::AttendGroup(const KvShard& shard, const float* 
     const int gc = std::min(g - h0, internal::kMaxGroup);
     const float* qc = q + static_cast<int64_t>(h0) * shard.dim();
     lists.resize(static_cast<size_t>(gc));
-    for (int h = 0; h < gc; ++h) {
-      const uint16_t* code = q_codes + static_cast<int64_t>(h0 + h) * l;
-      if (score_ == CodeScore::kSketch) {
-        BestSketchCount(shard, code, c, simd_level(), scratch, &lists[static_cast<size_t>(h)]);
-      } else {
-        NearestCount(shard, code, c, simd_level(), scratch, &lists[static_cast<size_t>(h)]);
+    if (score_ == CodeScore::kSketch) {
+      BestSketchKeys(simd_level(), q_codes + static_cast<int64_t>(h0) * l, gc,
+                     shard.unindexed_codes(), n, l, c, &scratch->sketch, lists.data());
+    } else {
+      for (int h = 0; h < gc; ++h) {
+        NearestCount(shard, q_codes + static_cast<int64_t>(h0 + h) * l, c, simd_level(), scratch,
+                     &lists[static_cast<size_t>(h)]);
       }
     }
     if (c > m) {

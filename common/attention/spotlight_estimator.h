@@ -23,8 +23,9 @@
 // the rest (rescoring, the exact attention, n_touched) is as above.
 //
 // Attend: the float64 reference (scalar distances). AttendGroup: each head's distances with the
-// SIMD Hamming kernel (kernels/hamming_kernel.h), then the union of the heads' sets through the
-// SIMD group kernel, each row attended by the heads that chose it (as MagicPIG's group path).
+// SIMD Hamming kernel (kernels/hamming_kernel.h), or the group's sketch retrieval in one pass over
+// the codes (BestSketchKeys, kernels/sketch_kernel.h), then the union of the heads' sets through
+// the SIMD group kernel, each row attended by the heads that chose it (as MagicPIG's group path).
 //
 // Thread-safety: immutable after construction; Attend is const (each thread its own scratch).
 #ifndef MAGICPIG_COMMON_ATTENTION_SPOTLIGHT_ESTIMATOR_H_

@@ -3,6 +3,10 @@
 // with the query's (vpmaddwd), leaving eight int32 partial sums per key; eight keys' partials are
 // reduced together with three rounds of vphaddd and one lane swap. Loads never pass the end of
 // key_codes (a key is a whole number of 16-byte chunks); the last n % 8 keys run one by one.
+//
+// The collecting pass: eight scores compared per step; their indices at or above the threshold
+// moved to the front with a vpermd looked up from the 8-bit mask, and the register stored whole
+// (out + c stays inside n entries: c <= i and i + 8 <= n).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -21,6 +25,22 @@ inline __m256i KeyPartials(const uint16_t* key, const __m256i* q, int chunks) {
   }
   return acc;
 }
+
+// kCompact.entry[m] holds, as bytes, the positions of the set bits of m in increasing order.
+struct CompactTable {
+  uint64_t entry[256];
+  constexpr CompactTable() : entry() {
+    for (int m = 0; m < 256; ++m) {
+      uint64_t e = 0;
+      int at = 0;
+      for (int lane = 0; lane < 8; ++lane) {
+        if ((m >> lane) & 1) e |= static_cast<uint64_t>(lane) << (8 * at++);
+      }
+      entry[m] = e;
+    }
+  }
+};
+constexpr CompactTable kCompact;
 
 inline int32_t Sum(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -55,6 +75,30 @@ void SketchAvx2(const uint16_t* query_code, const uint16_t* key_codes, int64_t n
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_add_epi32(lo, hi));
   }
   for (; i < n; ++i) out[i] = Sum(KeyPartials(key_codes + i * words, q, chunks));
+}
+
+int64_t CollectAtLeastAvx2(const int32_t* scores, int64_t n, int32_t t, int32_t* out) {
+  // score >= t  <=>  score > t - 1 (t > INT32_MIN: scores lie within kSketchMaxScore).
+  const __m256i below = _mm256_set1_epi32(t - 1);
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  int64_t c = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scores + i));
+    // No branch on the mask (at a few percent kept it would mispredict often).
+    const int mask = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(s, below)));
+    const __m256i perm =
+        _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(kCompact.entry[mask])));
+    const __m256i index = _mm256_add_epi32(iota, _mm256_set1_epi32(static_cast<int32_t>(i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c),
+                        _mm256_permutevar8x32_epi32(index, perm));
+    c += __builtin_popcount(static_cast<unsigned>(mask));
+  }
+  for (; i < n; ++i) {
+    out[c] = static_cast<int32_t>(i);
+    c += scores[i] >= t ? 1 : 0;
+  }
+  return c;
 }
 
 }  // namespace magicpig::attention::internal

@@ -1,11 +1,10 @@
-// Scalar sketch scores (sketch_kernel.h), the selection, and the dispatch.
+// Scalar sketch scores and collecting pass (sketch_kernel.h), and the dispatch of the scores.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-#include "common/attention/kernels/selection_start.h"
 #include "common/attention/kernels/sketch_kernel.h"
 
 namespace magicpig::attention {
@@ -29,6 +28,15 @@ void SketchScalar(const uint16_t* query_code, const uint16_t* key_codes, int64_t
   }
 }
 
+int64_t CollectAtLeastScalar(const int32_t* scores, int64_t n, int32_t t, int32_t* out) {
+  int64_t c = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    out[c] = static_cast<int32_t>(i);
+    c += scores[i] >= t ? 1 : 0;
+  }
+  return c;
+}
+
 }  // namespace internal
 
 void SketchScores(SimdLevel level, const uint16_t* query_code, const uint16_t* key_codes, int64_t n,
@@ -44,45 +52,24 @@ void SketchScores(SimdLevel level, const uint16_t* query_code, const uint16_t* k
   }
 }
 
-void SelectLargest(const int32_t* scores, int64_t n, int64_t m, std::vector<int32_t>* out) {
-  if (internal::StartSelection(&n, &m, out)) return;
-  // u = kSketchMaxScore - score in [0, 2 kSketchMaxScore] = [0, 2^20]: the m smallest u. A
-  // histogram of the high part (u >> 10) finds the bucket h that holds the m-th; a second pass
-  // takes every key of a lower bucket and sets aside those of bucket h, among which a histogram of
-  // the low part picks the rest (ties to the lower index); the two sorted lists then merge.
-  constexpr int kLowBits = 10;
-  constexpr int kLow = 1 << kLowBits;
-  constexpr int kHigh = ((2 * kSketchMaxScore) >> kLowBits) + 1;
-  auto key = [&](int64_t i) {
-    return static_cast<uint32_t>(kSketchMaxScore -
-                                 std::clamp(scores[i], -kSketchMaxScore, kSketchMaxScore));
-  };
-  int32_t high[kHigh] = {};
-  for (int64_t i = 0; i < n; ++i) ++high[key(i) >> kLowBits];
-  int64_t below = 0;
-  uint32_t h = 0;
-  while (below + high[h] < m) below += high[h++];
-  std::vector<std::pair<uint32_t, int32_t>> bucket;  // (u, index) of bucket h, by index
-  bucket.reserve(static_cast<size_t>(high[h]));
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = key(i);
-    if ((u >> kLowBits) < h) {
-      out->push_back(static_cast<int32_t>(i));
-    } else if ((u >> kLowBits) == h) {
-      bucket.emplace_back(u, static_cast<int32_t>(i));
+void SketchScoresGroup(SimdLevel level, const uint16_t* query_codes, int g,
+                       const uint16_t* key_codes, int64_t n, int words, int32_t* out) {
+  if (n <= 0 || g < 1 || words < 1 || words > 16) return;
+  if (ClampToDetected(level) == SimdLevel::kAvx512 && CpuHasAvx512Vnni() &&
+      (words == 8 || words == 16)) {
+    internal::SketchGroupAvx512Vnni(query_codes, g, key_codes, n, words, out);
+    return;
+  }
+  // 256 keys are at most 8 KB of codes: the first head's pass brings a block into L1 and the
+  // others read it there.
+  constexpr int64_t kBlock = 256;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t len = std::min(kBlock, n - b);
+    for (int h = 0; h < g; ++h) {
+      SketchScores(level, query_codes + static_cast<int64_t>(h) * words, key_codes + b * words, len,
+                   words, out + h * n + b);
     }
   }
-  int32_t low[kLow] = {};
-  for (const auto& [u, i] : bucket) ++low[u & (kLow - 1)];
-  uint32_t l = 0;
-  while (below + low[l] < m) below += low[l++];
-  const uint32_t t = (h << kLowBits) | l;
-  int64_t at_threshold = m - below;
-  const size_t taken = out->size();
-  for (const auto& [u, i] : bucket) {
-    if (u < t || (u == t && at_threshold-- > 0)) out->push_back(i);
-  }
-  std::inplace_merge(out->begin(), out->begin() + static_cast<std::ptrdiff_t>(taken), out->end());
 }
 
 }  // namespace magicpig::attention
