@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/attention/estimator_registry.h"
+#include "common/attention/spotlight_hash.h"
 #include "gpu_node/engine/engine.h"
 #include "gpu_node/engine/engine_flags.h"
 #include "tbb/task_arena.h"
@@ -102,7 +103,7 @@ std::string ModeName(const engine::SparseAttentionOptions& a) {
 
 StepBytes DecodeStepBytes(const model::ModelConfig& c, int64_t weight_bytes,
                           const engine::SparseAttentionOptions& attention, int64_t pos,
-                          int64_t generated, double keys_touched_per_step) {
+                          int64_t generated, double keys_touched_per_step, int64_t spotlight_bits) {
   StepBytes b;
   b.weights = static_cast<double>(weight_bytes);
   const double kv_row = 2.0 * 2.0 * static_cast<double>(c.kv_dim());  // fp16 K and V
@@ -130,6 +131,16 @@ StepBytes DecodeStepBytes(const model::ModelConfig& c, int64_t weight_bytes,
         static_cast<double>(n_sparse * c.n_head) * attention.lsh_l *
         (static_cast<double>(offloaded) / static_cast<double>(int64_t{1} << attention.lsh_k)) *
         index_bytes;
+  } else if (spec.codes != attention::CodeSource::kSimHash) {
+    // spotlight and sketch scan every offloaded key's code per kv head, score rerank x the kept
+    // keys exactly (their key rows) and read the kept keys' values.
+    const double code_bytes = spec.codes == attention::CodeSource::kKeySketch
+                                  ? static_cast<double>(attention.sketch_dims)
+                                  : static_cast<double>(spotlight_bits) / 8.0;
+    b.buckets =
+        static_cast<double>(n_sparse * c.n_head_kv) * static_cast<double>(offloaded) * code_bytes;
+    b.sampled = keys_touched_per_step * hd * element *
+                (1.0 + static_cast<double>(std::max<int64_t>(1, attention.spotlight_rerank)));
   } else {
     // Top-k and oracle sampling score every offloaded key, then read the chosen rows' values.
     b.sampled = static_cast<double>(n_sparse * c.n_head_kv) * static_cast<double>(offloaded) * hd *
@@ -276,9 +287,10 @@ int BenchCommand(const std::vector<std::string>& args) {
             static_cast<double>(r.stats.attention_keys_touched) / (steps * batch);
         // Mid-decode: position depth + decode_tokens / 2 with half the tokens generated; the
         // weights are read once per step, the rest once per sequence.
-        step_bytes[m] = DecodeStepBytes(c, e.weights().weight_bytes(), modes[m],
-                                        std::max<int64_t>(1, depth) + f.decode_tokens / 2,
-                                        f.decode_tokens / 2, touched);
+        step_bytes[m] =
+            DecodeStepBytes(c, e.weights().weight_bytes(), modes[m],
+                            std::max<int64_t>(1, depth) + f.decode_tokens / 2, f.decode_tokens / 2,
+                            touched, e.spotlight() != nullptr ? e.spotlight()->bits() : 0);
         const StepBytes& one = step_bytes[m];
         const double n = static_cast<double>(batch);
         const double total = one.weights + n * (one.total() - one.weights);

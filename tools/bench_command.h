@@ -47,16 +47,18 @@ struct StepBytes {
   double weights = 0;
   double exact_kv = 0;  // fp16 K and V the compute node attends exactly (dense layers, windows)
   double sampled = 0;   // the shards' rows the estimator reads (per query head: an upper bound)
-  double buckets = 0;   // LSH bucket entries the retrieval scans
+  double buckets = 0;   // the index the retrieval scans: LSH bucket entries, or every key's code
   double total() const { return weights + exact_kv + sampled + buckets; }
 };
 
 // At context position `pos` with `generated` tokens generated so far. keys_touched_per_step: the
 // estimator's keys over the sparse (layer, query head) pairs of one step
-// (GenerateStats::attention_keys_touched / steps).
+// (GenerateStats::attention_keys_touched / steps). spotlight_bits: the length of the loaded
+// spotlight hashes' codes (spotlight only).
 StepBytes DecodeStepBytes(const model::ModelConfig& c, int64_t weight_bytes,
                           const engine::SparseAttentionOptions& attention, int64_t pos,
-                          int64_t generated, double keys_touched_per_step);
+                          int64_t generated, double keys_touched_per_step,
+                          int64_t spotlight_bits = 0);
 
 int BenchCommand(const std::vector<std::string>& args);
 

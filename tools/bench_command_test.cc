@@ -67,6 +67,27 @@ TEST(DecodeStepBytesTest, TopKScoresEveryOffloadedKey) {
   EXPECT_EQ(b.buckets, 0);
 }
 
+// spotlight and sketch scan every offloaded key's code (per kv head) instead of bucket entries,
+// then read the kept keys' values and rerank x their key rows.
+TEST(DecodeStepBytesTest, CodeEstimatorsScanEveryKeysCode) {
+  const model::ModelConfig c = SmolLm2Shape();
+  const int64_t pos = 4096;
+  const double offloaded = pos - (4 + 64);
+  engine::SparseAttentionOptions sketch;
+  sketch.mode = attention::EstimatorKind::kSketch;
+  sketch.sketch_dims = 16;
+  sketch.spotlight_rerank = 1;
+  const StepBytes b = DecodeStepBytes(c, 0, sketch, pos, 0, 500);
+  EXPECT_EQ(b.buckets, 28.0 * 3 * offloaded * 16);  // 16 int8 coordinates per key
+  EXPECT_EQ(b.sampled, 500.0 * 64 * 2 * 2);         // bf16 K and V of the kept keys
+  engine::SparseAttentionOptions spot;
+  spot.mode = attention::EstimatorKind::kSpotlight;
+  spot.spotlight_rerank = 4;
+  const StepBytes s = DecodeStepBytes(c, 0, spot, pos, 0, 500, /*spotlight_bits=*/64);
+  EXPECT_EQ(s.buckets, 28.0 * 3 * offloaded * 8);
+  EXPECT_EQ(s.sampled, 500.0 * 64 * 2 * (1 + 4));  // values of 500, keys of 4 x 500
+}
+
 // The three rates are measured (finite, positive, within what any host gives: 0.1-10,000 GB/s
 // streamed, 0.01-100,000 ns per line or row), on one thread and on two.
 TEST(MemoryProbeTest, MeasuresTheThreeRates) {
