@@ -48,9 +48,9 @@ void SketchScoresGroup(SimdLevel level, const uint16_t* query_codes, int g,
 
 // Replaces *out with the indices of the m keys with the largest scores[i] (ties broken by the lower
 // index), in increasing index order; m is clamped to [0, n]. Scores must lie in
-// [-kSketchMaxScore, kSketchMaxScore] (others are clamped to it). O(n): a histogram of the high
-// bits of kSketchMaxScore - score finds the bucket that holds the m-th, a pass takes the keys of
-// lower buckets and sets aside that bucket's, a histogram of their low bits picks the rest.
+// [-kSketchMaxScore, kSketchMaxScore] (others are clamped to it). A histogram over the scores'
+// spread finds the bucket that holds the m-th, a pass takes the keys of better buckets and sets
+// aside that bucket's, a sort of those picks the rest: O(n) but for the one bucket's sort.
 void SelectLargest(const int32_t* scores, int64_t n, int64_t m, std::vector<int32_t>* out);
 
 // Working memory of BestSketchKeys, reused across calls (grows to the largest group and n seen).

@@ -16,43 +16,50 @@ namespace {
 
 // SelectLargest for 0 < m < n, appending to the empty *out.
 void SelectExact(const int32_t* scores, int64_t n, int64_t m, std::vector<int32_t>* out) {
-  // u = kSketchMaxScore - score in [0, 2 kSketchMaxScore] = [0, 2^20]: the m smallest u. A
-  // histogram of the high part (u >> 10) finds the bucket h that holds the m-th; a second pass
-  // takes every key of a lower bucket and sets aside those of bucket h, among which a histogram of
-  // the low part picks the rest (ties to the lower index); the two sorted lists then merge.
-  constexpr int kLowBits = 10;
-  constexpr int kLow = 1 << kLowBits;
-  constexpr int kHigh = ((2 * kSketchMaxScore) >> kLowBits) + 1;
+  // u = kSketchMaxScore - score: the m smallest u. v = u - min u spans [0, range]; a histogram of
+  // v >> shift over about n / 4 buckets (16 to 1,024: sized by n and the scores' spread, so few
+  // buckets are cleared and scanned) finds the bucket b that holds the m-th; a pass takes every
+  // key of a lower bucket and sets aside those of bucket b, which a sort by (v, index) orders
+  // for the rest; the two sorted lists then merge.
   auto key = [&](int64_t i) {
     return static_cast<uint32_t>(kSketchMaxScore -
                                  std::clamp(scores[i], -kSketchMaxScore, kSketchMaxScore));
   };
-  int32_t high[kHigh] = {};
-  for (int64_t i = 0; i < n; ++i) ++high[key(i) >> kLowBits];
+  // The spread, from the raw scores (a loop the compiler vectorises).
+  int32_t smin = scores[0], smax = scores[0];
+  for (int64_t i = 1; i < n; ++i) {
+    smin = std::min(smin, scores[i]);
+    smax = std::max(smax, scores[i]);
+  }
+  const uint32_t lo = static_cast<uint32_t>(kSketchMaxScore - std::min(smax, kSketchMaxScore));
+  const uint32_t hi = static_cast<uint32_t>(kSketchMaxScore - std::max(smin, -kSketchMaxScore));
+  int bucket_bits = 4;
+  while (bucket_bits < 10 && (int64_t{1} << (bucket_bits + 2)) < n) ++bucket_bits;
+  int shift = 0;
+  while (((hi - lo) >> shift) >> bucket_bits) ++shift;
+  int32_t high[1024];
+  std::fill_n(high, ((hi - lo) >> shift) + 1, 0);
+  for (int64_t i = 0; i < n; ++i) ++high[(key(i) - lo) >> shift];
   int64_t below = 0;
-  uint32_t h = 0;
-  while (below + high[h] < m) below += high[h++];
-  std::vector<std::pair<uint32_t, int32_t>> bucket;  // (u, index) of bucket h, by index
-  bucket.reserve(static_cast<size_t>(high[h]));
+  uint32_t b = 0;
+  while (below + high[b] < m) below += high[b++];
+  // Branches, not selects: at m << n the keys below b are rare and the branch predicts well.
+  std::vector<std::pair<uint32_t, int32_t>> bucket;  // (v, index) of bucket b
+  bucket.reserve(static_cast<size_t>(high[b]));
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = key(i);
-    if ((u >> kLowBits) < h) {
+    const uint32_t v = key(i) - lo;
+    if ((v >> shift) < b) {
       out->push_back(static_cast<int32_t>(i));
-    } else if ((u >> kLowBits) == h) {
-      bucket.emplace_back(u, static_cast<int32_t>(i));
+    } else if ((v >> shift) == b) {
+      bucket.emplace_back(v, static_cast<int32_t>(i));
     }
   }
-  int32_t low[kLow] = {};
-  for (const auto& [u, i] : bucket) ++low[u & (kLow - 1)];
-  uint32_t l = 0;
-  while (below + low[l] < m) below += low[l++];
-  const uint32_t t = (h << kLowBits) | l;
-  int64_t at_threshold = m - below;
-  const size_t taken = out->size();
-  for (const auto& [u, i] : bucket) {
-    if (u < t || (u == t && at_threshold-- > 0)) out->push_back(i);
-  }
-  std::inplace_merge(out->begin(), out->begin() + static_cast<std::ptrdiff_t>(taken), out->end());
+  // By v, ties by index: the first m - below of the bucket complete the selection.
+  std::sort(bucket.begin(), bucket.end());
+  const size_t before = out->size();
+  for (int64_t j = 0; j < m - below; ++j) out->push_back(bucket[static_cast<size_t>(j)].second);
+  std::sort(out->begin() + static_cast<std::ptrdiff_t>(before), out->end());
+  std::inplace_merge(out->begin(), out->begin() + static_cast<std::ptrdiff_t>(before), out->end());
 }
 
 int64_t CollectAtLeast(SimdLevel level, const int32_t* scores, int64_t n, int32_t t, int32_t* out) {
