@@ -96,7 +96,8 @@ std::unique_ptr<flags::FlagTable> RulerFlagTable(RulerOptions* o) {
               "retrieving the fraction of keys magicpig(K,L) touched on the same sample (and, with "
               "--vattention, vattention-spotlight)");
   table->Number("spotlight-candidates", &o->spotlight_candidates,
-                "vattention-spotlight: the fraction of keys nearest by learned code kept exact",
+                "vattention-spotlight and vattention-sketch: the fraction of keys nearest by "
+                "learned code (or best by key sketch) kept exact",
                 attention::kSpotFraction.min, attention::kSpotFraction.max);
   table->NumberList("spotlight-rerank", &o->spotlight_rerank,
                     "also run spotlight-rerankR@(K,L) for each R: spotlight@(K,L) scoring R times "
@@ -105,7 +106,8 @@ std::unique_ptr<flags::FlagTable> RulerFlagTable(RulerOptions* o) {
   table->NumberList("sketch-dims", &o->sketch_dims,
                     "also run sketchR@(K,L) for each R: the low-rank key sketch of R int8 "
                     "coordinates (even) retrieving the fraction of keys magicpig(K,L) touched on "
-                    "the same sample (docs/spotlight.md)",
+                    "the same sample (docs/sketch.md); with --vattention also "
+                    "vattention-sketchR, the sketch finding vattention's heavy hitters",
                     attention::kSketchDims.min, attention::kSketchDims.max);
   table->Switch("no-early-stop", &o->early_stop,
                 "generate every answer token even when the score can no longer change", false);

@@ -28,9 +28,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"full": "black", "magicpig": "tab:red", "topk": "tab:blue", "oracle": "tab:green",
           "vattention": "tab:purple", "vattention-lsh": "tab:orange", "spotlight": "tab:cyan",
-          "vattention-spotlight": "tab:brown", "sketch": "tab:olive"}
+          "vattention-spotlight": "tab:brown", "sketch": "tab:olive",
+          "vattention-sketch": "tab:pink"}
 MARKERS = {"full": "s", "magicpig": "o", "topk": "^", "oracle": "D", "vattention": "P",
-           "vattention-lsh": "X", "spotlight": "*", "vattention-spotlight": "v", "sketch": "h"}
+           "vattention-lsh": "X", "spotlight": "*", "vattention-spotlight": "v", "sketch": "h",
+           "vattention-sketch": "p"}
 
 
 def mean_and_se(xs):
@@ -174,15 +176,17 @@ def tables(path):
         n_rows = collections.Counter(r["method"] for r in rs)
         methods, short_runs = split_complete(n_rows)
         fam_order = {"full": 0, "magicpig": 1, "topk": 2, "oracle": 3, "vattention": 4,
-                     "vattention-lsh": 5, "spotlight": 6, "vattention-spotlight": 7, "sketch": 8}
+                     "vattention-lsh": 5, "spotlight": 6, "vattention-spotlight": 7, "sketch": 8,
+                     "vattention-sketch": 9}
 
         def sort_key(m):
             k = int(m.split("(")[1].split(",")[0]) if "(" in m else 99
             name = m.split("@")[0].split("(")[0]
             # spotlight-rerankR: after spotlight, by R; sketchR: by R
             rerank = int(name[len("spotlight-rerank"):]) if name.startswith("spotlight-rerank") else 0
-            if name.startswith("sketch"):
-                name, rerank = "sketch", int(name[len("sketch"):])
+            for fam in ("sketch", "vattention-sketch"):
+                if name.startswith(fam) and name[len(fam):].isdigit():
+                    name, rerank = fam, int(name[len(fam):])
             return (m != "full", -k, fam_order["spotlight" if name.startswith("spotlight") else name],
                     rerank)
 

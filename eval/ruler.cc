@@ -30,11 +30,11 @@ using engine::SparseAttentionOptions;
 struct Method {
   std::string name;  // "full", "magicpig(10,150)", "topk@(10,150)", "oracle@(10,150)"
   // full | magicpig | topk | oracle | vattention | vattention-lsh | spotlight |
-  // vattention-spotlight | sketch
+  // vattention-spotlight | sketch | vattention-sketch
   std::string family;
   LshConfig config{0, 0};
   int64_t spotlight_rerank = 1;  // spotlight: candidates scored per retrieved key
-  int64_t sketch_dims = 0;       // sketch: int8 coordinates per key
+  int64_t sketch_dims = 0;       // sketch, vattention-sketch: int8 coordinates per key
 };
 
 std::vector<Method> Methods(const RulerOptions& o) {
@@ -59,6 +59,9 @@ std::vector<Method> Methods(const RulerOptions& o) {
   if (o.vattention && !o.configs.empty()) m.push_back({"vattention", "vattention", o.configs[0]});
   if (o.vattention && !o.spotlight_file.empty() && !o.configs.empty()) {
     m.push_back({"vattention-spotlight", "vattention-spotlight", o.configs[0]});
+  }
+  for (int64_t r : o.vattention && !o.configs.empty() ? o.sketch_dims : std::vector<int64_t>{}) {
+    m.push_back({absl::StrCat("vattention-sketch", r), "vattention-sketch", o.configs[0], 1, r});
   }
   return m;
 }
@@ -392,8 +395,10 @@ absl::Status RunRuler(const RulerOptions& o, std::ostream& out) {
                 if (attention::SpecOf(a.mode).default_budget != nullptr) {
                   a.budget = matched_budget[m->config];
                 }
-                if (a.mode == attention::EstimatorKind::kVAttentionSpotlight) {
+                if (a.mode == attention::EstimatorKind::kVAttentionSpotlight ||
+                    a.mode == attention::EstimatorKind::kVAttentionSketch) {
                   a.spotlight_fraction = o.spotlight_candidates;
+                  if (m->sketch_dims > 0) a.sketch_dims = m->sketch_dims;
                 }
                 if (a.mode == attention::EstimatorKind::kSpotlight ||
                     a.mode == attention::EstimatorKind::kSketch) {

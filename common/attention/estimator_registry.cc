@@ -18,7 +18,7 @@ int64_t TwoPercent(int64_t offloaded_keys) {
 }
 
 // The registry. proto_value must match proto/magicpig/v1/attention.proto's Estimator enum.
-const std::array<EstimatorSpec, 9> kEstimators = {{
+const std::array<EstimatorSpec, 10> kEstimators = {{
     {EstimatorKind::kMagicPig, "magicpig",
      "MagicPIG: keys colliding with the query in >= 2 of L SimHash tables, importance-weighted",
      /*proto_value=*/1, /*sparse=*/true, /*retrieves=*/true, /*verified=*/false,
@@ -93,6 +93,16 @@ const std::array<EstimatorSpec, 9> kEstimators = {{
      [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
        return std::make_unique<SpotlightEstimator>(p.spotlight_fraction, p.spotlight_rerank,
                                                    ActiveSimdLevel(), CodeScore::kSketch);
+     }},
+    {EstimatorKind::kVAttentionSketch, "vattention-sketch",
+     "vAttention with its heavy hitters found by the key sketch (the --spotlight-fraction of keys "
+     "scoring highest through --sketch-dims int8 principal coordinates, exact) and the rest "
+     "sampled for the (--va-epsilon, --va-delta) bound",
+     /*proto_value=*/10, /*sparse=*/true, /*retrieves=*/false, /*verified=*/true, KvIndex::kCodes,
+     CodeSource::kKeySketch, /*default_budget=*/nullptr,
+     [](const EstimatorParams& p, int64_t) -> std::unique_ptr<const Estimator> {
+       return std::make_unique<VAttentionLshEstimator>(VAttentionLshEstimator::WithLearnedCodes(
+           p.spotlight_fraction, p.vattention, p.lsh_seed, ActiveSimdLevel(), CodeScore::kSketch));
      }},
 }};
 

@@ -32,6 +32,7 @@ enum class EstimatorKind {
   kSpotlight,
   kVAttentionSpotlight,
   kSketch,
+  kVAttentionSketch,
 };
 
 // What makes the codes a sequence's shards hold (the compute node computes them, at offload for the
@@ -73,7 +74,7 @@ absl::Span<const EstimatorSpec> AllEstimators();
 const EstimatorSpec& SpecOf(EstimatorKind kind);
 std::string_view EstimatorName(EstimatorKind kind);
 // "magicpig, full, topk, oracle, vattention, vattention-lsh, spotlight, vattention-spotlight,
-// sketch".
+// sketch, vattention-sketch".
 std::string EstimatorNames();
 // INVALID_ARGUMENT naming the choices for an unknown name.
 absl::StatusOr<EstimatorKind> ParseEstimator(std::string_view name);

@@ -30,7 +30,8 @@ TEST(EstimatorRegistryTest, OneEntryPerKindWithDistinctNamesAndWireValues) {
   for (EstimatorKind k :
        {EstimatorKind::kFull, EstimatorKind::kMagicPig, EstimatorKind::kTopK,
         EstimatorKind::kOracle, EstimatorKind::kVAttention, EstimatorKind::kVAttentionLsh,
-        EstimatorKind::kSpotlight, EstimatorKind::kVAttentionSpotlight, EstimatorKind::kSketch}) {
+        EstimatorKind::kSpotlight, EstimatorKind::kVAttentionSpotlight, EstimatorKind::kSketch,
+        EstimatorKind::kVAttentionSketch}) {
     EXPECT_EQ(kinds.count(k), 1u) << static_cast<int>(k);
   }
 }
@@ -48,7 +49,7 @@ TEST(EstimatorRegistryTest, NamesAndWireValuesRoundTrip) {
   EXPECT_EQ(*EstimatorFromProtoValue(0), EstimatorKind::kMagicPig);  // unspecified: the default
   EXPECT_EQ(EstimatorNames(),
             "magicpig, full, topk, oracle, vattention, vattention-lsh, spotlight, "
-            "vattention-spotlight, sketch");
+            "vattention-spotlight, sketch, vattention-sketch");
   auto bad = ParseEstimator("psychic");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -135,7 +136,8 @@ TEST(EstimatorRegistryTest, FactoriesBuildTheDeclaredEstimator) {
   for (const EstimatorSpec& s : AllEstimators()) {
     const bool learned =
         s.kind == EstimatorKind::kSpotlight || s.kind == EstimatorKind::kVAttentionSpotlight;
-    const bool sketch = s.kind == EstimatorKind::kSketch;
+    const bool sketch =
+        s.kind == EstimatorKind::kSketch || s.kind == EstimatorKind::kVAttentionSketch;
     EXPECT_EQ(s.index == KvIndex::kCodes, learned || sketch) << s.name;
     EXPECT_EQ(s.codes, learned  ? CodeSource::kLearned
                        : sketch ? CodeSource::kKeySketch
@@ -157,6 +159,14 @@ TEST(EstimatorRegistryTest, FactoriesBuildTheDeclaredEstimator) {
   ASSERT_NE(vse, nullptr);
   EXPECT_EQ(vse->spotlight_fraction(), 0.07);
   EXPECT_EQ(vse->params().epsilon, 0.2);
+  EXPECT_EQ(vse->score(), CodeScore::kHamming);
+  auto vk = MakeEstimator(EstimatorKind::kVAttentionSketch, p, 1000);
+  ASSERT_TRUE(vk.ok());
+  const auto* vke = dynamic_cast<const VAttentionLshEstimator*>(vk->get());
+  ASSERT_NE(vke, nullptr);
+  EXPECT_EQ(vke->spotlight_fraction(), 0.07);
+  EXPECT_EQ(vke->params().epsilon, 0.2);
+  EXPECT_EQ(vke->score(), CodeScore::kSketch);
 }
 
 TEST(EstimatorRegistryTest, ParametersAreCheckedAgainstTheirOneDeclaration) {

@@ -18,6 +18,7 @@
 #include "common/attention/key_sketch.h"
 #include "common/attention/kv_shard.h"
 #include "common/attention/spotlight_estimator.h"
+#include "common/attention/vattention.h"
 #include "gtest/gtest.h"
 
 namespace magicpig::attention {
@@ -484,6 +485,91 @@ TEST(SketchEstimator, FullRankSketchRetrievesThePlantedTopKeys) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NEAR(a->lse, b->lse, 1e-6 * (1 + std::abs(b->lse)));
   for (int64_t t = 0; t < d; ++t) EXPECT_NEAR(a->o[t], b->o[t], 1e-6);
+}
+
+// vattention-sketch keeps the key sketch's best keys exact. Handmade codes: the query's code is
+// (100, 0, ...); key 1234 (127, 0, ...) scores highest but is 4 bits from it, key 5 has the
+// query's own code (Hamming distance 0, lower score), every other key the zero code (score 0, 3
+// bits). Key 1234's logit is 40 above the rest: kept exactly (the sketch's one candidate), the
+// output is exact attention up to e^-40; found by Hamming distance instead it would be sampled.
+TEST(VAttentionSketch, KeepsTheSketchsBestKeysExact) {
+  const int64_t n = 2000, d = 16;
+  const int words = 8;
+  std::mt19937 rng(43);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> keys(n * d), values(n * d), q(d);
+  for (float& x : keys) x = nd(rng);
+  for (float& x : values) x = nd(rng) * 20;
+  for (float& x : q) x = nd(rng) * 20;
+  double qq = 0;
+  for (float x : q) qq += x * x;
+  for (int64_t t = 0; t < d; ++t) keys[1234 * d + t] = static_cast<float>(40 * q[t] / qq);
+  std::vector<uint16_t> codes(n * words, 0), q_code(words, 0);
+  q_code[0] = 100;
+  codes[1234 * words] = 127;
+  codes[5 * words] = 100;
+  auto shard = KvShard::CreateFromCodes(d, 16, words, keys.data(), codes.data(), values.data(), n,
+                                        KvStorage::kF32, KvIndex::kCodes);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  std::vector<int64_t> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  const PartialAttention exact =
+      test_util::SoftmaxOverRows(keys, values, d, all, n, q.data(), 1.0f);
+  const VAttentionParams params{.epsilon = 0.3, .delta = 0.3, .heavy = 0, .base_rate = 0.01};
+  for (SimdLevel level : SupportedSimdLevels()) {
+    const auto est =
+        VAttentionLshEstimator::WithLearnedCodes(1.0 / n, params, 3, level, CodeScore::kSketch);
+    EstimatorScratch scratch;
+    auto got = est.Attend(*shard, q.data(), q_code.data(), 1.0f, &scratch);
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::vector<PartialAttention> group(2);
+    std::vector<float> q2(q);
+    q2.insert(q2.end(), q.begin(), q.end());
+    std::vector<uint16_t> c2(q_code);
+    c2.insert(c2.end(), q_code.begin(), q_code.end());
+    ASSERT_TRUE(
+        est.AttendGroup(*shard, q2.data(), c2.data(), 2, 1.0f, &scratch, group.data()).ok());
+    for (const PartialAttention* a : {&*got, &group[0], &group[1]}) {
+      EXPECT_NEAR(a->lse, exact.lse, 1e-5 * std::abs(exact.lse)) << SimdLevelName(level);
+      for (int64_t t = 0; t < d; ++t)
+        EXPECT_NEAR(a->o[t], exact.o[t], 1e-4) << SimdLevelName(level);
+    }
+  }
+}
+
+// The SIMD group path against the float64 group reference (the same candidates and coupled draws)
+// on fitted sketches.
+TEST(VAttentionSketch, GroupPathMatchesReference) {
+  const int g = 4;
+  const Problem p = MakeProblem(3000, 32, 16, 47);
+  const KvShard shard = CodesShard(p);
+  auto sketch = KeySketch::Fit(p.keys.data(), p.n, p.d, 16);
+  ASSERT_TRUE(sketch.ok());
+  const std::vector<float> q = Queries(g, p.d, 8);
+  std::vector<uint16_t> q_codes(static_cast<size_t>(g * p.words));
+  for (int h = 0; h < g; ++h) sketch->QueryCode(q.data() + h * p.d, q_codes.data() + h * p.words);
+  const VAttentionParams params{.epsilon = 0.1, .delta = 0.1};
+  for (SimdLevel level : SupportedSimdLevels()) {
+    const auto est =
+        VAttentionLshEstimator::WithLearnedCodes(0.02, params, 5, level, CodeScore::kSketch);
+    EstimatorScratch scratch;
+    std::vector<PartialAttention> out(g), ref(g);
+    ASSERT_TRUE(
+        est.AttendGroup(shard, q.data(), q_codes.data(), g, 0.5f, &scratch, out.data()).ok());
+    ASSERT_TRUE(
+        est.AttendGroupReference(shard, q.data(), q_codes.data(), g, 0.5f, &scratch, ref.data())
+            .ok());
+    int differ = 0;
+    for (int h = 0; h < g; ++h) {
+      if (out[h].n_touched != ref[h].n_touched) {  // a sample size rounded the other way
+        ++differ;
+        continue;
+      }
+      for (int64_t t = 0; t < p.d; ++t) EXPECT_NEAR(out[h].o[t], ref[h].o[t], 1e-4) << h;
+      EXPECT_NEAR(out[h].lse, ref[h].lse, 1e-4) << "head " << h;
+    }
+    EXPECT_LE(differ, 1) << SimdLevelName(level);
+  }
 }
 
 }  // namespace

@@ -500,23 +500,32 @@ VAttentionLshEstimator::VAttentionLshEstimator(int k, int l, const VAttentionPar
 
 VAttentionLshEstimator VAttentionLshEstimator::WithLearnedCodes(double spotlight_fraction,
                                                                 const VAttentionParams& params,
-                                                                uint64_t seed,
-                                                                SimdLevel simd_level) {
+                                                                uint64_t seed, SimdLevel simd_level,
+                                                                CodeScore score) {
   VAttentionLshEstimator e(/*k=*/16, /*l=*/2, params, seed, simd_level);
   e.spotlight_fraction_ = spotlight_fraction;
+  e.score_ = score;
   return e;
 }
 
 absl::Status VAttentionLshEstimator::CheckSource(const KvShard& shard,
                                                  const uint16_t* q_codes) const {
   if (spotlight_fraction_ > 0) {
-    return CheckLearnedCodes(shard, q_codes, "VAttentionLshEstimator (learned codes)");
+    return CheckLearnedCodes(shard, q_codes,
+                             score_ == CodeScore::kSketch
+                                 ? "VAttentionLshEstimator (key sketches)"
+                                 : "VAttentionLshEstimator (learned codes)");
   }
   return internal::CheckTables(shard, k_, l_, q_codes, "VAttentionLshEstimator");
 }
 
 absl::Status VAttentionLshEstimator::Candidates(const KvShard& shard, const uint16_t* q_codes,
                                                 Scratch* scratch, std::vector<int32_t>* out) const {
+  if (spotlight_fraction_ > 0 && score_ == CodeScore::kSketch) {
+    BestSketchKeys(simd_level(), q_codes, 1, shard.unindexed_codes(), shard.size(), shard.l(),
+                   SpotlightRetrieved(spotlight_fraction_, shard.size()), &scratch->sketch, out);
+    return absl::OkStatus();
+  }
   if (spotlight_fraction_ > 0) {
     NearestByCode(shard, q_codes, spotlight_fraction_, simd_level(), scratch, out);
     return absl::OkStatus();
@@ -530,6 +539,13 @@ absl::Status VAttentionLshEstimator::GroupCandidates(const KvShard& shard, const
                                                      int gc, Scratch* scratch,
                                                      std::vector<std::vector<int32_t>>* out) const {
   out->assign(static_cast<size_t>(gc), {});
+  if (spotlight_fraction_ > 0 && score_ == CodeScore::kSketch) {
+    // The group's sketch candidates in one pass over the codes.
+    BestSketchKeys(simd_level(), q_codes, gc, shard.unindexed_codes(), shard.size(), shard.l(),
+                   SpotlightRetrieved(spotlight_fraction_, shard.size()), &scratch->sketch,
+                   out->data());
+    return absl::OkStatus();
+  }
   if (spotlight_fraction_ > 0) {
     for (int h = 0; h < gc; ++h) {
       NearestByCode(shard, q_codes + static_cast<int64_t>(h) * shard.l(), spotlight_fraction_,

@@ -45,6 +45,7 @@
 
 #include "common/attention/estimator_params.h"
 #include "common/attention/estimators.h"
+#include "common/attention/spotlight_estimator.h"
 
 namespace magicpig::attention {
 
@@ -95,12 +96,15 @@ class VAttentionLshEstimator final : public Estimator {
   // Candidates from the shard's (K, L) LSH tables (vattention-lsh).
   VAttentionLshEstimator(int k, int l, const VAttentionParams& params, uint64_t seed,
                          SimdLevel simd_level = ActiveSimdLevel());
-  // Candidates from learned codes (vattention-spotlight): the spotlight_fraction of the shard's
-  // keys nearest the query's code in Hamming distance (NearestByCode, spotlight_estimator.h), on a
-  // KvIndex::kCodes shard; the rest as above.
+  // Candidates from codes kept whole on a KvIndex::kCodes shard: with CodeScore::kHamming
+  // (vattention-spotlight) the spotlight_fraction of the shard's keys nearest the query's learned
+  // code in Hamming distance (NearestByCode, spotlight_estimator.h); with CodeScore::kSketch
+  // (vattention-sketch) the SpotlightRetrieved(spotlight_fraction, n) keys of largest key-sketch
+  // score (BestSketchKeys, kernels/sketch_kernel.h; ties: the lower index). The rest as above.
   static VAttentionLshEstimator WithLearnedCodes(double spotlight_fraction,
                                                  const VAttentionParams& params, uint64_t seed,
-                                                 SimdLevel simd_level = ActiveSimdLevel());
+                                                 SimdLevel simd_level = ActiveSimdLevel(),
+                                                 CodeScore score = CodeScore::kHamming);
 
   // The SIMD path: the group's candidates retrieved together (KvShard::RetrieveGroup); each
   // head's candidates, base sample and sample attended by the group kernel in fp32 (the base
@@ -127,6 +131,8 @@ class VAttentionLshEstimator final : public Estimator {
   const VAttentionParams& params() const { return params_; }
   // > 0 for candidates from learned codes (the fraction retrieved), 0 for the tables.
   double spotlight_fraction() const { return spotlight_fraction_; }
+  // How candidates are found from codes (with spotlight_fraction() > 0).
+  CodeScore score() const { return score_; }
 
  private:
   // Head h's candidates (q_codes: its code), sorted by index.
@@ -140,6 +146,7 @@ class VAttentionLshEstimator final : public Estimator {
   int k_;
   int l_;
   double spotlight_fraction_ = 0;
+  CodeScore score_ = CodeScore::kHamming;  // with spotlight_fraction_ > 0
   VAttentionParams params_;
   uint64_t seed_;
   double z_;

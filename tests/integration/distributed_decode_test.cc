@@ -244,7 +244,7 @@ TEST_F(DistributedDecodeTest, OneTwoThreeNodesMatchEmbedded) {
   for (attention::EstimatorKind mode :
        {attention::EstimatorKind::kVAttention, attention::EstimatorKind::kVAttentionLsh,
         attention::EstimatorKind::kSpotlight, attention::EstimatorKind::kVAttentionSpotlight,
-        attention::EstimatorKind::kSketch}) {
+        attention::EstimatorKind::kSketch, attention::EstimatorKind::kVAttentionSketch}) {
     const char* name = attention::EstimatorName(mode).data();
     auto local = LoadEngine({}, false, std::chrono::milliseconds(10000), nullptr, false,
                             fabric::TransportSecurity::Plaintext(), mode);
