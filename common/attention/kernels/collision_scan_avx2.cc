@@ -8,28 +8,9 @@
 #include <cstdint>
 
 #include "common/attention/kernels/collision_scan.h"
+#include "common/attention/kernels/compact_table.h"
 
 namespace magicpig::attention::internal {
-namespace {
-
-// kCompact[m] holds, as bytes, the positions of the set bits of m in increasing order (the rest
-// 0): the vpermd indices that move the selected lanes to the front.
-struct CompactTable {
-  uint64_t entry[256];
-  constexpr CompactTable() : entry() {
-    for (int m = 0; m < 256; ++m) {
-      uint64_t e = 0;
-      int at = 0;
-      for (int lane = 0; lane < 8; ++lane) {
-        if ((m >> lane) & 1) e |= static_cast<uint64_t>(lane) << (8 * at++);
-      }
-      entry[m] = e;
-    }
-  }
-};
-constexpr CompactTable kCompact;
-
-}  // namespace
 
 int64_t ScanCollisionCountersAvx2(uint32_t* counters, int64_t n, int shift, int32_t* rows,
                                   uint32_t* masks) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "common/attention/kernels/compact_table.h"
 #include "common/attention/kernels/sketch_kernel.h"
 
 namespace magicpig::attention::internal {
@@ -25,22 +26,6 @@ inline __m256i KeyPartials(const uint16_t* key, const __m256i* q, int chunks) {
   }
   return acc;
 }
-
-// kCompact.entry[m] holds, as bytes, the positions of the set bits of m in increasing order.
-struct CompactTable {
-  uint64_t entry[256];
-  constexpr CompactTable() : entry() {
-    for (int m = 0; m < 256; ++m) {
-      uint64_t e = 0;
-      int at = 0;
-      for (int lane = 0; lane < 8; ++lane) {
-        if ((m >> lane) & 1) e |= static_cast<uint64_t>(lane) << (8 * at++);
-      }
-      entry[m] = e;
-    }
-  }
-};
-constexpr CompactTable kCompact;
 
 inline int32_t Sum(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
