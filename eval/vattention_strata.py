@@ -22,11 +22,13 @@ queries are scored against the whole offloaded region (qkdata.Dump.region).
 
 With --spot FILE (trained hashes, eval/spotlight/train.py) two more finders are judged with a
 uniform residual: the --spot-fraction of keys nearest the query by learned code (what
-vattention-spotlight keeps exact), and their union with the SimHash candidates.
+vattention-spotlight keeps exact), and their union with the SimHash candidates. With --sketch R
+the same fraction of keys best by the low-rank key sketch of R int8 coordinates
+(eval/spotlight/dominant.py's sketch: what vattention-sketch keeps exact), uniform residual.
 
 Usage: vattention_strata.py --dumps 'DIR/doc000[01].qk' [--epsilon 0.3] [--delta 0.1]
                             [--base-rate 0.02] [--k 10] [--l 150] [--query-stride 4]
-                            [--spot FILE.spot --spot-fraction 0.01]
+                            [--spot FILE.spot --spot-fraction 0.01] [--sketch 32]
 """
 
 import argparse
@@ -42,6 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "spo
 from qkdata import (Dump, engine_dense_layers, hamming, lsh_codes, nearest,  # noqa: E402
                     pack_bits)
 import spotfile  # noqa: E402
+from dominant import sketch  # noqa: E402
 
 NORM_QUANTILES = {4: [0.5, 0.8, 0.95], 8: [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98]}
 
@@ -94,7 +97,10 @@ def main():
     ap.add_argument("--query-stride", type=int, default=4, help="use every n-th dumped query")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--spot", default="", help="trained hashes: also judge learned finders")
-    ap.add_argument("--spot-fraction", type=float, default=0.01)
+    ap.add_argument("--spot-fraction", type=float, default=0.01,
+                    help="the fraction kept exact by the learned and the sketch finders")
+    ap.add_argument("--sketch", type=int, default=0,
+                    help="R: also judge the key sketch of R int8 coordinates as the finder")
     args = ap.parse_args()
     spot = spotfile.read(args.spot) if args.spot else None
     paths = sorted(glob.glob(args.dumps))
@@ -119,6 +125,8 @@ def main():
                 norm = np.linalg.norm(k, axis=1)
                 bucket = {nb: np.digitize(norm, np.quantile(norm, q))
                           for nb, q in NORM_QUANTILES.items()}
+                if args.sketch:
+                    u, key_sketch = sketch(k, args.sketch)
                 if spot is not None:
                     slot = spot.layers.index(layer)
                     key_codes = pack_bits(spotfile.outputs64(spot.keys[slot][kv], k))
@@ -150,6 +158,13 @@ def main():
                                         ("learned nearest ∪ candidates", near | cand)):
                             designs[name] = [np.flatnonzero(~f)]
                             finders[name] = f
+                    if args.sketch:
+                        m = max(1, int(np.ceil(args.spot_fraction * len(k))))
+                        best = nearest(-((q @ u) @ key_sketch.T)[None, :], m)[0]
+                        tot["sketch recall"] += best[top].mean()
+                        name = f"best {args.spot_fraction:.1%} by sketch-{args.sketch}"
+                        designs[name] = [np.flatnonzero(~best)]
+                        finders[name] = best
                     tot["queries"] += 1
                     tot["candidates"] += cand.mean()
                     tot["top-1% recall"] += cand[top].mean()
@@ -181,6 +196,9 @@ def main():
         print(f"learned codes ({spot.bits} bits), nearest {args.spot_fraction:.1%}: they hold "
               f"{tot['learned recall'] / n:.1%} of the true top 1%; with the candidates "
               f"{tot['learned union recall'] / n:.1%}")
+    if args.sketch:
+        print(f"key sketch ({args.sketch} int8 coordinates), best {args.spot_fraction:.1%}: they "
+              f"hold {tot['sketch recall'] / n:.1%} of the true top 1%")
     print("| deterministic set, residual sample | keys touched, oracle size | keys touched, realised | D within eps |")
     print("|---|---:|---:|---:|")
     for name in designs:
