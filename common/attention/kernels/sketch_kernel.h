@@ -95,6 +95,13 @@ void SketchAvx2(const uint16_t* query_code, const uint16_t* key_codes, int64_t n
 // Codes of 16 words only.
 void SketchAvx512(const uint16_t* query_code, const uint16_t* key_codes, int64_t n, int32_t* out);
 
+// Whether the group kernels below serve `level` and `words`: AVX-512 (after clamping to the CPU)
+// with VNNI, codes of 8 or 16 words.
+inline bool UsesVnniGroup(SimdLevel level, int words) {
+  return ClampToDetected(level) == SimdLevel::kAvx512 && CpuHasAvx512Vnni() &&
+         (words == 8 || words == 16);
+}
+
 // SketchScoresGroup's kernel where the CPU has AVX512-VNNI: codes of 8 or 16 words, g >= 1.
 void SketchGroupAvx512Vnni(const uint16_t* query_codes, int g, const uint16_t* key_codes, int64_t n,
                            int words, int32_t* out);

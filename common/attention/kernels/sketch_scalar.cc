@@ -55,8 +55,7 @@ void SketchScores(SimdLevel level, const uint16_t* query_code, const uint16_t* k
 void SketchScoresGroup(SimdLevel level, const uint16_t* query_codes, int g,
                        const uint16_t* key_codes, int64_t n, int words, int32_t* out) {
   if (n <= 0 || g < 1 || words < 1 || words > 16) return;
-  if (ClampToDetected(level) == SimdLevel::kAvx512 && CpuHasAvx512Vnni() &&
-      (words == 8 || words == 16)) {
+  if (internal::UsesVnniGroup(level, words)) {
     internal::SketchGroupAvx512Vnni(query_codes, g, key_codes, n, words, out);
     return;
   }

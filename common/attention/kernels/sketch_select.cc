@@ -119,7 +119,7 @@ void BestSketchKeys(SimdLevel level, const uint16_t* query_codes, int g, const u
   GrowTo(&scratch->candidates, g * n);
   GrowTo(&scratch->candidate_scores, g * n);
   scratch->counts.assign(static_cast<size_t>(g), 0);
-  if (level == SimdLevel::kAvx512 && CpuHasAvx512Vnni() && (words == 8 || words == 16)) {
+  if (internal::UsesVnniGroup(level, words)) {
     internal::SketchCollectGroupAvx512Vnni(
         query_codes, g, key_codes, n, words, scratch->thresholds.data(), n,
         scratch->candidates.data(), scratch->candidate_scores.data(), scratch->counts.data());
