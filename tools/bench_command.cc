@@ -133,14 +133,15 @@ StepBytes DecodeStepBytes(const model::ModelConfig& c, int64_t weight_bytes,
         index_bytes;
   } else if (spec.codes != attention::CodeSource::kSimHash) {
     // spotlight and sketch scan every offloaded key's code per kv head, score rerank x the kept
-    // keys exactly (their key rows) and read the kept keys' values.
+    // keys exactly (their key rows) and read the kept keys' values; the vattention variants do
+    // not rescore (their touched keys are the exact set and the sample, key and value each).
     const double code_bytes = spec.codes == attention::CodeSource::kKeySketch
                                   ? static_cast<double>(attention.sketch_dims)
                                   : static_cast<double>(spotlight_bits) / 8.0;
     b.buckets =
         static_cast<double>(n_sparse * c.n_head_kv) * static_cast<double>(offloaded) * code_bytes;
-    b.sampled = keys_touched_per_step * hd * element *
-                (1.0 + static_cast<double>(std::max<int64_t>(1, attention.spotlight_rerank)));
+    const int64_t rerank = spec.verified ? 1 : std::max<int64_t>(1, attention.spotlight_rerank);
+    b.sampled = keys_touched_per_step * hd * element * (1.0 + static_cast<double>(rerank));
   } else {
     // Top-k and oracle sampling score every offloaded key, then read the chosen rows' values.
     b.sampled = static_cast<double>(n_sparse * c.n_head_kv) * static_cast<double>(offloaded) * hd *

@@ -86,6 +86,13 @@ TEST(DecodeStepBytesTest, CodeEstimatorsScanEveryKeysCode) {
   const StepBytes s = DecodeStepBytes(c, 0, spot, pos, 0, 500, /*spotlight_bits=*/64);
   EXPECT_EQ(s.buckets, 28.0 * 3 * offloaded * 8);
   EXPECT_EQ(s.sampled, 500.0 * 64 * 2 * (1 + 4));  // values of 500, keys of 4 x 500
+  // vattention-sketch does not rescore: K and V of each touched key, whatever the rerank flag.
+  engine::SparseAttentionOptions vsketch = sketch;
+  vsketch.mode = attention::EstimatorKind::kVAttentionSketch;
+  vsketch.spotlight_rerank = 4;
+  const StepBytes v = DecodeStepBytes(c, 0, vsketch, pos, 0, 500);
+  EXPECT_EQ(v.buckets, b.buckets);
+  EXPECT_EQ(v.sampled, 500.0 * 64 * 2 * 2);
 }
 
 // The three rates are measured (finite, positive, within what any host gives: 0.1-10,000 GB/s
