@@ -4,8 +4,12 @@
 For every sparse layer, query head and every --query-stride-th (4th) dumped query of the documents
 FIRST:END in DIR, the key of highest exact score (centred keys, as the engine scores them) is looked
 up in (a) the keys colliding with the query in >= 2 of 150 SimHash tables of 10 bits (seeded planes:
-what MagicPIG(10, 150) samples), (b) as many keys nearest by the learned code of SPOT, and (c) their
-union, and with RERANK > 1 (d) as many keys kept by exact score out of RERANK times as many nearest
+what MagicPIG(10, 150) samples), (b) as many keys nearest by the learned code of SPOT, (b') as many
+by finer scorings of the same key bits: asymmetric (the query's tanh outputs rounded to int8 against
+the key's signs), two-level (query weight 2 on its more confident half of the bits, 1 on the rest),
+masked (0 on the rest), and relaxed (tanh of both sides' outputs, the trainer's score: not a
+storable code, the bound for any code of these MLPs), and (c) the union of (a) and (b), and with
+RERANK > 1 (d) as many keys kept by exact score out of RERANK times as many nearest
 by learned code (spotlight's rescoring, --spotlight-rerank) and (e) top-k by exact score at that
 count, and with --sketch R,... (f) as many keys of highest score by a low-rank sketch: each kv
 head's keys projected on their own R leading principal directions (of the dumped region) and rounded
@@ -65,7 +69,9 @@ def main():
     group = d0.n_head // d0.n_head_kv
     rng = np.random.default_rng(7)
     lsh = rng.standard_normal((LSH_L * LSH_K, d0.head_dim))
-    names = ["spotlight", "magicpig", "union"] if sp is not None else ["magicpig", "top-k"]
+    names = (["spotlight", "spotlight asymmetric", "spotlight two-level", "spotlight masked",
+              "spotlight relaxed (not storable)", "magicpig", "union"] if sp is not None
+             else ["magicpig", "top-k"])
     if rerank > 1:
         names += [f"spotlight rescored from {rerank}x", "top-k"]
     for r in sketches:
@@ -84,8 +90,9 @@ def main():
             for kv in range(d0.n_head_kv):
                 k = keys[kv]
                 key_lsh = qkdata.lsh_codes(k, lsh, LSH_K)
-                key_code = (qkdata.pack_bits(spotfile.outputs64(sp.keys[slot][kv], k))
-                            if sp is not None else None)
+                key_z = spotfile.outputs64(sp.keys[slot][kv], k) if sp is not None else None
+                key_code = qkdata.pack_bits(key_z) if sp is not None else None
+                key_sign = np.where(key_z > 0, 1.0, -1.0) if sp is not None else None
                 key_sketch = {r: sketch(k, r, args.sketch_fit) for r in sketches}
                 for h in range(kv * group, (kv + 1) * group):
                     q = queries[:, h, :]
@@ -96,16 +103,35 @@ def main():
                     mp = qkdata.collisions(qkdata.lsh_codes(q, lsh, LSH_K), key_lsh) >= 2
                     m = max(1, int(round(mp.mean() * len(k))))
                     if sp is not None:
-                        q_code = qkdata.pack_bits(spotfile.outputs64(sp.queries[slot][h], q))
+                        q_z = spotfile.outputs64(sp.queries[slot][h], q)
+                        q_code = qkdata.pack_bits(q_z)
                         dist = qkdata.hamming(q_code, key_code)
                         learned = qkdata.nearest(dist, m)
-                        rets = [("spotlight", learned), ("magicpig", mp), ("union", learned | mp)]
+                        # Asymmetric: the key's signs against the query's relaxed outputs
+                        # tanh(z_q) (the trainer's agreement with the key side saturated), the
+                        # query's weights rounded to int8 as a kernel would hold them.
+                        tq = np.tanh(q_z)
+                        tq = np.round(tq / np.abs(tq).max(1, keepdims=True) * 127)
+                        asym = qkdata.nearest(-(tq @ key_sign.T), m)
+                        # Two levels: weight 2 on the query's more confident half of the bits
+                        # (|z_q| above its median), 1 on the rest; masked: weight 0 on the rest.
+                        conf = np.abs(q_z) > np.median(np.abs(q_z), axis=1, keepdims=True)
+                        qs = np.where(q_z > 0, 1.0, -1.0)
+                        two = qkdata.nearest(-((qs * (1.0 + conf)) @ key_sign.T), m)
+                        masked = qkdata.nearest(-((qs * conf) @ key_sign.T), m)
+                        # The trainer's own score, both sides relaxed (keys not binarised): what
+                        # the MLPs rank before any code is stored.
+                        relaxed = qkdata.nearest(-(np.tanh(q_z) @ np.tanh(key_z).T), m)
+                        rets = [("spotlight", learned), ("spotlight asymmetric", asym),
+                                ("spotlight two-level", two), ("spotlight masked", masked),
+                                ("spotlight relaxed (not storable)", relaxed),
+                                ("magicpig", mp), ("union", learned | mp)]
                     else:
                         rets = [("magicpig", mp), ("top-k", qkdata.nearest(-x, m))]
                     if rerank > 1:
                         # The m best by exact score among the rerank * m nearest by code.
                         near = qkdata.nearest(dist, min(len(k), rerank * m))
-                        rets += [(names[3], qkdata.nearest(np.where(near, -x, np.inf), m)),
+                        rets += [(names[7], qkdata.nearest(np.where(near, -x, np.inf), m)),
                                  ("top-k", qkdata.nearest(-x, m))]
                     if sketches and sp is not None:
                         near8 = qkdata.nearest(dist, min(len(k), 8 * m))  # what sketches rescore
