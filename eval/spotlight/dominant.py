@@ -72,8 +72,9 @@ def main():
     names = (["spotlight", "spotlight asymmetric", "spotlight two-level", "spotlight masked",
               "spotlight relaxed (not storable)", "magicpig", "union"] if sp is not None
              else ["magicpig", "top-k"])
+    rescored = f"spotlight rescored from {rerank}x"
     if rerank > 1:
-        names += [f"spotlight rescored from {rerank}x", "top-k"]
+        names += [rescored, "top-k"]
     for r in sketches:
         names += [f"sketch-{r} (top by sketch)"]
         if sp is not None:
@@ -90,9 +91,11 @@ def main():
             for kv in range(d0.n_head_kv):
                 k = keys[kv]
                 key_lsh = qkdata.lsh_codes(k, lsh, LSH_K)
-                key_z = spotfile.outputs64(sp.keys[slot][kv], k) if sp is not None else None
-                key_code = qkdata.pack_bits(key_z) if sp is not None else None
-                key_sign = np.where(key_z > 0, 1.0, -1.0) if sp is not None else None
+                key_z = key_code = key_sign = None
+                if sp is not None:
+                    key_z = spotfile.outputs64(sp.keys[slot][kv], k)
+                    key_code = qkdata.pack_bits(key_z)
+                    key_sign = np.where(key_z > 0, 1.0, -1.0)
                 key_sketch = {r: sketch(k, r, args.sketch_fit) for r in sketches}
                 for h in range(kv * group, (kv + 1) * group):
                     q = queries[:, h, :]
@@ -110,8 +113,8 @@ def main():
                         # Asymmetric: the key's signs against the query's relaxed outputs
                         # tanh(z_q) (the trainer's agreement with the key side saturated), the
                         # query's weights rounded to int8 as a kernel would hold them.
-                        tq = np.tanh(q_z)
-                        tq = np.round(tq / np.abs(tq).max(1, keepdims=True) * 127)
+                        t_q = np.tanh(q_z)
+                        tq = np.round(t_q / np.abs(t_q).max(1, keepdims=True) * 127)
                         asym = qkdata.nearest(-(tq @ key_sign.T), m)
                         # Two levels: weight 2 on the query's more confident half of the bits
                         # (|z_q| above its median), 1 on the rest; masked: weight 0 on the rest.
@@ -121,7 +124,7 @@ def main():
                         masked = qkdata.nearest(-((qs * conf) @ key_sign.T), m)
                         # The trainer's own score, both sides relaxed (keys not binarised): what
                         # the MLPs rank before any code is stored.
-                        relaxed = qkdata.nearest(-(np.tanh(q_z) @ np.tanh(key_z).T), m)
+                        relaxed = qkdata.nearest(-(t_q @ np.tanh(key_z).T), m)
                         rets = [("spotlight", learned), ("spotlight asymmetric", asym),
                                 ("spotlight two-level", two), ("spotlight masked", masked),
                                 ("spotlight relaxed (not storable)", relaxed),
@@ -131,7 +134,7 @@ def main():
                     if rerank > 1:
                         # The m best by exact score among the rerank * m nearest by code.
                         near = qkdata.nearest(dist, min(len(k), rerank * m))
-                        rets += [(names[7], qkdata.nearest(np.where(near, -x, np.inf), m)),
+                        rets += [(rescored, qkdata.nearest(np.where(near, -x, np.inf), m)),
                                  ("top-k", qkdata.nearest(-x, m))]
                     if sketches and sp is not None:
                         near8 = qkdata.nearest(dist, min(len(k), 8 * m))  # what sketches rescore
