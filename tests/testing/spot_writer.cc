@@ -16,10 +16,6 @@ void AppendF32(std::string* out, const std::vector<float>& v) {
 
 }  // namespace
 
-void AppendU32(std::string* out, uint32_t v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-
 uint32_t Crc(const std::string& bytes) {
   return static_cast<uint32_t>(
       crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));

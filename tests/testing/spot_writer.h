@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/gguf_writer.h"  // AppendU32 (little-endian), shared with the GGUF writer
+
 namespace magicpig::testing {
 
 struct TestMlp {
@@ -36,7 +38,6 @@ struct TestFile {
   }
 };
 
-void AppendU32(std::string* out, uint32_t v);
 // zlib CRC-32 of bytes.
 uint32_t Crc(const std::string& bytes);
 // Replaces the trailing checksum with the right one for the bytes before it.
