@@ -21,6 +21,7 @@
 #include "gpu_node/engine/engine.h"
 #include "gtest/gtest.h"
 #include "tests/testing/attention_reference.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/synthetic_engine.h"
 #include "tests/testing/synthetic_model.h"
 
@@ -755,6 +756,52 @@ TEST(CudaBackendTest, MagicPigFollowsTheCpuFloatPath) {
     ++same;
   }
   EXPECT_GE(same, 24u) << "the GPU's MagicPIG tokens part from the CPU's at token " << same;
+}
+
+// The dense layers on the GPU with MagicPIG's shards on two attention-node processes (the
+// AttentionService over gRPC, blocks spread over both) against the same GPU engine with embedded
+// shards: the same greedy tokens and the same keys touched, since the nodes get the GPU's queries
+// and codes and merge their blocks' partials exactly (issue #34's two-node check; the CPU and
+// fake-device versions are in tests/integration/distributed_decode_test.cc).
+TEST(CudaBackendTest, MagicPigOnTwoAttentionNodesMatchesEmbeddedShards) {
+  MAGICPIG_REQUIRE_GPU();
+  const char* env = std::getenv("MAGICPIG_ATTN_NODE");
+  const std::string binary = env != nullptr ? env : MAGICPIG_ATTN_NODE_BINARY;
+  if (!std::filesystem::exists(binary)) GTEST_SKIP() << "no attention node binary at " << binary;
+  std::vector<std::unique_ptr<testing::Subprocess>> nodes;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 2; ++i) {
+    auto node = testing::StartAttentionNode(binary, {"--insecure"});
+    ASSERT_TRUE(node.ok()) << node.status();
+    nodes.push_back(std::move(node->first));
+    addresses.push_back(node->second);
+  }
+  engine::EngineOptions options;  // MagicPIG by default
+  options.attention.n_sinks = 4;
+  options.attention.n_local = 8;
+  options.attention.min_offload_keys = 1;  // short test prompts
+  options.attention.shard_block = 16;      // several blocks per sequence, on both nodes
+  options.node_security = fabric::TransportSecurity::Plaintext();
+  options.placement = remote::Placement::kSpread;
+  auto embedded = MakeEngine(testing::SmallModel(3), true, options);
+  options.attention_nodes = addresses;
+  auto remote = MakeEngine(testing::SmallModel(3), true, options);
+  ASSERT_NE(embedded, nullptr);
+  ASSERT_NE(remote, nullptr);
+  engine::GenerateRequest req;
+  req.prompt = embedded->tokenizer().Encode(
+      "a long prompt about many things: the cat, the dog, the bird and the fish all went to the "
+      "market to buy bread and milk and honey for the winter",
+      false);
+  req.max_tokens = 32;
+  req.ignore_eos = true;
+  auto a = embedded->Generate(req, {});
+  auto b = remote->Generate(req, {});
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status();
+  EXPECT_GT(a->stats.attention_keys_offloaded, 0);
+  EXPECT_EQ(a->tokens, b->tokens);
+  EXPECT_EQ(a->stats.attention_keys_touched, b->stats.attention_keys_touched);
+  EXPECT_EQ(a->stats.attention_keys_offloaded, b->stats.attention_keys_offloaded);
 }
 
 // SmolLM2 (the real model), when its file is present: the GPU's greedy continuation equals the
