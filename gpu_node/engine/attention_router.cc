@@ -352,8 +352,8 @@ absl::StatusOr<bool> SparseAttentionRouter::Start(int64_t layer, const float* q,
           spot_->QueryCodes(layer, h, q + h * hd, 1, codes_.data() + h * code_l));
     }
   } else if (shards_->attends_in_finish()) {
-    // Shards in this process read the codes only in FinishAttend, which hashes beside the static
-    // window (one thread's serial ~14 us per SmolLM2 layer otherwise, ~4% of a step at 8K).
+    // Shards in this process read the codes only in FinishAttend, which hashes first, on every
+    // thread, then attends the static window beside the shards.
     codes_.resize(n_codes);
     pending_.hash_deferred = true;
   } else {
@@ -411,16 +411,24 @@ absl::Status SparseAttentionRouter::FinishAttend() {
   const PendingStep p = pending_;
   absl::Status status = p.start;
   if (!p.window_done && p.start.ok() && shards_->attends_in_finish()) {
-    // Side by side (each lambda laps its own phase; the two phases overlap in wall time). A
+    // The hash first, on every thread (SimHash::Codes splits a few queries' projection by
+    // columns): beside the window it ran mostly on this thread while the other one, done with
+    // the window, waited (Qwen2.5-1.5B at 8K: hash 1.75-1.95 -> 1.36-1.40 ms per step, attention
+    // 7.25-7.55 -> 6.81-6.88; SmolLM2's narrower hash within noise). Then the window and the
+    // shards side by side (each lambda laps its own phase; the two overlap in wall time): a
     // layer's shards are a few work items (SmolLM2: 3 kv heads on 2 threads), and the window's
     // tasks fill the thread that would wait for the last one.
-    tbb::parallel_invoke([this] { AttendStaticWindow(); },
-                         [&] {
-                           status = HashPending();
-                           PhaseClock clock(options_.time_phases);
-                           if (status.ok()) status = shards_->FinishAttend(parts_.data());
-                           clock.Lap(&stats_.phases.shards);
-                         });
+    status = HashPending();
+    if (status.ok()) {
+      tbb::parallel_invoke([this] { AttendStaticWindow(); },
+                           [&] {
+                             PhaseClock clock(options_.time_phases);
+                             status = shards_->FinishAttend(parts_.data());
+                             clock.Lap(&stats_.phases.shards);
+                           });
+    } else {
+      AttendStaticWindow();  // the recovery below reuses it
+    }
   } else {
     AttendStaticWindow();
     if (status.ok()) status = HashPending();
