@@ -730,23 +730,34 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaEngineTest,
 // MagicPIG with the dense layers on the GPU (the router on the cache's host mirror) against the
 // CPU float-activation path with MagicPIG. Hash codes of projections within rounding of zero may
 // differ, so the continuations may part late; they must agree for most of the 32 tokens.
-TEST(CudaBackendTest, MagicPigFollowsTheCpuFloatPath) {
-  MAGICPIG_REQUIRE_GPU();
-  engine::EngineOptions options;  // MagicPIG by default
+// MagicPIG (the default) with a window small enough that the test prompt below is offloaded.
+engine::EngineOptions SmallWindowMagicPig() {
+  engine::EngineOptions options;
   options.attention.n_sinks = 4;
   options.attention.n_local = 8;
   options.attention.min_offload_keys = 1;  // short test prompts
-  auto cpu = MakeEngine(testing::SmallModel(3), false, options);
-  auto gpu = MakeEngine(testing::SmallModel(3), true, options);
-  ASSERT_NE(cpu, nullptr);
-  ASSERT_NE(gpu, nullptr);
+  return options;
+}
+
+// 32 greedy tokens after a prompt of about a hundred tokens.
+engine::GenerateRequest LongPromptRequest(const engine::Engine& e) {
   engine::GenerateRequest req;
-  req.prompt = cpu->tokenizer().Encode(
+  req.prompt = e.tokenizer().Encode(
       "a long prompt about many things: the cat, the dog, the bird and the fish all went to the "
       "market to buy bread and milk and honey for the winter",
       false);
   req.max_tokens = 32;
   req.ignore_eos = true;
+  return req;
+}
+
+TEST(CudaBackendTest, MagicPigFollowsTheCpuFloatPath) {
+  MAGICPIG_REQUIRE_GPU();
+  auto cpu = MakeEngine(testing::SmallModel(3), false, SmallWindowMagicPig());
+  auto gpu = MakeEngine(testing::SmallModel(3), true, SmallWindowMagicPig());
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(gpu, nullptr);
+  const engine::GenerateRequest req = LongPromptRequest(*cpu);
   auto a = cpu->Generate(req, {});
   auto g = gpu->Generate(req, {});
   ASSERT_TRUE(a.ok() && g.ok()) << g.status();
@@ -776,11 +787,8 @@ TEST(CudaBackendTest, MagicPigOnTwoAttentionNodesMatchesEmbeddedShards) {
     nodes.push_back(std::move(node->first));
     addresses.push_back(node->second);
   }
-  engine::EngineOptions options;  // MagicPIG by default
-  options.attention.n_sinks = 4;
-  options.attention.n_local = 8;
-  options.attention.min_offload_keys = 1;  // short test prompts
-  options.attention.shard_block = 16;      // several blocks per sequence, on both nodes
+  engine::EngineOptions options = SmallWindowMagicPig();
+  options.attention.shard_block = 16;  // several blocks per sequence, on both nodes
   options.node_security = fabric::TransportSecurity::Plaintext();
   options.placement = remote::Placement::kSpread;
   auto embedded = MakeEngine(testing::SmallModel(3), true, options);
@@ -788,13 +796,7 @@ TEST(CudaBackendTest, MagicPigOnTwoAttentionNodesMatchesEmbeddedShards) {
   auto remote = MakeEngine(testing::SmallModel(3), true, options);
   ASSERT_NE(embedded, nullptr);
   ASSERT_NE(remote, nullptr);
-  engine::GenerateRequest req;
-  req.prompt = embedded->tokenizer().Encode(
-      "a long prompt about many things: the cat, the dog, the bird and the fish all went to the "
-      "market to buy bread and milk and honey for the winter",
-      false);
-  req.max_tokens = 32;
-  req.ignore_eos = true;
+  const engine::GenerateRequest req = LongPromptRequest(*embedded);
   auto a = embedded->Generate(req, {});
   auto b = remote->Generate(req, {});
   ASSERT_TRUE(a.ok() && b.ok()) << b.status();
