@@ -351,12 +351,12 @@ absl::StatusOr<bool> SparseAttentionRouter::Start(int64_t layer, const float* q,
       MAGICPIG_RETURN_IF_ERROR(
           spot_->QueryCodes(layer, h, q + h * hd, 1, codes_.data() + h * code_l));
     }
-  } else if (shards_->attends_in_finish()) {
-    // Shards in this process read the codes only in FinishAttend, which hashes first, on every
-    // thread, then attends the static window beside the shards.
-    codes_.resize(n_codes);
-    pending_.hash_deferred = true;
   } else {
+    // Here, before the window and the shards, so that SimHash::Codes' split of a few queries'
+    // projection by columns has every thread: beside the window (as FinishAttend once hashed for
+    // shards in this process) it ran mostly on one thread while the other, done with the window,
+    // waited (Qwen2.5-1.5B at 8K: hash 1.75-1.95 -> 1.36-1.40 ms per step, attention 7.25-7.55
+    // -> 6.81-6.88; SmolLM2's narrower hash within noise).
     codes_.resize(n_codes);
     MAGICPIG_RETURN_IF_ERROR(hash_->Codes(q, n_head, hd, codes_.data()));
   }
@@ -371,16 +371,6 @@ absl::StatusOr<bool> SparseAttentionRouter::Start(int64_t layer, const float* q,
   pending_.start = shards_->StartAttend(layer, q, codes_.data(), scale);
   clock.Lap(&stats_.phases.shards);
   return true;
-}
-
-absl::Status SparseAttentionRouter::HashPending() {
-  if (!pending_.hash_deferred) return absl::OkStatus();
-  pending_.hash_deferred = false;
-  PhaseClock clock(options_.time_phases);
-  const absl::Status status =
-      hash_->Codes(pending_.q, config_.n_head, config_.head_dim, codes_.data());
-  clock.Lap(&stats_.phases.hash);
-  return status;
 }
 
 void SparseAttentionRouter::AttendStaticWindow() {
@@ -411,27 +401,17 @@ absl::Status SparseAttentionRouter::FinishAttend() {
   const PendingStep p = pending_;
   absl::Status status = p.start;
   if (!p.window_done && p.start.ok() && shards_->attends_in_finish()) {
-    // The hash first, on every thread (SimHash::Codes splits a few queries' projection by
-    // columns): beside the window it ran mostly on this thread while the other one, done with
-    // the window, waited (Qwen2.5-1.5B at 8K: hash 1.75-1.95 -> 1.36-1.40 ms per step, attention
-    // 7.25-7.55 -> 6.81-6.88; SmolLM2's narrower hash within noise). Then the window and the
-    // shards side by side (each lambda laps its own phase; the two overlap in wall time): a
+    // Side by side (each lambda laps its own phase; the two phases overlap in wall time). A
     // layer's shards are a few work items (SmolLM2: 3 kv heads on 2 threads), and the window's
     // tasks fill the thread that would wait for the last one.
-    status = HashPending();
-    if (status.ok()) {
-      tbb::parallel_invoke([this] { AttendStaticWindow(); },
-                           [&] {
-                             PhaseClock clock(options_.time_phases);
-                             status = shards_->FinishAttend(parts_.data());
-                             clock.Lap(&stats_.phases.shards);
-                           });
-    } else {
-      AttendStaticWindow();  // the recovery below reuses it
-    }
+    tbb::parallel_invoke([this] { AttendStaticWindow(); },
+                         [&] {
+                           PhaseClock clock(options_.time_phases);
+                           status = shards_->FinishAttend(parts_.data());
+                           clock.Lap(&stats_.phases.shards);
+                         });
   } else {
     AttendStaticWindow();
-    if (status.ok()) status = HashPending();
     PhaseClock clock(options_.time_phases);
     if (status.ok()) status = shards_->FinishAttend(parts_.data());
     clock.Lap(&stats_.phases.shards);
@@ -444,7 +424,6 @@ absl::Status SparseAttentionRouter::FinishAttend() {
       return Note(status);
     }
     MAGICPIG_RETURN_IF_ERROR(Note(Recover()));
-    MAGICPIG_RETURN_IF_ERROR(HashPending());
     MAGICPIG_RETURN_IF_ERROR(WithRecovery([&] {
       parts_.assign(static_cast<size_t>(config_.n_head), PartialAttention{});
       return shards_->Attend(p.layer, p.q, codes_.data(), p.scale, parts_.data());

@@ -291,13 +291,10 @@ class SparseAttentionRouter final : public LayerAttentionHook {
     backend::KvLayerView cache;
     float scale = 0;
     float* out = nullptr;
-    absl::Status start;          // what the shards' StartAttend returned
-    bool window_done = false;    // static_o_ / static_lse_ hold the static window's part
-    bool hash_deferred = false;  // codes_ is sized but filled by FinishAttend (HashPending)
+    absl::Status start;        // what the shards' StartAttend returned
+    bool window_done = false;  // static_o_ / static_lse_ hold the static window's part
   };
   PendingStep pending_;
-  // The SimHash codes of the pending query into codes_, when Start left them for FinishAttend.
-  absl::Status HashPending();
   // Exact attention of the pending query over the static window into static_o_ / static_lse_,
   // once per step.
   void AttendStaticWindow();
