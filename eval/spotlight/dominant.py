@@ -91,11 +91,12 @@ def main():
             for kv in range(d0.n_head_kv):
                 k = keys[kv]
                 key_lsh = qkdata.lsh_codes(k, lsh, LSH_K)
-                key_z = key_code = key_sign = None
+                key_code = key_sign = key_t = None
                 if sp is not None:
                     key_z = spotfile.outputs64(sp.keys[slot][kv], k)
                     key_code = qkdata.pack_bits(key_z)
                     key_sign = np.where(key_z > 0, 1.0, -1.0)
+                    key_t = np.tanh(key_z)  # the relaxed key side, shared by the group's heads
                 key_sketch = {r: sketch(k, r, args.sketch_fit) for r in sketches}
                 for h in range(kv * group, (kv + 1) * group):
                     q = queries[:, h, :]
@@ -124,7 +125,7 @@ def main():
                         masked = qkdata.nearest(-((qs * conf) @ key_sign.T), m)
                         # The trainer's own score, both sides relaxed (keys not binarised): what
                         # the MLPs rank before any code is stored.
-                        relaxed = qkdata.nearest(-(t_q @ np.tanh(key_z).T), m)
+                        relaxed = qkdata.nearest(-(t_q @ key_t.T), m)
                         rets = [("spotlight", learned), ("spotlight asymmetric", asym),
                                 ("spotlight two-level", two), ("spotlight masked", masked),
                                 ("spotlight relaxed (not storable)", relaxed),

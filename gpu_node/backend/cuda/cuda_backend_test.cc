@@ -727,9 +727,6 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaEngineTest,
                                            std::pair{"qwen2", GgmlType::kQ8_0},
                                            std::pair{"qwen2", GgmlType::kQ4_K}));
 
-// MagicPIG with the dense layers on the GPU (the router on the cache's host mirror) against the
-// CPU float-activation path with MagicPIG. Hash codes of projections within rounding of zero may
-// differ, so the continuations may part late; they must agree for most of the 32 tokens.
 // MagicPIG (the default) with a window small enough that the test prompt below is offloaded.
 engine::EngineOptions SmallWindowMagicPig() {
   engine::EngineOptions options;
@@ -751,6 +748,9 @@ engine::GenerateRequest LongPromptRequest(const engine::Engine& e) {
   return req;
 }
 
+// MagicPIG with the dense layers on the GPU (the router on the cache's host mirror) against the
+// CPU float-activation path with MagicPIG. Hash codes of projections within rounding of zero may
+// differ, so the continuations may part late; they must agree for most of the 32 tokens.
 TEST(CudaBackendTest, MagicPigFollowsTheCpuFloatPath) {
   MAGICPIG_REQUIRE_GPU();
   auto cpu = MakeEngine(testing::SmallModel(3), false, SmallWindowMagicPig());
