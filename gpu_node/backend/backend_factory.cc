@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& optio
   cuda.device = options.gpu;
   cuda.float_weights = options.float_activations;
   cuda.graphs = options.cuda_graphs;
-  cuda.tiled_attention = options.cuda_tiled_attention;
+  cuda.attention_kernel = options.cuda_attention_kernel;
   absl::StatusOr<std::unique_ptr<CudaBackend>> b = CudaBackend::Create(cuda);
   if (!b.ok()) return b.status();
   return std::unique_ptr<Backend>(*std::move(b));

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "gpu_node/backend/backend.h"
+#include "gpu_node/backend/cuda/attention_kernel.h"
 
 namespace magicpig::backend {
 
@@ -24,11 +25,12 @@ std::vector<std::pair<std::string, BackendKind>> BackendKindChoices();
 
 struct BackendOptions {
   BackendKind kind = BackendKind::kAuto;
-  int num_threads = 0;                // CPU backend: 0 = all cores
-  bool float_activations = false;     // reference precision (CPU: float activations; CUDA: fp32)
-  int gpu = 0;                        // CUDA device index
-  bool cuda_graphs = false;           // CUDA: replay decode steps as graphs (ExecuteReplayable)
-  bool cuda_tiled_attention = false;  // CUDA: exact attention through the tiled kernel
+  int num_threads = 0;             // CPU backend: 0 = all cores
+  bool float_activations = false;  // reference precision (CPU: float activations; CUDA: fp32)
+  int gpu = 0;                     // CUDA device index
+  bool cuda_graphs = false;        // CUDA: replay decode steps as graphs (ExecuteReplayable)
+  // CUDA: the exact attention kernel (auto: tiled for prefill, split-K for decode).
+  CudaAttentionKernel cuda_attention_kernel = CudaAttentionKernel::kAuto;
 };
 
 // Whether this binary contains the CUDA backend.

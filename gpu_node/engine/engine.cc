@@ -53,7 +53,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
   b.float_activations = options.float_activations;
   b.gpu = options.gpu;
   b.cuda_graphs = options.cuda_graphs;
-  b.cuda_tiled_attention = options.cuda_tiled_attention;
+  b.cuda_attention_kernel = options.cuda_attention_kernel;
   MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> backend, backend::MakeBackend(b));
   const bool map = options.map_weights == MapWeights::kOn ||
                    (options.map_weights == MapWeights::kAuto && !backend->host_memory());

@@ -69,8 +69,8 @@ struct EngineOptions {
   // CUDA: record each decode step without attention hooks as a CUDA graph and replay it; off
   // (the default: measured no faster, docs/gpu.md) launches every operation on its own.
   bool cuda_graphs = false;
-  // CUDA: exact attention through the tiled kernel (CudaBackendOptions::tiled_attention).
-  bool cuda_tiled_attention = false;
+  // CUDA: the exact attention kernel (CudaBackendOptions::attention_kernel).
+  backend::CudaAttentionKernel cuda_attention_kernel = backend::CudaAttentionKernel::kAuto;
   // How the model file reaches memory: mapped (on), read into huge-page memory (off), or auto:
   // read for a backend that computes in host memory (faster decode, GgufLoad::kRead), mapped for
   // a GPU backend (which copies the weights to the device anyway).

@@ -35,11 +35,12 @@ void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options) {
                "of launching its operations one by one (steps with sparse attention are never "
                "recorded: they hand work to the host between layers); measured no faster yet "
                "(docs/gpu.md)");
-  table.Switch("cuda-tiled-attention", &options->cuda_tiled_attention,
-               "with --backend cuda, exact attention (decode and prefill) through the tiled kernel "
-               "(up to 16 query-head rows of one GQA group share each tile of keys in shared "
-               "memory; head_dim <= 128) instead of the split-K kernel; not yet checked on a GPU, "
-               "so off by default (docs/gpu.md)");
+  table.Choice("cuda-attention-kernel", &options->cuda_attention_kernel,
+               "with --backend cuda, the exact attention kernel: tiled (up to 16 query-head rows "
+               "of one GQA group share each tile of keys in shared memory; head_dim <= 128), "
+               "split-k (blocks of query, head and key piece), or auto: tiled for prefill chunks, "
+               "split-k for decode, the faster of the two for each on an H200 (docs/gpu.md)",
+               backend::CudaAttentionKernelChoices());
   table.Bytes("gpu-kv-budget", &options->gpu_kv_budget,
               "cap on the GPU memory the sequences' KV caches may take (0: none; e.g. 24G to "
               "behave like a 24 GB card on a larger one); a request that does not fit waits for "

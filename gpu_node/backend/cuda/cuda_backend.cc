@@ -534,8 +534,10 @@ void CudaBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t firs
   AttentionPieces a = PiecesOver(q, n_tokens, n_head, scale, cache);
   a.first_pos = first_pos;
   const int64_t n_keys = first_pos + n_tokens;
-  const bool tiled =
-      options_.tiled_attention && cache.head_dim <= cuda_internal::kCausalTileMaxHeadDim;
+  const CudaAttentionKernel kernel = options_.attention_kernel;
+  const bool tiled = cache.head_dim <= cuda_internal::kCausalTileMaxHeadDim &&
+                     (kernel == CudaAttentionKernel::kTiled ||
+                      (kernel == CudaAttentionKernel::kAuto && n_tokens > 1));
   const int64_t blocks_per_piece =
       tiled ? cuda_internal::CausalTileBlocks(
                   cuda_internal::CausalTilesFor(n_head, cache.n_head_kv), n_tokens, cache.n_head_kv)

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gpu_node/backend/backend.h"
+#include "gpu_node/backend/cuda/attention_kernel.h"
 #include "gpu_node/backend/cuda/cuda_device.h"
 #include "gpu_node/backend/cuda/cuda_kernels.h"
 
@@ -41,11 +42,9 @@ struct CudaBackendOptions {
   // Off by default: recording every step costs the host about what launching it does, and the
   // update and the graph launch come on top (docs/gpu.md has the measurement).
   bool graphs = false;
-  // Exact (causal) attention, decode and prefill, through LaunchCausalTiles (a GQA group's
-  // query-head rows share K/V tiles in shared memory) instead of the split-K kernel that reads a
-  // key's row once per query and head. Off by default until a GPU run has checked and measured
-  // it (docs/gpu.md).
-  bool tiled_attention = false;
+  // The exact (causal) attention kernel (attention_kernel.h): by default the tiled one for
+  // prefill chunks and split-K for decode.
+  CudaAttentionKernel attention_kernel = CudaAttentionKernel::kAuto;
 };
 
 // What ExecuteReplayable did, since the backend was made.

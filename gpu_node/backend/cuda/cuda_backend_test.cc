@@ -41,9 +41,10 @@ std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-std::unique_ptr<CudaBackend> MakeBackend(bool float_weights, bool tiled_attention = false) {
+std::unique_ptr<CudaBackend> MakeBackend(
+    bool float_weights, CudaAttentionKernel attention_kernel = CudaAttentionKernel::kAuto) {
   CudaBackendOptions options{0, float_weights};
-  options.tiled_attention = tiled_attention;
+  options.attention_kernel = attention_kernel;
   auto b = CudaBackend::Create(options);
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? *std::move(b) : nullptr;
@@ -448,21 +449,23 @@ struct AttentionCase {
 
 class CudaAttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 
-void CheckCausalAttention(const AttentionCase& c, bool tiled);
+void CheckCausalAttention(const AttentionCase& c, CudaAttentionKernel kernel);
 
-// Causal attention (prefill chunks and split-K decode) against float64 over the fp16 cache, with
-// the split-K kernel and with the tiled one (head_dim <= 128; groups of 1 to 32 heads, the last
-// two larger than one block's 16 rows).
+// Causal attention (prefill chunks and decode) against float64 over the fp16 cache, through the
+// split-K kernel and through the tiled one (head_dim <= 128; groups of 1 to 32 heads, the last
+// two larger than one block's 16 rows), whatever the number of queries; the default (auto) picks
+// one of the two by the number of queries, and the engine tests run it.
 TEST_P(CudaAttentionTest, MatchesFloat64) {
   MAGICPIG_REQUIRE_GPU();
-  for (const bool tiled : {false, true}) {
-    SCOPED_TRACE(tiled ? "tiled kernel" : "split-K kernel");
-    CheckCausalAttention(GetParam(), tiled);
+  for (const CudaAttentionKernel kernel :
+       {CudaAttentionKernel::kSplitK, CudaAttentionKernel::kTiled}) {
+    SCOPED_TRACE(kernel == CudaAttentionKernel::kTiled ? "tiled kernel" : "split-K kernel");
+    CheckCausalAttention(GetParam(), kernel);
   }
 }
 
-void CheckCausalAttention(const AttentionCase& c, bool tiled) {
-  auto b = MakeBackend(true, tiled);
+void CheckCausalAttention(const AttentionCase& c, CudaAttentionKernel kernel) {
+  auto b = MakeBackend(true, kernel);
   ASSERT_NE(b, nullptr);
   const int64_t rows = c.first_pos + c.n_tokens, kv_row = c.n_head_kv * c.head_dim;
   const int64_t q_row = c.n_head * c.head_dim;
