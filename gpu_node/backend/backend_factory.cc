@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& optio
   cuda.float_weights = options.float_activations;
   cuda.graphs = options.cuda_graphs;
   cuda.attention_kernel = options.cuda_attention_kernel;
+  cuda.wide_merge = options.cuda_wide_merge;
   absl::StatusOr<std::unique_ptr<CudaBackend>> b = CudaBackend::Create(cuda);
   if (!b.ok()) return b.status();
   return std::unique_ptr<Backend>(*std::move(b));

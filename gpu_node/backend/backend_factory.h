@@ -31,6 +31,7 @@ struct BackendOptions {
   bool cuda_graphs = false;        // CUDA: replay decode steps as graphs (ExecuteReplayable)
   // CUDA: the exact attention kernel (auto: tiled for prefill, split-K for decode).
   CudaAttentionKernel cuda_attention_kernel = CudaAttentionKernel::kAuto;
+  bool cuda_wide_merge = false;  // CUDA: CudaBackendOptions::wide_merge
 };
 
 // Whether this binary contains the CUDA backend.

@@ -54,6 +54,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
   b.gpu = options.gpu;
   b.cuda_graphs = options.cuda_graphs;
   b.cuda_attention_kernel = options.cuda_attention_kernel;
+  b.cuda_wide_merge = options.cuda_wide_merge;
   MAGICPIG_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> backend, backend::MakeBackend(b));
   const bool map = options.map_weights == MapWeights::kOn ||
                    (options.map_weights == MapWeights::kAuto && !backend->host_memory());

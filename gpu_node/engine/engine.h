@@ -71,6 +71,8 @@ struct EngineOptions {
   bool cuda_graphs = false;
   // CUDA: the exact attention kernel (CudaBackendOptions::attention_kernel).
   backend::CudaAttentionKernel cuda_attention_kernel = backend::CudaAttentionKernel::kAuto;
+  // CUDA: merge attention partials with a block per row (CudaBackendOptions::wide_merge).
+  bool cuda_wide_merge = false;
   // How the model file reaches memory: mapped (on), read into huge-page memory (off), or auto:
   // read for a backend that computes in host memory (faster decode, GgufLoad::kRead), mapped for
   // a GPU backend (which copies the weights to the device anyway).

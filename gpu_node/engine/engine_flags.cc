@@ -41,6 +41,11 @@ void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options) {
                "split-k (blocks of query, head and key piece), or auto: tiled for prefill chunks, "
                "split-k for decode, the faster of the two for each on an H200 (docs/gpu.md)",
                backend::CudaAttentionKernelChoices());
+  table.Switch("cuda-wide-merge", &options->cuda_wide_merge,
+               "with --backend cuda, merge the attention kernels' partial outputs with one block "
+               "of 16 warps per (query, head) row instead of one thread per dimension walking the "
+               "key pieces (a decode step at 32K has hundreds of pieces per row); not yet checked "
+               "on a GPU, so off by default (docs/gpu.md)");
   table.Bytes("gpu-kv-budget", &options->gpu_kv_budget,
               "cap on the GPU memory the sequences' KV caches may take (0: none; e.g. 24G to "
               "behave like a 24 GB card on a larger one); a request that does not fit waits for "

@@ -518,9 +518,10 @@ absl::Status CudaBackend::RunPieces(AttentionPieces a, float* out, float* lse, b
   a.part_lse = part_lse_.as<float>();
   MAGICPIG_CUDA_RETURN_IF_ERROR(tiled ? cuda_internal::LaunchCausalTiles(a, device_->stream())
                                       : cuda_internal::LaunchAttentionPieces(a, device_->stream()));
-  return CudaStatus(cuda_internal::LaunchMergePartials(a.part_o, a.part_lse, a.n_pieces, rows,
-                                                       a.head_dim, out, lse, device_->stream()),
-                    "attention merge");
+  return CudaStatus(
+      cuda_internal::LaunchMergePartials(a.part_o, a.part_lse, a.n_pieces, rows, a.head_dim, out,
+                                         lse, device_->stream(), options_.wide_merge),
+      "attention merge");
 }
 
 void CudaBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t first_pos,

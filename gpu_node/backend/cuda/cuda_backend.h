@@ -45,6 +45,11 @@ struct CudaBackendOptions {
   // The exact (causal) attention kernel (attention_kernel.h): by default the tiled one for
   // prefill chunks and split-K for decode.
   CudaAttentionKernel attention_kernel = CudaAttentionKernel::kAuto;
+  // Merge the attention kernels' partials with one block of 16 warps per (query, head) row
+  // instead of one thread per dimension walking the pieces (LaunchMergePartials' `wide`): for
+  // deep decode steps, whose rows have hundreds of pieces. Off until a GPU run has checked and
+  // measured it (docs/gpu.md).
+  bool wide_merge = false;
 };
 
 // What ExecuteReplayable did, since the backend was made.

@@ -42,9 +42,11 @@ std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 std::unique_ptr<CudaBackend> MakeBackend(
-    bool float_weights, CudaAttentionKernel attention_kernel = CudaAttentionKernel::kAuto) {
+    bool float_weights, CudaAttentionKernel attention_kernel = CudaAttentionKernel::kAuto,
+    bool wide_merge = false) {
   CudaBackendOptions options{0, float_weights};
   options.attention_kernel = attention_kernel;
+  options.wide_merge = wide_merge;
   auto b = CudaBackend::Create(options);
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? *std::move(b) : nullptr;
@@ -449,23 +451,27 @@ struct AttentionCase {
 
 class CudaAttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 
-void CheckCausalAttention(const AttentionCase& c, CudaAttentionKernel kernel);
+void CheckCausalAttention(const AttentionCase& c, CudaAttentionKernel kernel, bool wide_merge);
 
 // Causal attention (prefill chunks and decode) against float64 over the fp16 cache, through the
 // split-K kernel and through the tiled one (head_dim <= 128; groups of 1 to 32 heads, the last
-// two larger than one block's 16 rows), whatever the number of queries; the default (auto) picks
-// one of the two by the number of queries, and the engine tests run it.
+// two larger than one block's 16 rows), whatever the number of queries, each with both merges of
+// the partials (the deep decode case has 187 pieces per row); the default (auto) picks one kernel
+// by the number of queries, and the engine tests run it.
 TEST_P(CudaAttentionTest, MatchesFloat64) {
   MAGICPIG_REQUIRE_GPU();
   for (const CudaAttentionKernel kernel :
        {CudaAttentionKernel::kSplitK, CudaAttentionKernel::kTiled}) {
-    SCOPED_TRACE(kernel == CudaAttentionKernel::kTiled ? "tiled kernel" : "split-K kernel");
-    CheckCausalAttention(GetParam(), kernel);
+    for (const bool wide_merge : {false, true}) {
+      SCOPED_TRACE(kernel == CudaAttentionKernel::kTiled ? "tiled kernel" : "split-K kernel");
+      SCOPED_TRACE(wide_merge ? "wide merge" : "serial merge");
+      CheckCausalAttention(GetParam(), kernel, wide_merge);
+    }
   }
 }
 
-void CheckCausalAttention(const AttentionCase& c, CudaAttentionKernel kernel) {
-  auto b = MakeBackend(true, kernel);
+void CheckCausalAttention(const AttentionCase& c, CudaAttentionKernel kernel, bool wide_merge) {
+  auto b = MakeBackend(true, kernel, wide_merge);
   ASSERT_NE(b, nullptr);
   const int64_t rows = c.first_pos + c.n_tokens, kv_row = c.n_head_kv * c.head_dim;
   const int64_t q_row = c.n_head * c.head_dim;
@@ -509,12 +515,15 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{2, 2, 256, 64, 3}, AttentionCase{6, 2, 48, 37, 21},
                       AttentionCase{12, 2, 128, 0, 300}, AttentionCase{8, 2, 64, 2000, 40},
                       AttentionCase{3, 3, 96, 5000, 16}, AttentionCase{32, 1, 64, 300, 1},
-                      AttentionCase{20, 1, 32, 100, 3}));
+                      AttentionCase{20, 1, 32, 100, 3}, AttentionCase{9, 3, 64, 12000, 1}));
 
-// RangeAttention (the static window's part of a sparse step) and its lse, against float64.
-TEST(CudaBackendTest, RangeAttentionMatchesFloat64) {
+// RangeAttention (the static window's part of a sparse step) and its lse, against float64, with
+// both merges of the partials.
+class CudaRangeAttentionTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaRangeAttentionTest, MatchesFloat64) {
   MAGICPIG_REQUIRE_GPU();
-  auto b = MakeBackend(true);
+  auto b = MakeBackend(true, CudaAttentionKernel::kAuto, /*wide_merge=*/GetParam());
   ASSERT_NE(b, nullptr);
   const int64_t n_head = 6, n_kv = 2, hd = 64, rows = 700, kv_row = n_kv * hd;
   const std::vector<float> kf = Random(rows * kv_row, 4, 2.0f), vf = Random(rows * kv_row, 5);
@@ -560,6 +569,11 @@ TEST(CudaBackendTest, RangeAttentionMatchesFloat64) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Merges, CudaRangeAttentionTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "WideMerge" : "SerialMerge";
+                         });
 
 // A view with a gap (a sparse layer's offloaded positions dropped from the GPU): StoreKv and
 // RangeAttention address positions and give what the whole cache gives.

@@ -491,6 +491,64 @@ __global__ void MergePartialsKernel(const float* part_o, const float* part_lse, 
   if (lse != nullptr && threadIdx.x == 0) lse[r] = total > 0 ? max_lse + logf(total) : -INFINITY;
 }
 
+// The same merge for rows of many pieces (a decode step at 32K has hundreds): one block of
+// kWideMergeWarps warps per (query, head) row. All threads reduce the pieces' lse (the max, then
+// the sum of the weights); then warp w adds the pieces w, w + kWideMergeWarps, ... over the
+// output's dimensions (lane + 32 c; each piece's row read coalesced) and the warps' sums meet in
+// shared memory. MergePartialsKernel walks the pieces one after another in each thread, with a
+// handful of blocks per layer in a decode step, so its time grows with the pieces.
+constexpr int kWideMergeWarps = 16;
+constexpr int kMergeDims = kMaxHeadDim / 32;
+
+__global__ void MergePartialsWideKernel(const float* part_o, const float* part_lse,
+                                        int64_t n_pieces, int64_t n_rows, int64_t hd, float* out,
+                                        float* lse) {
+  __shared__ float sums[kWideMergeWarps][kMaxHeadDim];
+  const int64_t r = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float m = -INFINITY;
+  for (int64_t s = threadIdx.x; s < n_pieces; s += blockDim.x) {
+    m = fmaxf(m, part_lse[s * n_rows + r]);
+  }
+  const float max_lse = BlockMax(m);  // the same in every thread
+  float t = 0.0f;
+  if (max_lse != -INFINITY) {
+    for (int64_t s = threadIdx.x; s < n_pieces; s += blockDim.x) {
+      const float x = part_lse[s * n_rows + r];
+      if (x != -INFINITY) t += expf(x - max_lse);
+    }
+  }
+  const float total = BlockSum(t);
+  float acc[kMergeDims] = {};
+  if (total > 0.0f) {
+    for (int64_t s = warp; s < n_pieces; s += kWideMergeWarps) {
+      const float x = part_lse[s * n_rows + r];  // one piece per warp: the branch is uniform
+      if (x == -INFINITY) continue;
+      const float w = expf(x - max_lse);
+      const float* o = part_o + (s * n_rows + r) * hd;
+#pragma unroll
+      for (int c = 0; c < kMergeDims; ++c) {
+        const int64_t d = lane + 32 * c;
+        if (d < hd) acc[c] = fmaf(w, o[d], acc[c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kMergeDims; ++c) {
+    const int64_t d = lane + 32 * c;
+    if (d < hd) sums[warp][d] = acc[c];
+  }
+  __syncthreads();
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float sum = 0.0f;
+    for (int w = 0; w < kWideMergeWarps; ++w) sum += sums[w][d];
+    out[r * hd + d] = total > 0.0f ? sum / total : 0.0f;
+  }
+  if (lse != nullptr && threadIdx.x == 0) {
+    lse[r] = total > 0.0f ? max_lse + logf(total) : -INFINITY;
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchDequantize(int type, const uint8_t* src, int64_t rows, int64_t cols,
@@ -667,8 +725,14 @@ cudaError_t LaunchCausalTiles(const AttentionPieces& a, cudaStream_t stream) {
 
 cudaError_t LaunchMergePartials(const float* part_o, const float* part_lse, int64_t n_pieces,
                                 int64_t n_rows, int64_t head_dim, float* out, float* lse,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, bool wide) {
   if (n_rows == 0) return cudaSuccess;
+  if (wide) {
+    if (head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
+    MergePartialsWideKernel<<<static_cast<unsigned>(n_rows), kWideMergeWarps * 32, 0, stream>>>(
+        part_o, part_lse, n_pieces, n_rows, head_dim, out, lse);
+    return cudaGetLastError();
+  }
   const int threads = head_dim >= 128 ? 128 : 64;
   MergePartialsKernel<<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(
       part_o, part_lse, n_pieces, n_rows, head_dim, out, lse);

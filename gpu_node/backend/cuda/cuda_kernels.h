@@ -107,9 +107,11 @@ CausalTileShape CausalTilesFor(int64_t n_head, int64_t n_head_kv);
 int64_t CausalTileBlocks(const CausalTileShape& shape, int64_t n_queries, int64_t n_head_kv);
 cudaError_t LaunchCausalTiles(const AttentionPieces& a, cudaStream_t stream);
 // out[t][h] = the merge of the n_pieces partials of (t, h); lse (optional) their total lse.
+// head_dim <= 256. `wide`: one block of 16 warps per row, the pieces shared among the warps (for
+// rows of many pieces: deep decode steps); otherwise one thread per dimension walks the pieces.
 cudaError_t LaunchMergePartials(const float* part_o, const float* part_lse, int64_t n_pieces,
                                 int64_t n_rows, int64_t head_dim, float* out, float* lse,
-                                cudaStream_t stream);
+                                cudaStream_t stream, bool wide = false);
 
 }  // namespace magicpig::backend::cuda_internal
 
