@@ -38,8 +38,10 @@ void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options) {
   table.Choice("cuda-attention-kernel", &options->cuda_attention_kernel,
                "with --backend cuda, the exact attention kernel: tiled (up to 16 query-head rows "
                "of one GQA group share each tile of keys in shared memory; head_dim <= 128), "
-               "split-k (blocks of query, head and key piece), or auto: tiled for prefill chunks, "
-               "split-k for decode, the faster of the two for each on an H200 (docs/gpu.md)",
+               "split-k (blocks of query, head and key piece), auto (tiled for prefill chunks, "
+               "split-k for decode: the faster of the two for each on an H200), or tensor "
+               "(prefill chunks of 16 queries or more as fp16 cuBLAS products on the tensor "
+               "cores, errors near 1e-3; decode split-k; not yet checked on a GPU) (docs/gpu.md)",
                backend::CudaAttentionKernelChoices());
   table.Switch("cuda-wide-merge", &options->cuda_wide_merge,
                "with --backend cuda, merge the attention kernels' partial outputs with one block "

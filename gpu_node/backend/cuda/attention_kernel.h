@@ -19,13 +19,22 @@ enum class CudaAttentionKernel {
   // Up to 16 query-head rows of one GQA group share each tile of keys in shared memory
   // (head_dim <= 128; wider heads fall back to split-K).
   kTiled,
+  // Prefill chunks of kTensorMinQueries queries or more as cuBLAS products on the tensor cores
+  // (scores = q·Kᵀ, then the causal softmax, then p·V, over the fp16 cache with fp16 queries and
+  // probabilities and fp32 accumulation: errors near 1e-3 of the output's scale, against ~1e-6
+  // for the other two); decode and shorter chunks through split-K. Not yet checked on a GPU.
+  kTensor,
 };
+
+// The fewest queries a chunk needs for kTensor's products.
+inline constexpr int kTensorMinQueries = 16;
 
 // Names for --cuda-attention-kernel.
 inline std::vector<std::pair<std::string, CudaAttentionKernel>> CudaAttentionKernelChoices() {
   return {{"auto", CudaAttentionKernel::kAuto},
           {"split-k", CudaAttentionKernel::kSplitK},
-          {"tiled", CudaAttentionKernel::kTiled}};
+          {"tiled", CudaAttentionKernel::kTiled},
+          {"tensor", CudaAttentionKernel::kTensor}};
 }
 
 }  // namespace magicpig::backend

@@ -532,10 +532,13 @@ void CudaBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t firs
     return Fail(absl::FailedPreconditionError(
         "exact attention over a layer whose offloaded rows left the device"));
   }
+  const CudaAttentionKernel kernel = options_.attention_kernel;
+  if (kernel == CudaAttentionKernel::kTensor && n_tokens >= kTensorMinQueries) {
+    return Fail(TensorCausalAttention(q, n_tokens, first_pos, n_head, scale, cache, out));
+  }
   AttentionPieces a = PiecesOver(q, n_tokens, n_head, scale, cache);
   a.first_pos = first_pos;
   const int64_t n_keys = first_pos + n_tokens;
-  const CudaAttentionKernel kernel = options_.attention_kernel;
   const bool tiled = cache.head_dim <= cuda_internal::kCausalTileMaxHeadDim &&
                      (kernel == CudaAttentionKernel::kTiled ||
                       (kernel == CudaAttentionKernel::kAuto && n_tokens > 1));
@@ -550,6 +553,59 @@ void CudaBackend::CausalAttention(const float* q, int64_t n_tokens, int64_t firs
   a.piece_len = (n_keys + pieces - 1) / pieces;
   a.n_pieces = (n_keys + a.piece_len - 1) / a.piece_len;
   Fail(RunPieces(a, out, nullptr, tiled));
+}
+
+// Per chunk of queries: the queries packed as fp16 with a GQA group's heads adjacent, the scores
+// of each kv head's group as one batched cuBLAS product with that head's keys (rows kvs apart in
+// the cache, so batch g starts g * head_dim into it), the causal softmax into fp16 probabilities,
+// their product with the values, and the result unpacked into out. The chunk is cut so that the
+// scores and probabilities of all heads fit tensor_scratch_bytes.
+absl::Status CudaBackend::TensorCausalAttention(const float* q, int64_t n_tokens, int64_t first_pos,
+                                                int64_t n_head, float scale,
+                                                const KvLayerView& cache, float* out) {
+  const int64_t hd = cache.head_dim, n_kv = cache.n_head_kv, kvs = n_kv * hd;
+  if (n_kv < 1 || n_head % n_kv != 0) {
+    return absl::InvalidArgumentError("tensor attention: heads not a multiple of the kv heads");
+  }
+  const int64_t group = n_head / n_kv;
+  const auto round8 = [](int64_t n) { return (n + 7) / 8 * 8; };
+  const int64_t ld_max = round8(first_pos + n_tokens);
+  const int64_t fit = options_.tensor_scratch_bytes / (n_head * ld_max * 6);
+  const int64_t chunk_max = std::clamp<int64_t>(fit, 1, n_tokens);
+  MAGICPIG_RETURN_IF_ERROR(Reserve(tensor_q_, n_head * chunk_max * hd * 2));
+  MAGICPIG_RETURN_IF_ERROR(Reserve(tensor_scores_, n_head * chunk_max * ld_max * 4));
+  MAGICPIG_RETURN_IF_ERROR(Reserve(tensor_probs_, n_head * chunk_max * ld_max * 2));
+  MAGICPIG_RETURN_IF_ERROR(Reserve(tensor_o_, n_head * chunk_max * hd * 4));
+  uint16_t* q16 = tensor_q_.as<uint16_t>();
+  float* scores = tensor_scores_.as<float>();
+  uint16_t* probs = tensor_probs_.as<uint16_t>();
+  float* o = tensor_o_.as<float>();
+  const cudaStream_t stream = device_->stream();
+  const float one = 1.0f, zero = 0.0f;
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk_max) {
+    const int64_t chunk = std::min(chunk_max, n_tokens - t0);
+    const int64_t n_keys = first_pos + t0 + chunk, ld = round8(n_keys), rows = group * chunk;
+    MAGICPIG_CUDA_RETURN_IF_ERROR(
+        cuda_internal::LaunchPackQueries(q, t0, chunk, n_head, hd, q16, stream));
+    // Column-major: scores of group g (n_keys x rows, ld) = K_g (hd x n_keys, kvs)ᵀ · Q_g.
+    MAGICPIG_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+        device_->cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_keys),
+        static_cast<int>(rows), static_cast<int>(hd), &scale, cache.k, CUDA_R_16F,
+        static_cast<int>(kvs), hd, q16, CUDA_R_16F, static_cast<int>(hd), rows * hd, &zero, scores,
+        CUDA_R_32F, static_cast<int>(ld), rows * ld, static_cast<int>(n_kv), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
+    MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchCausalSoftmax(
+        scores, probs, ld, n_keys, n_head * chunk, chunk, first_pos + t0 + 1, stream));
+    // o of group g (hd x rows) = V_g (hd x n_keys, kvs) · P_g (n_keys x rows, ld).
+    MAGICPIG_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+        device_->cublas(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(hd), static_cast<int>(rows),
+        static_cast<int>(n_keys), &one, cache.v, CUDA_R_16F, static_cast<int>(kvs), hd, probs,
+        CUDA_R_16F, static_cast<int>(ld), rows * ld, &zero, o, CUDA_R_32F, static_cast<int>(hd),
+        rows * hd, static_cast<int>(n_kv), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    MAGICPIG_CUDA_RETURN_IF_ERROR(
+        cuda_internal::LaunchUnpackOutput(o, t0, chunk, n_head, hd, out, stream));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::SimHashCodes(const attention::SimHash& hash, const float* x, int64_t n,

@@ -50,6 +50,9 @@ struct CudaBackendOptions {
   // deep decode steps, whose rows have hundreds of pieces. Off until a GPU run has checked and
   // measured it (docs/gpu.md).
   bool wide_merge = false;
+  // CudaAttentionKernel::kTensor: the most device memory its fp32 scores and fp16 probabilities
+  // of one chunk of queries may take (all heads); longer chunks are cut to fit.
+  int64_t tensor_scratch_bytes = int64_t{512} << 20;
 };
 
 // What ExecuteReplayable did, since the backend was made.
@@ -156,6 +159,10 @@ class CudaBackend final : public Backend {
   void GrowStaging();
   // Runs `a` (its part_o / part_lse are set here) and merges the pieces into out (and lse when
   // not null): split-K attention; `tiled` (causal mode only) through LaunchCausalTiles.
+  // Causal attention of a chunk of queries as cuBLAS products (CudaAttentionKernel::kTensor).
+  absl::Status TensorCausalAttention(const float* q, int64_t n_tokens, int64_t first_pos,
+                                     int64_t n_head, float scale, const KvLayerView& cache,
+                                     float* out);
   absl::Status RunPieces(cuda_internal::AttentionPieces a, float* out, float* lse,
                          bool tiled = false);
 
@@ -170,6 +177,7 @@ class CudaBackend final : public Backend {
   // Scratch, grown as needed: fp16 activations for the products, token ids, attention partials
   // and key ranges.
   BackendBuffer half_x_, ids_, part_o_, part_lse_, ranges_, hash_codes_;
+  BackendBuffer tensor_q_, tensor_scores_, tensor_probs_, tensor_o_;  // TensorCausalAttention
   // Recording (ExecuteReplayable) and queued copies: whether a batch is being recorded now, the
   // pinned staging buffer and how much of it is taken, the copies to the host still to be made
   // (after the replay, or at FlushCopies), and the instantiated graphs by node count (a few batch

@@ -549,6 +549,45 @@ __global__ void MergePartialsWideKernel(const float* part_o, const float* part_l
   }
 }
 
+// Queries t0 .. t0 + chunk of q [t][n_head][hd] as fp16 [h][tt][hd]: a GQA group's heads are
+// then one matrix of group * chunk rows for the batched products (TensorCausalAttention).
+__global__ void PackQueriesKernel(const float* q, int64_t t0, int64_t chunk, int64_t n_head,
+                                  int64_t hd, __half* q16) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n_head * chunk * hd) return;
+  const int64_t d = i % hd, tt = (i / hd) % chunk, h = i / (hd * chunk);
+  q16[i] = __float2half(q[((t0 + tt) * n_head + h) * hd + d]);
+}
+
+// One block per score row (head h = row / chunk, query t0 + row % chunk, which sees keys
+// [0, first_visible + row % chunk)): p = softmax of the visible scores as fp16, 0 past them up
+// to n_cols (the product with V reads n_cols columns).
+__global__ void CausalSoftmaxKernel(const float* s, __half* p, int64_t ld, int64_t n_cols,
+                                    int64_t chunk, int64_t first_visible) {
+  const int64_t r = blockIdx.x;
+  const int64_t n_vis = min(n_cols, first_visible + r % chunk);
+  const float* row = s + r * ld;
+  __half* out = p + r * ld;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n_vis; j += blockDim.x) m = fmaxf(m, row[j]);
+  m = BlockMax(m);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < n_vis; j += blockDim.x) sum += expf(row[j] - m);
+  const float inv = 1.0f / BlockSum(sum);  // n_vis >= 1: the key at the query's own position
+  for (int64_t j = threadIdx.x; j < n_cols; j += blockDim.x) {
+    out[j] = __float2half(j < n_vis ? expf(row[j] - m) * inv : 0.0f);
+  }
+}
+
+// o [h][tt][hd] (the batched product's layout) into out [t0 + tt][h][hd].
+__global__ void UnpackOutputKernel(const float* o, int64_t t0, int64_t chunk, int64_t n_head,
+                                   int64_t hd, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n_head * chunk * hd) return;
+  const int64_t d = i % hd, tt = (i / hd) % chunk, h = i / (hd * chunk);
+  out[((t0 + tt) * n_head + h) * hd + d] = o[i];
+}
+
 }  // namespace
 
 cudaError_t LaunchDequantize(int type, const uint8_t* src, int64_t rows, int64_t cols,
@@ -736,6 +775,33 @@ cudaError_t LaunchMergePartials(const float* part_o, const float* part_lse, int6
   const int threads = head_dim >= 128 ? 128 : 64;
   MergePartialsKernel<<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(
       part_o, part_lse, n_pieces, n_rows, head_dim, out, lse);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPackQueries(const float* q, int64_t t0, int64_t chunk, int64_t n_head,
+                              int64_t head_dim, uint16_t* q16, cudaStream_t stream) {
+  const int64_t n = n_head * chunk * head_dim;
+  if (n == 0) return cudaSuccess;
+  PackQueriesKernel<<<Blocks(n), kThreads, 0, stream>>>(q, t0, chunk, n_head, head_dim,
+                                                        reinterpret_cast<__half*>(q16));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCausalSoftmax(const float* scores, uint16_t* p, int64_t ld, int64_t n_cols,
+                                int64_t n_rows, int64_t chunk, int64_t first_visible,
+                                cudaStream_t stream) {
+  if (n_rows == 0) return cudaSuccess;
+  if (chunk < 1 || first_visible < 1 || n_cols > ld) return cudaErrorInvalidValue;
+  CausalSoftmaxKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(
+      scores, reinterpret_cast<__half*>(p), ld, n_cols, chunk, first_visible);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchUnpackOutput(const float* o, int64_t t0, int64_t chunk, int64_t n_head,
+                               int64_t head_dim, float* out, cudaStream_t stream) {
+  const int64_t n = n_head * chunk * head_dim;
+  if (n == 0) return cudaSuccess;
+  UnpackOutputKernel<<<Blocks(n), kThreads, 0, stream>>>(o, t0, chunk, n_head, head_dim, out);
   return cudaGetLastError();
 }
 

@@ -113,6 +113,22 @@ cudaError_t LaunchMergePartials(const float* part_o, const float* part_lse, int6
                                 int64_t n_rows, int64_t head_dim, float* out, float* lse,
                                 cudaStream_t stream, bool wide = false);
 
+// The pieces of causal attention on the tensor cores (CudaBackend::TensorCausalAttention): the
+// scores and the weighted sum of values are cuBLAS products over the fp16 cache; these kernels
+// prepare and finish them. For a chunk of queries t0 .. t0 + chunk of q [t][n_head][head_dim]:
+// q16 = those queries as fp16, [h][tt][head_dim] (a GQA group's heads adjacent).
+cudaError_t LaunchPackQueries(const float* q, int64_t t0, int64_t chunk, int64_t n_head,
+                              int64_t head_dim, uint16_t* q16, cudaStream_t stream);
+// Row r of scores ([n_rows][ld], fp32; head r / chunk, query t0 + r % chunk) into p (fp16, same
+// layout): the softmax of its first first_visible + r % chunk scores (capped at n_cols), zeros
+// after them up to n_cols.
+cudaError_t LaunchCausalSoftmax(const float* scores, uint16_t* p, int64_t ld, int64_t n_cols,
+                                int64_t n_rows, int64_t chunk, int64_t first_visible,
+                                cudaStream_t stream);
+// o [h][tt][head_dim] into rows t0 .. t0 + chunk of out [t][n_head][head_dim].
+cudaError_t LaunchUnpackOutput(const float* o, int64_t t0, int64_t chunk, int64_t n_head,
+                               int64_t head_dim, float* out, cudaStream_t stream);
+
 }  // namespace magicpig::backend::cuda_internal
 
 #endif  // MAGICPIG_GPU_NODE_BACKEND_CUDA_CUDA_KERNELS_H_
