@@ -216,6 +216,13 @@ class Backend {
   // Rotates each head of x[t] ([n_heads][head_dim]) by position positions[t].
   virtual void Rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                     const int32_t* positions, const RopeParams& params) = 0;
+  // Rope of q ([t][n_head][head_dim]) and of k ([t][n_head_kv][head_dim]) at the same positions:
+  // one operation where the backend can fuse them (a kernel launch fewer per layer on a GPU).
+  virtual void RopeQk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
+                      int64_t head_dim, const int32_t* positions, const RopeParams& params) {
+    Rope(q, n_tokens, n_head, head_dim, positions, params);
+    Rope(k, n_tokens, n_head_kv, head_dim, positions, params);
+  }
   // out[i] = silu(gate[i]) * up[i]
   virtual void SwiGlu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // Writes k, v ([n_tokens][n_head_kv * head_dim]) into cache rows first_pos.. (must fit).

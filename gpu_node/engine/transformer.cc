@@ -164,8 +164,7 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
                                             {&w.wk, c.qkv_bias ? w.bk.data() : nullptr, k},
                                             {&w.wv, c.qkv_bias ? w.bv.data() : nullptr, v}};
   MAGICPIG_RETURN_IF_ERROR(b.MatMuls(qkv, xr, n, {w.attn_norm.data(), eps, norm}));
-  b.Rope(q, n, c.n_head, c.head_dim, positions_.as<int32_t>() + row, rope_);
-  b.Rope(k, n, c.n_head_kv, c.head_dim, positions_.as<int32_t>() + row, rope_);
+  b.RopeQk(q, c.n_head, k, c.n_head_kv, n, c.head_dim, positions_.as<int32_t>() + row, rope_);
 
   const Clock::time_point attention_start = Clock::now();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));

@@ -489,7 +489,16 @@ void CudaBackend::Add(const float* x, float* y, int64_t n) {
 void CudaBackend::Rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                        const int32_t* positions, const RopeParams& params) {
   if (!error_.ok()) return;
-  Fail(CudaStatus(cuda_internal::LaunchRope(x, n_tokens, n_heads, head_dim, positions,
+  Fail(CudaStatus(cuda_internal::LaunchRope(x, n_heads, nullptr, 0, n_tokens, head_dim, positions,
+                                            params.pairing == RopePairing::kAdjacent, params.n_rot,
+                                            params.freq_base, device_->stream()),
+                  "RoPE"));
+}
+
+void CudaBackend::RopeQk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
+                         int64_t head_dim, const int32_t* positions, const RopeParams& params) {
+  if (!error_.ok()) return;
+  Fail(CudaStatus(cuda_internal::LaunchRope(q, n_head, k, n_head_kv, n_tokens, head_dim, positions,
                                             params.pairing == RopePairing::kAdjacent, params.n_rot,
                                             params.freq_base, device_->stream()),
                   "RoPE"));
@@ -516,6 +525,16 @@ absl::Status CudaBackend::RunPieces(AttentionPieces a, float* out, float* lse, b
   MAGICPIG_RETURN_IF_ERROR(Reserve(part_lse_, a.n_pieces * rows * 4));
   a.part_o = part_o_.as<float>();
   a.part_lse = part_lse_.as<float>();
+  // One piece is its own merge (o already normalised; the merge would give o and lse back
+  // unchanged, bit for bit): the kernel writes the output directly, a launch fewer (a decode step
+  // at depth 0 has one piece per layer).
+  if (a.n_pieces == 1) {
+    a.part_o = out;
+    if (lse != nullptr) a.part_lse = lse;
+    return CudaStatus(tiled ? cuda_internal::LaunchCausalTiles(a, device_->stream())
+                            : cuda_internal::LaunchAttentionPieces(a, device_->stream()),
+                      "attention");
+  }
   MAGICPIG_CUDA_RETURN_IF_ERROR(tiled ? cuda_internal::LaunchCausalTiles(a, device_->stream())
                                       : cuda_internal::LaunchAttentionPieces(a, device_->stream()));
   return CudaStatus(

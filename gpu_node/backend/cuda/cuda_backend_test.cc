@@ -362,6 +362,33 @@ TEST(CudaBackendTest, NormRopeSwiGluAndAddsMatchTheCpuBackend) {
       for (int64_t i = 0; i < n * dim; ++i) {
         ASSERT_NEAR(got[i], y[i], 1e-5 * (1 + std::fabs(y[i]))) << "n_rot " << n_rot << " i " << i;
       }
+      // q and k in one launch (RopeQk): k with 2 heads, against the CPU's two Rope calls, and
+      // bit for bit against this backend's own Rope of each.
+      const int64_t kv_heads = 2;
+      const std::vector<float> kx = Random(n * kv_heads * hd, 7, 3.0f);
+      std::vector<float> qy = x, ky = kx;
+      cpu.RopeQk(qy.data(), heads, ky.data(), kv_heads, n, hd, pos.data(), params);
+      float* qd = d.Put(x);
+      float* kd = d.Put(kx);
+      ASSERT_TRUE(b->Execute([&] {
+                     b->RopeQk(qd, heads, kd, kv_heads, n, hd, pd, params);
+                     return absl::OkStatus();
+                   }).ok());
+      const std::vector<float> gq = d.Get(qd, n * dim), gk = d.Get(kd, n * kv_heads * hd);
+      for (int64_t i = 0; i < n * dim; ++i) {
+        ASSERT_NEAR(gq[i], qy[i], 1e-5 * (1 + std::fabs(qy[i]))) << "q " << i;
+        ASSERT_EQ(gq[i], got[i]) << "q " << i;
+      }
+      float* kd2 = d.Put(kx);
+      ASSERT_TRUE(b->Execute([&] {
+                     b->Rope(kd2, n, kv_heads, hd, pd, params);
+                     return absl::OkStatus();
+                   }).ok());
+      const std::vector<float> gk2 = d.Get(kd2, n * kv_heads * hd);
+      for (int64_t i = 0; i < n * kv_heads * hd; ++i) {
+        ASSERT_NEAR(gk[i], ky[i], 1e-5 * (1 + std::fabs(ky[i]))) << "k " << i;
+        ASSERT_EQ(gk[i], gk2[i]) << "k " << i;
+      }
     }
   }
 

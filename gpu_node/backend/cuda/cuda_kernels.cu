@@ -231,16 +231,18 @@ __global__ void AddKernel(const float* x, float* y, int64_t n) {
 }
 
 // One thread per rotated pair; angles in double as on the CPU: theta = pos * base^(-2i / n_rot).
-__global__ void RopeKernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                           const int32_t* positions, bool adjacent, int64_t n_rot,
-                           double freq_base) {
-  const int64_t half = n_rot / 2;
+// One thread per rotated pair of the heads of x and then of y (q and k at the same positions).
+__global__ void RopeKernel(float* x, int64_t n_heads_x, float* y, int64_t n_heads_y,
+                           int64_t n_tokens, int64_t head_dim, const int32_t* positions,
+                           bool adjacent, int64_t n_rot, double freq_base) {
+  const int64_t half = n_rot / 2, n_heads = n_heads_x + n_heads_y;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n_tokens * n_heads * half) return;
   const int64_t pair = i % half, head = (i / half) % n_heads, t = i / (half * n_heads);
   const double theta = positions[t] * pow(freq_base, -2.0 * static_cast<double>(pair) / n_rot);
   const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
-  float* xh = x + (t * n_heads + head) * head_dim;
+  float* xh = head < n_heads_x ? x + (t * n_heads_x + head) * head_dim
+                               : y + (t * n_heads_y + head - n_heads_x) * head_dim;
   const int64_t a = adjacent ? 2 * pair : pair;
   const int64_t b = adjacent ? 2 * pair + 1 : pair + half;
   const float xa = xh[a], xb = xh[b];
@@ -687,13 +689,13 @@ cudaError_t LaunchAdd(const float* x, float* y, int64_t n, cudaStream_t stream) 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchRope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                       const int32_t* positions, bool adjacent_pairs, int64_t n_rot,
-                       double freq_base, cudaStream_t stream) {
-  const int64_t n = n_tokens * n_heads * (n_rot / 2);
+cudaError_t LaunchRope(float* x, int64_t n_heads_x, float* y, int64_t n_heads_y, int64_t n_tokens,
+                       int64_t head_dim, const int32_t* positions, bool adjacent_pairs,
+                       int64_t n_rot, double freq_base, cudaStream_t stream) {
+  const int64_t n = n_tokens * (n_heads_x + n_heads_y) * (n_rot / 2);
   if (n == 0) return cudaSuccess;
-  RopeKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n_tokens, n_heads, head_dim, positions,
-                                                 adjacent_pairs, n_rot, freq_base);
+  RopeKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n_heads_x, y, n_heads_y, n_tokens, head_dim,
+                                                 positions, adjacent_pairs, n_rot, freq_base);
   return cudaGetLastError();
 }
 

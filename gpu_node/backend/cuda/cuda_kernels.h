@@ -53,9 +53,11 @@ cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens,
 cudaError_t LaunchAddBias(float* x, const float* bias, int64_t n_tokens, int64_t dim,
                           cudaStream_t stream);
 cudaError_t LaunchAdd(const float* x, float* y, int64_t n, cudaStream_t stream);
-cudaError_t LaunchRope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                       const int32_t* positions, bool adjacent_pairs, int64_t n_rot,
-                       double freq_base, cudaStream_t stream);
+// x ([t][n_heads_x][head_dim]) and y ([t][n_heads_y][head_dim]; may be null with n_heads_y 0)
+// rotated in one launch.
+cudaError_t LaunchRope(float* x, int64_t n_heads_x, float* y, int64_t n_heads_y, int64_t n_tokens,
+                       int64_t head_dim, const int32_t* positions, bool adjacent_pairs,
+                       int64_t n_rot, double freq_base, cudaStream_t stream);
 cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,
                          cudaStream_t stream);
 // dst[i] = fp16(src[i]) for k and v alike (n values each).
