@@ -27,10 +27,11 @@ constexpr int64_t kQueryTile = 16;
 // Each value is computed exactly as before, so results do not change.
 constexpr int64_t kParallelValues = int64_t{1} << 14;
 
-// f(begin, end) over [0, n) in pieces of at least `grain`, in parallel where n allows more than
-// one piece.
+// f(begin, end) over n items of `item_values` values each, in pieces of at least kParallelValues
+// values, in parallel where n allows more than one piece.
 template <typename F>
-void ForPieces(int64_t n, int64_t grain, const F& f) {
+void ForPieces(int64_t n, int64_t item_values, const F& f) {
+  const int64_t grain = std::max<int64_t>(1, kParallelValues / std::max<int64_t>(item_values, 1));
   if (n <= grain) {
     f(int64_t{0}, n);
     return;
@@ -53,7 +54,8 @@ void (*AttentionKernelFor(SimdLevel level))(const AttentionTile&) {
 
 // Rope of tokens [begin, end) of x (CpuBackend::Rope), angles in double.
 void RopeTokens(float* x, int64_t begin, int64_t end, int64_t n_heads, int64_t head_dim,
-                const int32_t* positions, const RopeParams& params, int64_t half) {
+                const int32_t* positions, const RopeParams& params) {
+  const int64_t half = params.n_rot / 2;
   std::vector<float> cos_t(half), sin_t(half);
   for (int64_t t = begin; t < end; ++t) {
     // Angles in double: theta_i = pos * base^(-2i / n_rot).
@@ -119,8 +121,7 @@ absl::Status CpuBackend::Embed(const QuantMatrix& table, absl::Span<const int32_
 
 void CpuBackend::RmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                          float eps, float* out) {
-  const int64_t grain = std::max<int64_t>(1, kParallelValues / std::max<int64_t>(dim, 1));
-  ForPieces(n_tokens, grain, [&](int64_t begin, int64_t end) {
+  ForPieces(n_tokens, dim, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float* xt = x + t * dim;
       float* ot = out + t * dim;
@@ -142,16 +143,13 @@ void CpuBackend::Add(const float* x, float* y, int64_t n) { AxpyF32(1.0f, x, y, 
 
 void CpuBackend::Rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                       const int32_t* positions, const RopeParams& params) {
-  const int64_t half = params.n_rot / 2;
-  const int64_t grain =
-      std::max<int64_t>(1, kParallelValues / std::max<int64_t>(n_heads * head_dim, 1));
-  ForPieces(n_tokens, grain, [&](int64_t begin, int64_t end) {
-    RopeTokens(x, begin, end, n_heads, head_dim, positions, params, half);
+  ForPieces(n_tokens, n_heads * head_dim, [&](int64_t begin, int64_t end) {
+    RopeTokens(x, begin, end, n_heads, head_dim, positions, params);
   });
 }
 
 void CpuBackend::SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
-  ForPieces(n, kParallelValues, [&](int64_t begin, int64_t end) {
+  ForPieces(n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float g = gate[i];
       out[i] = g / (1.0f + std::exp(-g)) * up[i];

@@ -7,11 +7,11 @@
 // random rows: one decode query per call at several depths through split-K and the tiled kernel,
 // each with the serial and the wide merge of the partials (KV bytes read per second, and that
 // over a device-to-device copy's bytes per second measured first), then a 512-query prefill chunk
-// through the tiled kernel and the tensor-core products (TFLOP/s of the causal products). Every
-// row also prints its largest difference from split-K with the serial merge on the same inputs,
-// so a wrong kernel shows in the table rather than as a fast number. A call's time is the wall
-// time of REPS calls in one Execute (which ends in a synchronisation), divided by REPS: the median
-// of five such runs after a warm-up.
+// through split-K, the tiled kernel and the tensor-core products (TFLOP/s of the causal products).
+// Every row also prints its largest difference from split-K with the serial merge on the same
+// inputs, so a wrong kernel shows in the table rather than as a fast number. A call's time is the
+// wall time of REPS calls in one Execute (which ends in a synchronisation), divided by REPS: the
+// median of five such runs after a warm-up.
 #include <algorithm>
 #include <chrono>
 #include <cmath>

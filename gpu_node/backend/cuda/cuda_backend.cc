@@ -488,11 +488,7 @@ void CudaBackend::Add(const float* x, float* y, int64_t n) {
 
 void CudaBackend::Rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                        const int32_t* positions, const RopeParams& params) {
-  if (!error_.ok()) return;
-  Fail(CudaStatus(cuda_internal::LaunchRope(x, n_heads, nullptr, 0, n_tokens, head_dim, positions,
-                                            params.pairing == RopePairing::kAdjacent, params.n_rot,
-                                            params.freq_base, device_->stream()),
-                  "RoPE"));
+  RopeQk(x, n_heads, nullptr, 0, n_tokens, head_dim, positions, params);
 }
 
 void CudaBackend::RopeQk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
@@ -521,22 +517,25 @@ void CudaBackend::StoreKv(const float* k, const float* v, int64_t n_tokens, int6
 
 absl::Status CudaBackend::RunPieces(AttentionPieces a, float* out, float* lse, bool tiled) {
   const int64_t rows = a.n_queries * a.n_head;
-  MAGICPIG_RETURN_IF_ERROR(Reserve(part_o_, a.n_pieces * rows * a.head_dim * 4));
-  MAGICPIG_RETURN_IF_ERROR(Reserve(part_lse_, a.n_pieces * rows * 4));
-  a.part_o = part_o_.as<float>();
-  a.part_lse = part_lse_.as<float>();
   // One piece is its own merge (o already normalised; the merge would give o and lse back
   // unchanged, bit for bit): the kernel writes the output directly, a launch fewer (a decode step
   // at depth 0 has one piece per layer).
-  if (a.n_pieces == 1) {
+  const bool merge = a.n_pieces > 1;
+  if (merge) {
+    MAGICPIG_RETURN_IF_ERROR(Reserve(part_o_, a.n_pieces * rows * a.head_dim * 4));
+    a.part_o = part_o_.as<float>();
+  } else {
     a.part_o = out;
-    if (lse != nullptr) a.part_lse = lse;
-    return CudaStatus(tiled ? cuda_internal::LaunchCausalTiles(a, device_->stream())
-                            : cuda_internal::LaunchAttentionPieces(a, device_->stream()),
-                      "attention");
+  }
+  if (merge || lse == nullptr) {
+    MAGICPIG_RETURN_IF_ERROR(Reserve(part_lse_, a.n_pieces * rows * 4));
+    a.part_lse = part_lse_.as<float>();
+  } else {
+    a.part_lse = lse;
   }
   MAGICPIG_CUDA_RETURN_IF_ERROR(tiled ? cuda_internal::LaunchCausalTiles(a, device_->stream())
                                       : cuda_internal::LaunchAttentionPieces(a, device_->stream()));
+  if (!merge) return absl::OkStatus();
   return CudaStatus(
       cuda_internal::LaunchMergePartials(a.part_o, a.part_lse, a.n_pieces, rows, a.head_dim, out,
                                          lse, device_->stream(), options_.wide_merge),

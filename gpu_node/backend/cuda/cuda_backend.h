@@ -159,12 +159,12 @@ class CudaBackend final : public Backend {
   // and frees the staging buffer for the next ones, growing it first if it was too small.
   void DeliverDeferred();
   void GrowStaging();
-  // Runs `a` (its part_o / part_lse are set here) and merges the pieces into out (and lse when
-  // not null): split-K attention; `tiled` (causal mode only) through LaunchCausalTiles.
   // Causal attention of a chunk of queries as cuBLAS products (CudaAttentionKernel::kTensor).
   absl::Status TensorCausalAttention(const float* q, int64_t n_tokens, int64_t first_pos,
                                      int64_t n_head, float scale, const KvLayerView& cache,
                                      float* out);
+  // Runs `a` (its part_o / part_lse are set here) and merges the pieces into out (and lse when
+  // not null): split-K attention; `tiled` (causal mode only) through LaunchCausalTiles.
   absl::Status RunPieces(cuda_internal::AttentionPieces a, float* out, float* lse,
                          bool tiled = false);
 

@@ -230,8 +230,8 @@ __global__ void AddKernel(const float* x, float* y, int64_t n) {
   if (i < n) y[i] += x[i];
 }
 
-// One thread per rotated pair; angles in double as on the CPU: theta = pos * base^(-2i / n_rot).
-// One thread per rotated pair of the heads of x and then of y (q and k at the same positions).
+// One thread per rotated pair of the heads of x and then of y (q and k at the same positions);
+// angles in double as on the CPU: theta = pos * base^(-2i / n_rot).
 __global__ void RopeKernel(float* x, int64_t n_heads_x, float* y, int64_t n_heads_y,
                            int64_t n_tokens, int64_t head_dim, const int32_t* positions,
                            bool adjacent, int64_t n_rot, double freq_base) {
