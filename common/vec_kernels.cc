@@ -71,4 +71,16 @@ void ConvertF32ToF16(const float* src, uint16_t* dst, int64_t n, SimdLevel level
   for (int64_t i = 0; i < n; ++i) dst[i] = FloatToFp16(src[i]);
 }
 
+void ConvertF16ToF32(const uint16_t* src, float* dst, int64_t n, SimdLevel level) {
+  switch (ClampToDetected(level)) {
+    case SimdLevel::kAvx512:
+      return vec_internal::ConvertF16ToF32Avx512(src, dst, n);
+    case SimdLevel::kAvx2:
+      return vec_internal::ConvertF16ToF32Avx2(src, dst, n);
+    case SimdLevel::kScalar:
+      break;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = Fp16ToFloat(src[i]);
+}
+
 }  // namespace magicpig

@@ -21,6 +21,9 @@ void AxpyF32(float alpha, const float* x, float* y, int64_t n, SimdLevel level);
 void AxpyF16(float alpha, const uint16_t* x, float* y, int64_t n, SimdLevel level);
 // dst[i] = fp16(src[i]) (round to nearest even)
 void ConvertF32ToF16(const float* src, uint16_t* dst, int64_t n, SimdLevel level);
+// dst[i] = float(src[i]) (exact; what Fp16ToFloat gives, except that a signalling NaN may come
+// back quiet)
+void ConvertF16ToF32(const uint16_t* src, float* dst, int64_t n, SimdLevel level);
 
 }  // namespace magicpig
 

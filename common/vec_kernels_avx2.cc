@@ -77,4 +77,10 @@ void ConvertF32ToF16Avx2(const float* src, uint16_t* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
+void ConvertF16ToF32Avx2(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, LoadHalf8(src + i));
+  for (; i < n; ++i) dst[i] = HalfToFloat(src[i]);
+}
+
 }  // namespace magicpig::vec_internal

@@ -72,4 +72,11 @@ void ConvertF32ToF16Avx512(const float* src, uint16_t* dst, int64_t n) {
   }
 }
 
+void ConvertF16ToF32Avx512(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    _mm512_mask_storeu_ps(dst + i, m, LoadHalf16(src + i, m));
+  }
+}
+
 }  // namespace magicpig::vec_internal

@@ -4,6 +4,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -119,6 +120,34 @@ TEST(VecKernelsTest, ConvertF32ToF16IsRoundToNearestEven) {
         ASSERT_EQ(dst[i], FloatToFp16(src[i])) << SimdLevelName(level) << " " << src[i];
       }
       ASSERT_EQ(dst[n], 0xABCD) << "wrote past the end";
+    }
+  }
+}
+
+TEST(VecKernelsTest, ConvertF16ToF32IsExactForEveryBitPattern) {
+  // All 65,536 patterns in one call, then every length 0..kMaxLen (the vector/tail splits).
+  std::vector<uint16_t> all(65536);
+  for (int i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  for (SimdLevel level : SupportedSimdLevels()) {
+    std::vector<float> got(all.size() + 1, 7.0f);
+    ConvertF16ToF32(all.data(), got.data(), static_cast<int64_t>(all.size()), level);
+    for (int i = 0; i < 65536; ++i) {
+      const float want = Fp16ToFloat(all[i]);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got[i])) << SimdLevelName(level) << " " << i;
+        continue;
+      }
+      uint32_t a, b;
+      std::memcpy(&a, &want, 4);
+      std::memcpy(&b, &got[i], 4);
+      ASSERT_EQ(a, b) << SimdLevelName(level) << " pattern " << i;
+    }
+    ASSERT_EQ(got.back(), 7.0f) << "wrote past the end";
+    for (int n = 0; n <= kMaxLen; ++n) {
+      std::vector<float> dst(n + 1, 7.0f);
+      ConvertF16ToF32(all.data() + 15000, dst.data(), n, level);
+      for (int i = 0; i < n; ++i) ASSERT_EQ(dst[i], Fp16ToFloat(all[15000 + i])) << n;
+      ASSERT_EQ(dst[n], 7.0f) << SimdLevelName(level) << " wrote past the end at n = " << n;
     }
   }
 }
