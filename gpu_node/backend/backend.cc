@@ -1,10 +1,15 @@
 #include "gpu_node/backend/backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_features.h"
 #include "common/status_macros.h"
+#include "common/vec_kernels.h"
+#include "tbb/blocked_range.h"
+#include "tbb/parallel_for.h"
 
 namespace magicpig::backend {
 
@@ -58,6 +63,69 @@ std::vector<std::pair<int64_t, int64_t>> RangesAsRows(
     if (end > cache.gap_end) rows.emplace_back(cache.Row(cache.gap_end), cache.Row(end - 1) + 1);
   }
   return rows;
+}
+
+void CentredKeys(const KvLayerView& cache, int64_t begin, int64_t end, bool compute_centre,
+                 float* centre, float* keys_out, float* values_out) {
+  const int64_t hd = cache.head_dim, n_kv = cache.n_head_kv, n = end - begin;
+  if (n <= 0) return;
+  const SimdLevel level = ActiveSimdLevel();
+  // Work items of kBlock positions of one kv head: enough of them to spread a 4K-token layer of
+  // a model with few kv heads over the threads, each long enough to cost more than its scheduling.
+  constexpr int64_t kBlock = 256;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  auto for_blocks = [&](auto body) {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_kv * blocks),
+                      [&](const tbb::blocked_range<int64_t>& r) {
+                        for (int64_t w = r.begin(); w < r.end(); ++w) {
+                          const int64_t g = w / blocks, i0 = (w % blocks) * kBlock;
+                          body(g, i0, std::min(n, i0 + kBlock));
+                        }
+                      });
+  };
+  for_blocks([&](int64_t g, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t src = (cache.Row(begin + i) * n_kv + g) * hd;
+      const int64_t dst = (g * n + i) * hd;
+      ConvertF16ToF32(cache.k + src, keys_out + dst, hd, level);
+      if (values_out != nullptr) ConvertF16ToF32(cache.v + src, values_out + dst, hd, level);
+    }
+  });
+  if (compute_centre) {
+    // Per kv head: float64 sums in position order, so any split of the dimensions (or a device's
+    // thread per dimension) adds the same values in the same order.
+    tbb::parallel_for(int64_t{0}, n_kv, [&](int64_t g) {
+      std::vector<double> sum(static_cast<size_t>(hd), 0.0);
+      for (int64_t i = 0; i < n; ++i) {
+        const float* row = keys_out + (g * n + i) * hd;
+        for (int64_t t = 0; t < hd; ++t) sum[static_cast<size_t>(t)] += row[t];
+      }
+      for (int64_t t = 0; t < hd; ++t) {
+        centre[g * hd + t] = static_cast<float>(sum[static_cast<size_t>(t)] / n);
+      }
+    });
+  }
+  for_blocks([&](int64_t g, int64_t i0, int64_t i1) {
+    const float* c = centre + g * hd;
+    for (int64_t i = i0; i < i1; ++i) {
+      float* row = keys_out + (g * n + i) * hd;
+      for (int64_t t = 0; t < hd; ++t) row[t] -= c[t];
+    }
+  });
+}
+
+absl::Status Backend::OffloadKeyCodes(const attention::SimHash& hash, const KvLayerView& cache,
+                                      int64_t begin, int64_t end, bool compute_centre,
+                                      float* centre, uint16_t* codes) {
+  if (!host_memory()) {
+    return absl::UnimplementedError(absl::StrCat(
+        std::string(name()), " backend: OffloadKeyCodes over device memory is not implemented"));
+  }
+  const int64_t n = end - begin;
+  if (n <= 0) return absl::OkStatus();
+  std::vector<float> keys(static_cast<size_t>(cache.n_head_kv * n * cache.head_dim));
+  CentredKeys(cache, begin, end, compute_centre, centre, keys.data(), nullptr);
+  return hash.Codes(keys.data(), cache.n_head_kv * n, cache.head_dim, codes);
 }
 
 const float* Backend::Normalised(const float* x, int64_t n_tokens, int64_t cols,

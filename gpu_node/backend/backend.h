@@ -58,8 +58,9 @@ struct KvLayerView {
   int64_t head_dim = 0;
   // Positions [gap_begin, gap_end) are not stored (a sparse layer's offloaded region, dropped from
   // a device cache once it is on the attention shards); position p >= gap_end is row
-  // p - (gap_end - gap_begin). No gap by default. Only StoreKv and RangeAttention accept a view
-  // with a gap.
+  // p - (gap_end - gap_begin). No gap by default. Only StoreKv, RangeAttention and the offload's
+  // key operations (CentredKeys, OffloadKeyCodes; positions outside the gap) accept a view with a
+  // gap.
   int64_t gap_begin = 0;
   int64_t gap_end = 0;
   bool has_gap() const { return gap_end > gap_begin; }
@@ -69,6 +70,17 @@ struct KvLayerView {
 // `ranges` of positions as ranges of rows of `cache`; positions inside the gap are skipped.
 std::vector<std::pair<int64_t, int64_t>> RangesAsRows(
     const KvLayerView& cache, absl::Span<const std::pair<int64_t, int64_t>> ranges);
+
+// The keys (and values) an offload hands the attention shards (docs/architecture.md §4.5), from a
+// cache in host memory: for positions [begin, end) of every kv head g, keys_out[g][i][t] =
+// k[begin + i][g][t] - c[g][t] and, where values_out is not null, values_out[g][i][t] =
+// v[begin + i][g][t], in float32. With compute_centre, c (centre, [n_head_kv][head_dim]) is first
+// set to each kv head's mean key over the range, summed in float64 in position order; otherwise
+// it is read. The router's offload and Backend::OffloadKeyCodes' host version both call this, and a
+// device backend's version gives the same centre bit for bit (the same sums in the same order).
+// Runs on the caller's oneTBB arena.
+void CentredKeys(const KvLayerView& cache, int64_t begin, int64_t end, bool compute_centre,
+                 float* centre, float* keys_out, float* values_out);
 
 // Memory allocated by a backend in its own address space; gives it back when destroyed.
 // Move-only. Thread-safety: none (owned by one user).
@@ -242,6 +254,18 @@ class Backend {
                                     uint16_t* codes) {
     return hash.Codes(x, n, hash.dim(), codes);
   }
+
+  // The SimHash codes of an offload's keys, computed where the cache lives (a prefill's sparse
+  // layer on a device backend, so that the host need not hash them): CentredKeys' keys of
+  // positions [begin, end) of `cache` (compute_centre: the centre is computed into `centre`
+  // first, else read from it; host memory, [n_head_kv][head_dim]) hashed with `hash` into host
+  // codes [n_head_kv * (end - begin)][hash.l()], what hash.Codes gives for CentredKeys' keys_out.
+  // A device's bits may differ only where a projection is within rounding of zero; its centre is
+  // the same. The outputs arrive as CopyOutLater's data does (read them after FlushCopies).
+  // Default: on the host, for a cache in host memory.
+  virtual absl::Status OffloadKeyCodes(const attention::SimHash& hash, const KvLayerView& cache,
+                                       int64_t begin, int64_t end, bool compute_centre,
+                                       float* centre, uint16_t* codes);
 
   // Exact attention of ONE query token (q: [n_head][head_dim]) over the cache rows in `ranges`
   // (disjoint [begin, end) position ranges): the static-window part of a sparse decode step.

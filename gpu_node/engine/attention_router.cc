@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/half.h"
 #include "common/status_macros.h"
 #include "tbb/parallel_invoke.h"
 
@@ -101,38 +100,23 @@ bool SparseAttentionRouter::IsDense(int64_t layer) const {
 }
 
 absl::Status SparseAttentionRouter::Offload(int64_t layer, const backend::KvLayerView& cache,
-                                            int64_t begin, int64_t end) {
+                                            int64_t begin, int64_t end,
+                                            const DeviceCodes* device_codes) {
   Layer& st = layers_[static_cast<size_t>(layer)];
   const int64_t hd = config_.head_dim, n_kv = cache.n_head_kv, n = end - begin;
   keys_.resize(static_cast<size_t>(n_kv * n * hd));
   values_.resize(keys_.size());
-  for (int64_t g = 0; g < n_kv; ++g) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t src = (p * n_kv + g) * hd;
-      const int64_t dst = (g * n + (p - begin)) * hd;
-      for (int64_t t = 0; t < hd; ++t) {
-        keys_[static_cast<size_t>(dst + t)] = Fp16ToFloat(cache.k[src + t]);
-        values_[static_cast<size_t>(dst + t)] = Fp16ToFloat(cache.v[src + t]);
-      }
-    }
-  }
-  if (st.center.empty()) {
-    // c: the mean offloaded key of each kv head of this layer, in float64.
-    st.center.assign(static_cast<size_t>(n_kv * hd), 0.0f);
-    for (int64_t g = 0; g < n_kv; ++g) {
-      for (int64_t t = 0; t < hd; ++t) {
-        double sum = 0.0;
-        for (int64_t i = 0; i < n; ++i) sum += keys_[static_cast<size_t>((g * n + i) * hd + t)];
-        st.center[static_cast<size_t>(g * hd + t)] = static_cast<float>(sum / n);
-      }
-    }
-  }
-  for (int64_t g = 0; g < n_kv; ++g)
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t t = 0; t < hd; ++t)
-        keys_[static_cast<size_t>((g * n + i) * hd + t)] -=
-            st.center[static_cast<size_t>(g * hd + t)];
-  if (sketch_) {
+  // c: the mean offloaded key of each kv head of this layer, computed at its first offload (by
+  // the device when it hashed the keys: the same sums, so the same bits).
+  const bool first = st.center.empty();
+  if (first && device_codes != nullptr) st.center = device_codes->centre;
+  if (st.center.empty()) st.center.assign(static_cast<size_t>(n_kv * hd), 0.0f);
+  backend::CentredKeys(cache, begin, end, first && device_codes == nullptr, st.center.data(),
+                       keys_.data(), values_.data());
+  const uint16_t* codes = key_codes_.data();
+  if (device_codes != nullptr) {
+    codes = device_codes->codes.data();
+  } else if (sketch_) {
     const int dims = static_cast<int>(options_.sketch_dims);
     if (st.sketches.empty()) {
       for (int64_t g = 0; g < n_kv; ++g) {
@@ -160,8 +144,8 @@ absl::Status SparseAttentionRouter::Offload(int64_t layer, const backend::KvLaye
     key_codes_.resize(static_cast<size_t>(n_kv * n * hash_->l()));
     MAGICPIG_RETURN_IF_ERROR(hash_->Codes(keys_.data(), n_kv * n, hd, key_codes_.data()));
   }
-  MAGICPIG_RETURN_IF_ERROR(
-      shards_->Append(layer, begin, n, keys_.data(), values_.data(), key_codes_.data()));
+  if (device_codes == nullptr) codes = key_codes_.data();  // the branches above may have grown it
+  MAGICPIG_RETURN_IF_ERROR(shards_->Append(layer, begin, n, keys_.data(), values_.data(), codes));
   st.offloaded = true;
   st.window_begin = end;
   return absl::OkStatus();
@@ -220,8 +204,12 @@ absl::Status SparseAttentionRouter::OnLayerStored(int64_t layer, const backend::
   const int64_t begin = *first;
   const int64_t end = n_tokens - options_.n_local;
   st.offload_end = end;
-  auto offload = [this, layer, cache, begin, end] {
-    return WithRecovery([&] { return Offload(layer, cache, begin, end); });
+  // The device's codes, if PlanOffloadCodes asked for this very offload.
+  const bool planned = planned_layer_ == layer && planned_begin_ == begin && planned_end_ == end;
+  planned_layer_ = -1;
+  const DeviceCodes* device_codes = planned ? &device_codes_ : nullptr;
+  auto offload = [this, layer, cache, begin, end, device_codes] {
+    return WithRecovery([&] { return Offload(layer, cache, begin, end, device_codes); });
   };
   offload_layer_ = layer;
   offload_begin_ = begin;
@@ -304,6 +292,33 @@ bool SparseAttentionRouter::PlanDeviceWork(int64_t layer, int64_t pos, DeviceWor
   // The device computes SimHash codes; learned codes are computed here from the host query.
   work->hash = spot_ != nullptr || sketch_ ? nullptr : hash_;
   work->window_ranges = WindowRanges(st, pos);
+  return true;
+}
+
+absl::StatusOr<bool> SparseAttentionRouter::PlanOffloadCodes(int64_t layer, int64_t n_tokens,
+                                                             OffloadCodesPlan* plan) {
+  planned_layer_ = -1;
+  if (IsDense(layer) || spot_ != nullptr || sketch_) return false;
+  MAGICPIG_RETURN_IF_ERROR(WaitStored());  // device_codes_ is the finished offload's
+  const Layer& st = layers_[static_cast<size_t>(layer)];
+  // The first offload only: a window overflow's few hundred rows are cheaper to hash here than
+  // to plan, and a device cache no longer holds the rows before them.
+  if (st.offloaded || !OffloadBegin(st, n_tokens).has_value()) return false;
+  const int64_t begin = options_.n_sinks, end = n_tokens - options_.n_local;
+  const int64_t n_kv = config_.n_head_kv;
+  device_codes_.centre.assign(static_cast<size_t>(n_kv * config_.head_dim), 0.0f);
+  device_codes_.codes.resize(static_cast<size_t>(n_kv * (end - begin) * hash_->l()));
+  *plan = {.hash = hash_,
+           .begin = begin,
+           .end = end,
+           .compute_centre = st.center.empty(),
+           .centre = device_codes_.centre.data(),
+           .codes = device_codes_.codes.data()};
+  if (!plan->compute_centre) device_codes_.centre = st.center;  // kept across a rebuild's prefill
+  plan->centre = device_codes_.centre.data();
+  planned_layer_ = layer;
+  planned_begin_ = begin;
+  planned_end_ = end;
   return true;
 }
 

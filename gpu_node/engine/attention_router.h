@@ -212,6 +212,12 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   bool AttendsAt(int64_t layer, int64_t pos) override;
   bool ReadsRowsAt(int64_t layer, int64_t n_tokens) override;
   bool PlanDeviceWork(int64_t layer, int64_t pos, DeviceWork* work) override;
+  // The first offload of a sparse layer at prefill, with SimHash codes (not learned codes or
+  // sketches): the device computes the centre and the codes, the offload only copies and centres
+  // the rows. Waits for the offload in flight (whose status it returns), since the plan's buffers
+  // are the offload's.
+  absl::StatusOr<bool> PlanOffloadCodes(int64_t layer, int64_t n_tokens,
+                                        OffloadCodesPlan* plan) override;
   // [n_sinks, window_begin) of an offloaded sparse layer: on the shards from now on (the window
   // only moves forward, so these positions are never attended exactly again).
   std::pair<int64_t, int64_t> OffloadedPositions(int64_t layer) const override;
@@ -247,8 +253,14 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   std::optional<int64_t> OffloadBegin(const Layer& st, int64_t n_tokens) const;
   // Centres positions [begin, end) of every kv head with the layer's c (computed at the layer's
   // first offload), hashes them, hands them to the shards and commits the layer's state.
-  absl::Status Offload(int64_t layer, const backend::KvLayerView& cache, int64_t begin,
-                       int64_t end);
+  // device_codes: the codes (and, at the layer's first offload, the centre) a device computed for
+  // exactly this offload (PlanOffloadCodes); null: computed here.
+  struct DeviceCodes {
+    std::vector<float> centre;
+    std::vector<uint16_t> codes;
+  };
+  absl::Status Offload(int64_t layer, const backend::KvLayerView& cache, int64_t begin, int64_t end,
+                       const DeviceCodes* device_codes = nullptr);
   // Waits for the offload in flight, keeping its status for WaitStored.
   void JoinOffload();
   // After offload_layer_'s offload: if it failed, its offload_end back to what is committed;
@@ -311,6 +323,10 @@ class SparseAttentionRouter final : public LayerAttentionHook {
   // Offload scratch (the offload in flight's alone).
   std::vector<float> keys_, values_;
   std::vector<uint16_t> key_codes_;
+  // What PlanOffloadCodes asked the device for: its layer and range (layer -1: nothing planned),
+  // and the results, read by the offload that OnLayerStored starts for that range.
+  int64_t planned_layer_ = -1, planned_begin_ = 0, planned_end_ = 0;
+  DeviceCodes device_codes_;
   // The offload in flight (overlap_offload): its task, whether one was started and not yet
   // joined, its layer and first position, and its status once joined (until WaitStored reports
   // it).

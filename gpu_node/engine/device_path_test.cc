@@ -3,6 +3,7 @@
 // memory and prepared weights, and the arithmetic is the CPU backend's, so the results must be
 // bit-identical to the CPU backend's. This is what the CUDA backend relies on, checked without a
 // GPU.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -123,9 +124,10 @@ TEST(DevicePathTest, KvCacheLivesInDeviceMemory) {
   EXPECT_EQ(dev.bytes_in_use(), 0);
 }
 
-// Sparse attention on a device backend: the queries are hashed and the static window attended on
-// the device (PlanDeviceWork), the router offloads from the cache's host mirror and merges: the
-// tokens and log-probabilities equal the CPU backend's, embedded MagicPIG.
+// Sparse attention on a device backend: the prefill's offloaded keys are centred and hashed on the
+// device (PlanOffloadCodes), the queries hashed and the static window attended there
+// (PlanDeviceWork), the router offloads from the cache's host mirror and merges: the tokens and
+// log-probabilities equal the CPU backend's, embedded MagicPIG.
 TEST(DevicePathTest, MagicPigThroughTheHostMirrorEqualsTheCpuBackends) {
   EngineOptions options;  // MagicPIG by default
   options.attention.n_sinks = 4;
@@ -153,7 +155,10 @@ TEST(DevicePathTest, MagicPigThroughTheHostMirrorEqualsTheCpuBackends) {
   EXPECT_GT(a->stats.attention_keys_offloaded, 0);  // the sparse path really ran
   EXPECT_EQ(a->stats.attention_keys_touched, b->stats.attention_keys_touched);
   EXPECT_EQ(a->tokens, b->tokens);
-  // The queries were hashed and the static windows attended on the device.
+  // The queries were hashed and the static windows attended on the device, and so were the keys
+  // each sparse layer's prefill offloaded (one call per sparse layer).
+  const std::vector<bool> dense = DenseLayers(dev->config().n_layer, options.attention);
+  EXPECT_EQ(fake->offload_key_codes_calls(), std::count(dense.begin(), dense.end(), false));
   EXPECT_GT(fake->simhash_calls(), 0);
   EXPECT_EQ(fake->range_attention_calls(), fake->simhash_calls());
   ASSERT_EQ(a->logprobs.size(), b->logprobs.size());

@@ -324,6 +324,18 @@ absl::Status Transformer::Forward(absl::Span<const int32_t> tokens, KvCache& kv,
         MAGICPIG_RETURN_IF_ERROR(LayerPost(l, xc, 0, m, {&slot, 1}, pending, nullptr));
       }
       if (options.attention_hook != nullptr) {
+        if (!backend_->host_memory()) {
+          // The offload's key codes where the rows are (the host then only copies and centres).
+          LayerAttentionHook::OffloadCodesPlan plan;
+          MAGICPIG_ASSIGN_OR_RETURN(
+              const bool device_codes,
+              options.attention_hook->PlanOffloadCodes(l, first_pos + n, &plan));
+          if (device_codes) {
+            MAGICPIG_RETURN_IF_ERROR(backend_->OffloadKeyCodes(*plan.hash, kv.layer(l), plan.begin,
+                                                               plan.end, plan.compute_centre,
+                                                               plan.centre, plan.codes));
+          }
+        }
         MAGICPIG_RETURN_IF_ERROR(backend_->FlushCopies());  // the rows MirrorRows queued
         MAGICPIG_RETURN_IF_ERROR(
             options.attention_hook->OnLayerStored(l, kv.host().layer(l), first_pos + n));

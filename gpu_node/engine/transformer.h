@@ -94,6 +94,23 @@ class LayerAttentionHook {
     const float* window_o = nullptr;    // [n_head][head_dim] static-window output ...
     const float* window_lse = nullptr;  // ... and its lse ([n_head]), as Backend::RangeAttention
   };
+  // A prefill's offload on a device backend: where its keys' SimHash codes are computed on the
+  // device (Backend::OffloadKeyCodes with these arguments, queued before the layer's FlushCopies
+  // and OnLayerStored) instead of on the host by the offload.
+  struct OffloadCodesPlan {
+    const attention::SimHash* hash = nullptr;
+    int64_t begin = 0, end = 0;  // positions
+    bool compute_centre = false;
+    float* centre = nullptr;    // [n_head_kv][head_dim], host: written (compute_centre) or read
+    uint16_t* codes = nullptr;  // [n_head_kv * (end - begin)][L], host
+  };
+  // Whether OnLayerStored(layer, ..., n_tokens) of a prefill will offload rows whose codes the
+  // device should compute first (then `plan` says what). The hook owns the plan's buffers and
+  // reads them in that OnLayerStored call. Default: false (the hook computes what it needs).
+  virtual absl::StatusOr<bool> PlanOffloadCodes(int64_t layer, int64_t n_tokens,
+                                                OffloadCodesPlan* plan) {
+    return false;
+  }
   // Positions of `layer` the hook holds elsewhere for good (the offloaded region on the shards),
   // which a device cache may drop after the prefill leaves the layer; empty (default) for none.
   virtual std::pair<int64_t, int64_t> OffloadedPositions(int64_t layer) const { return {0, 0}; }

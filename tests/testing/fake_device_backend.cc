@@ -239,6 +239,32 @@ absl::Status FakeDeviceBackend::SimHashCodes(const attention::SimHash& hash, con
   return absl::OkStatus();
 }
 
+absl::Status FakeDeviceBackend::OffloadKeyCodes(const attention::SimHash& hash,
+                                                const backend::KvLayerView& cache, int64_t begin,
+                                                int64_t end, bool compute_centre, float* centre,
+                                                uint16_t* codes) {
+  ++offload_key_codes_calls_;
+  const int64_t n = end - begin, n_kv = cache.n_head_kv, hd = cache.head_dim;
+  const bool ok =
+      Check(begin >= 0 && n >= 0 && !cache.has_gap() && end <= cache.capacity, "OffloadKeyCodes",
+            "positions outside the cache (or a cache with a gap)") &&
+      Check(IsDevice(cache.k, cache.capacity * n_kv * hd * 2), "OffloadKeyCodes",
+            "the cache is not device memory") &&
+      Check(!IsDevice(centre, n_kv * hd * 4) && !IsDevice(codes, n_kv * n * hash.l() * 2),
+            "OffloadKeyCodes", "centre and codes must be host memory");
+  if (!ok) return error_;
+  if (n == 0) return absl::OkStatus();
+  // The CPU arithmetic on the "device" copy; both outputs arrive as CopyOutLater's data does.
+  std::vector<float> c(centre, centre + n_kv * hd);
+  std::vector<float> keys(static_cast<size_t>(n_kv * n * hd));
+  backend::CentredKeys(cache, begin, end, compute_centre, c.data(), keys.data(), nullptr);
+  std::vector<uint16_t> computed(static_cast<size_t>(n_kv * n * hash.l()));
+  MAGICPIG_RETURN_IF_ERROR(hash.Codes(keys.data(), n_kv * n, hd, computed.data()));
+  if (compute_centre) Queue(centre, c.data(), n_kv * hd * 4);
+  Queue(codes, computed.data(), n_kv * n * hash.l() * 2);
+  return absl::OkStatus();
+}
+
 void FakeDeviceBackend::RangeAttention(const float* q, int64_t n_head, float scale,
                                        const backend::KvLayerView& cache,
                                        absl::Span<const std::pair<int64_t, int64_t>> ranges,

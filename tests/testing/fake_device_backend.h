@@ -64,6 +64,9 @@ class FakeDeviceBackend final : public backend::Backend {
                        float scale, const backend::KvLayerView& cache, float* out) override;
   absl::Status SimHashCodes(const attention::SimHash& hash, const float* x, int64_t n,
                             uint16_t* codes) override;
+  absl::Status OffloadKeyCodes(const attention::SimHash& hash, const backend::KvLayerView& cache,
+                               int64_t begin, int64_t end, bool compute_centre, float* centre,
+                               uint16_t* codes) override;
   void RangeAttention(const float* q, int64_t n_head, float scale,
                       const backend::KvLayerView& cache,
                       absl::Span<const std::pair<int64_t, int64_t>> ranges, float* out,
@@ -74,6 +77,8 @@ class FakeDeviceBackend final : public backend::Backend {
   // Calls of SimHashCodes and RangeAttention so far (the sparse path's device work).
   int64_t simhash_calls() const { return simhash_calls_; }
   int64_t range_attention_calls() const { return range_attention_calls_; }
+  // Calls of OffloadKeyCodes (a prefill's offloaded keys hashed on the "device").
+  int64_t offload_key_codes_calls() const { return offload_key_codes_calls_; }
   // The waits a real device backend would pay for: every CopyOut, and every FlushCopies that
   // found copies queued.
   int64_t waits() const { return waits_; }
@@ -108,6 +113,7 @@ class FakeDeviceBackend final : public backend::Backend {
   absl::Status error_;
   int64_t simhash_calls_ = 0;
   int64_t range_attention_calls_ = 0;
+  int64_t offload_key_codes_calls_ = 0;
   int64_t waits_ = 0;
 };
 

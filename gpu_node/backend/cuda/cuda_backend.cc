@@ -626,10 +626,7 @@ absl::Status CudaBackend::TensorCausalAttention(const float* q, int64_t n_tokens
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::SimHashCodes(const attention::SimHash& hash, const float* x, int64_t n,
-                                       uint16_t* codes) {
-  MAGICPIG_RETURN_IF_ERROR(error_);
-  if (n == 0) return absl::OkStatus();
+absl::StatusOr<const float*> CudaBackend::Projection(const attention::SimHash& hash) {
   const int64_t d = hash.dim(), cols = static_cast<int64_t>(hash.k()) * hash.l();
   const auto key = std::make_tuple(hash.seed(), d, hash.k(), hash.l());
   auto it = projections_.find(key);
@@ -638,14 +635,68 @@ absl::Status CudaBackend::SimHashCodes(const attention::SimHash& hash, const flo
     MAGICPIG_RETURN_IF_ERROR(CopyIn(w.data(), hash.projection().data(), d * cols * 4));
     it = projections_.emplace(key, std::move(w)).first;
   }
+  return it->second.as<float>();
+}
+
+absl::Status CudaBackend::SimHashCodes(const attention::SimHash& hash, const float* x, int64_t n,
+                                       uint16_t* codes) {
+  MAGICPIG_RETURN_IF_ERROR(error_);
+  if (n == 0) return absl::OkStatus();
+  const int64_t d = hash.dim();
+  MAGICPIG_ASSIGN_OR_RETURN(const float* w, Projection(hash));
   MAGICPIG_RETURN_IF_ERROR(Reserve(hash_codes_, n * hash.l() * 2));
-  constexpr int64_t kMaxVectorsPerLaunch = 65535;  // the grid's second dimension
-  for (int64_t v = 0; v < n; v += kMaxVectorsPerLaunch) {
+  const int64_t per_launch = cuda_internal::SimHashMaxVectorsPerLaunch();
+  for (int64_t v = 0; v < n; v += per_launch) {
     MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchSimHashCodes(
-        x + v * d, it->second.as<float>(), std::min(kMaxVectorsPerLaunch, n - v), d, hash.k(),
-        hash.l(), hash_codes_.as<uint16_t>() + v * hash.l(), device_->stream()));
+        x + v * d, w, std::min(per_launch, n - v), d, hash.k(), hash.l(),
+        hash_codes_.as<uint16_t>() + v * hash.l(), device_->stream()));
   }
   return CopyOutLater(codes, hash_codes_.data(), n * hash.l() * 2);
+}
+
+absl::Status CudaBackend::OffloadKeyCodes(const attention::SimHash& hash, const KvLayerView& cache,
+                                          int64_t begin, int64_t end, bool compute_centre,
+                                          float* centre, uint16_t* codes) {
+  MAGICPIG_RETURN_IF_ERROR(error_);
+  const int64_t n = end - begin, n_kv = cache.n_head_kv, hd = cache.head_dim, l = hash.l();
+  if (begin < 0 || n < 0 || hd != hash.dim() || cache.Row(end - 1) >= cache.capacity ||
+      (cache.has_gap() && begin < cache.gap_end && end > cache.gap_begin)) {
+    return absl::InvalidArgumentError(absl::StrCat("OffloadKeyCodes: positions [", begin, ", ", end,
+                                                   ") are not rows of the cache"));
+  }
+  if (n == 0) return absl::OkStatus();
+  MAGICPIG_RETURN_IF_ERROR(device_->MakeCurrent());
+  MAGICPIG_ASSIGN_OR_RETURN(const float* w, Projection(hash));
+  MAGICPIG_RETURN_IF_ERROR(Reserve(offload_centre_, n_kv * hd * 4));
+  float* c = offload_centre_.as<float>();
+  if (compute_centre) {
+    MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchKeyCentre(
+        cache.k, n_kv, hd, begin, n, cache.gap_begin, cache.gap_end, c, device_->stream()));
+    MAGICPIG_RETURN_IF_ERROR(CopyOutLater(centre, c, n_kv * hd * 4));
+  } else {
+    MAGICPIG_RETURN_IF_ERROR(CopyIn(c, centre, n_kv * hd * 4));
+  }
+  // Per kv head, in chunks of positions: the centred keys into scratch, then their codes. Each
+  // chunk's codes are queued to the host before the next chunk's kernels overwrite them (one
+  // stream), so the scratch stays a few MB whatever the context.
+  const int64_t chunk = std::min<int64_t>(
+      {n, cuda_internal::SimHashMaxVectorsPerLaunch(), std::max<int64_t>(1, (8 << 20) / (hd * 4))});
+  MAGICPIG_RETURN_IF_ERROR(Reserve(offload_keys_, chunk * hd * 4));
+  MAGICPIG_RETURN_IF_ERROR(Reserve(hash_codes_, chunk * l * 2));
+  for (int64_t g = 0; g < n_kv; ++g) {
+    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+      const int64_t m = std::min(chunk, n - i0);
+      MAGICPIG_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchCentredKeys(
+          cache.k, n_kv, hd, g, begin + i0, m, cache.gap_begin, cache.gap_end, c,
+          offload_keys_.as<float>(), device_->stream()));
+      MAGICPIG_CUDA_RETURN_IF_ERROR(
+          cuda_internal::LaunchSimHashCodes(offload_keys_.as<float>(), w, m, hd, hash.k(), l,
+                                            hash_codes_.as<uint16_t>(), device_->stream()));
+      MAGICPIG_RETURN_IF_ERROR(
+          CopyOutLater(codes + (g * n + i0) * l, hash_codes_.data(), m * l * 2));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void CudaBackend::RangeAttention(const float* q, int64_t n_head, float scale,

@@ -122,6 +122,9 @@ class CudaBackend final : public Backend {
                        float scale, const KvLayerView& cache, float* out) override;
   absl::Status SimHashCodes(const attention::SimHash& hash, const float* x, int64_t n,
                             uint16_t* codes) override;
+  absl::Status OffloadKeyCodes(const attention::SimHash& hash, const KvLayerView& cache,
+                               int64_t begin, int64_t end, bool compute_centre, float* centre,
+                               uint16_t* codes) override;
   void RangeAttention(const float* q, int64_t n_head, float scale, const KvLayerView& cache,
                       absl::Span<const std::pair<int64_t, int64_t>> ranges, float* out,
                       float* lse) override;
@@ -137,6 +140,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<const ResidentMatrix*> FindMatrix(const QuantMatrix& w) const;
   // The device copy of a prepared vector; null (and a kept failure) when it was not prepared.
   const float* FindVector(const float* host);
+  // The device copy of hash's projection W (uploaded at first use).
+  absl::StatusOr<const float*> Projection(const attention::SimHash& hash);
   // Keeps the first failure of a void operation.
   void Fail(absl::Status status);
   // The products as one matrix-vector launch (accumulate: added to y) where they fit it (fp16
@@ -180,6 +185,7 @@ class CudaBackend final : public Backend {
   // and key ranges.
   BackendBuffer half_x_, ids_, part_o_, part_lse_, ranges_, hash_codes_;
   BackendBuffer tensor_q_, tensor_scores_, tensor_probs_, tensor_o_;  // TensorCausalAttention
+  BackendBuffer offload_centre_, offload_keys_;                       // OffloadKeyCodes
   // Recording (ExecuteReplayable) and queued copies: whether a batch is being recorded now, the
   // pinned staging buffer and how much of it is taken, the copies to the host still to be made
   // (after the replay, or at FlushCopies), and the instantiated graphs by node count (a few batch

@@ -3,8 +3,10 @@
 // scripts/device-check, and under compute-sanitizer there).
 #include "gpu_node/backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <random>
@@ -432,8 +434,7 @@ TEST(CudaBackendTest, UnpreparedVectorFailsTheBatch) {
 }
 
 // SimHash codes on the GPU (one fused projection and sign-packing kernel) against the float64
-// reference, bit for bit except where a projection is within rounding of zero; the last shape
-// has more vectors than one launch's grid takes.
+// reference, bit for bit except where a projection is within rounding of zero.
 TEST(CudaBackendTest, SimHashCodesMatchTheReference) {
   MAGICPIG_REQUIRE_GPU();
   auto b = MakeBackend(false);
@@ -443,8 +444,9 @@ TEST(CudaBackendTest, SimHashCodesMatchTheReference) {
     int k, l;
     int64_t n;
   };
+  // 37 vectors take the kernel's block per vector, 203 and 70,001 its blocks of 8 vectors.
   for (const Shape& shape : {Shape{64, 10, 150, 37}, Shape{128, 8, 75, 37}, Shape{16, 16, 4, 37},
-                             Shape{8, 3, 5, 70001}}) {
+                             Shape{64, 10, 150, 203}, Shape{8, 3, 5, 70001}}) {
     auto hash = attention::SimHash::Create(shape.d, shape.k, shape.l, 1234);
     ASSERT_TRUE(hash.ok()) << hash.status();
     const int64_t n = shape.n;
@@ -471,6 +473,87 @@ TEST(CudaBackendTest, SimHashCodesMatchTheReference) {
       }
     }
   }
+}
+
+// An offload's key codes on the GPU (the centre, the centred keys and their codes) against the
+// host's (backend::CentredKeys, then SimHash::Codes): the centre bit for bit (the same float64
+// sums in the same order), the codes bit for bit except where the centred key's projection is
+// within rounding of zero. Cases: the centre computed; the centre given; positions after a gap
+// (rows of a cache that dropped an offloaded region); enough positions for several chunks.
+TEST(CudaBackendTest, OffloadKeyCodesMatchTheHosts) {
+  MAGICPIG_REQUIRE_GPU();
+  auto b = MakeBackend(false);
+  ASSERT_NE(b, nullptr);
+  struct Case {
+    int64_t n_kv, hd;
+    int k, l;
+    int64_t rows, begin, end, gap_begin, gap_end;
+    bool compute_centre;
+  };
+  for (const Case& c : {Case{3, 64, 10, 150, 700, 4, 640, 0, 0, true},
+                        Case{2, 128, 8, 75, 300, 4, 260, 0, 0, false},
+                        Case{2, 64, 10, 150, 200, 150, 230, 4, 100, true},
+                        Case{1, 64, 8, 20, 70010, 3, 70003, 0, 0, true}}) {
+    SCOPED_TRACE(absl::StrCat("n_kv ", c.n_kv, " hd ", c.hd, " [", c.begin, ", ", c.end, ")"));
+    auto hash = attention::SimHash::Create(c.hd, c.k, c.l, 99);
+    ASSERT_TRUE(hash.ok()) << hash.status();
+    const int64_t n = c.end - c.begin, row = c.n_kv * c.hd;
+    // Keys with a common offset (what centring removes), rounded to fp16 as the cache holds them.
+    std::vector<float> keys = Random(c.rows * row, 5);
+    for (int64_t i = 0; i < c.rows * row; ++i) keys[i] += 0.3f * static_cast<float>(i % c.hd % 5);
+    std::vector<uint16_t> k16(keys.size()), v16(keys.size(), 0);
+    for (size_t i = 0; i < keys.size(); ++i) k16[i] = FloatToFp16(keys[i]);
+    const KvLayerView host{k16.data(), v16.data(), c.rows, c.n_kv, c.hd, c.gap_begin, c.gap_end};
+    std::vector<float> given = Random(row, 6, 0.2f);
+    std::vector<float> want_centre = given;
+    std::vector<float> centred(n * row);
+    CentredKeys(host, c.begin, c.end, c.compute_centre, want_centre.data(), centred.data(),
+                nullptr);
+    std::vector<uint16_t> want(n * c.n_kv * c.l);
+    ASSERT_TRUE(hash->Codes(centred.data(), n * c.n_kv, c.hd, want.data()).ok());
+
+    DeviceData d(b.get());
+    const KvLayerView dev{d.Put(k16), d.Put(v16), c.rows, c.n_kv, c.hd, c.gap_begin, c.gap_end};
+    std::vector<float> got_centre = given;
+    if (c.compute_centre) std::fill(got_centre.begin(), got_centre.end(), -1.0f);
+    std::vector<uint16_t> got(want.size(), 0xffff);
+    const absl::Status s = b->Execute([&] {
+      return b->OffloadKeyCodes(*hash, dev, c.begin, c.end, c.compute_centre, got_centre.data(),
+                                got.data());
+    });
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(0, std::memcmp(got_centre.data(), want_centre.data(), row * sizeof(float)));
+    const std::vector<float>& w = hash->projection();
+    const int64_t cols = static_cast<int64_t>(c.k) * c.l;
+    int64_t differing = 0;
+    for (int64_t v = 0; v < n * c.n_kv; ++v) {
+      for (int t = 0; t < c.l; ++t) {
+        const uint16_t diff = got[v * c.l + t] ^ want[v * c.l + t];
+        ASSERT_LT(got[v * c.l + t], 1u << c.k) << "vector " << v;
+        for (int bit = 0; bit < c.k; ++bit) {
+          if (((diff >> bit) & 1) == 0) continue;
+          ++differing;
+          double proj = 0;
+          for (int64_t i = 0; i < c.hd; ++i) {
+            proj += static_cast<double>(centred[v * c.hd + i]) * w[i * cols + t * c.k + bit];
+          }
+          ASSERT_LT(std::fabs(proj), 1e-4) << "vector " << v << " table " << t << " bit " << bit;
+        }
+      }
+    }
+    EXPECT_LE(differing, n * c.n_kv * c.l * c.k / 10000 + 1);
+  }
+  // Positions that are not rows of the cache (inside the gap) are refused, nothing is computed.
+  auto hash = attention::SimHash::Create(64, 10, 150, 99);
+  ASSERT_TRUE(hash.ok());
+  DeviceData d(b.get());
+  const KvLayerView gapped{
+      d.Poisoned<uint16_t>(100 * 64), d.Poisoned<uint16_t>(100 * 64), 100, 1, 64, 10, 50};
+  std::vector<float> centre(64);
+  std::vector<uint16_t> codes(60 * 150);
+  const absl::Status s = b->Execute(
+      [&] { return b->OffloadKeyCodes(*hash, gapped, 4, 64, true, centre.data(), codes.data()); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 
 struct AttentionCase {

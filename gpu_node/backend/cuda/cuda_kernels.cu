@@ -264,36 +264,76 @@ __global__ void StoreKvKernel(const float* k, const float* v, int64_t n, __half*
   vd[i] = __float2half_rn(v[i]);
 }
 
-// Block (table group, vector v): the vector's projections onto the k * T columns of T tables
-// (T = kHashThreads / k), one column per thread (consecutive threads read consecutive columns of
-// W's rows: coalesced), then one thread per table packs its k signs.
+// Block (table group, vectors [V * y, V * y + V)): each vector's projections onto the k * T
+// columns of T tables (T = kHashThreads / k), one column per thread (consecutive threads read
+// consecutive columns of W's rows: coalesced; each W value loaded once for the block's V
+// vectors), then one thread per (vector, table) packs its k signs. Each projection is summed by
+// fmaf in index order whatever V is, so the bits do not depend on it.
 constexpr int kHashThreads = 256;
+constexpr int kHashVectorsMany = 8;  // vectors per block for many vectors (an offload's keys)
 
-__global__ void SimHashCodesKernel(const float* x, const float* w, int64_t d, int k, int l,
-                                   uint16_t* codes) {
-  extern __shared__ float hash_shared[];  // x's row (d floats), then the block's projections
+template <int V>
+__global__ void SimHashCodesKernel(const float* x, const float* w, int64_t n, int64_t d, int k,
+                                   int l, uint16_t* codes) {
+  extern __shared__ float hash_shared[];  // V rows of x (d floats each), then V x T*k projections
   float* xs = hash_shared;
-  float* proj = hash_shared + d;
-  const int64_t v = blockIdx.y;
+  float* proj = hash_shared + V * d;
+  const int64_t v0 = static_cast<int64_t>(blockIdx.y) * V;
+  const int nv = static_cast<int>(min(static_cast<int64_t>(V), n - v0));
   const int tables = kHashThreads / k;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tables;
   const int64_t cols = static_cast<int64_t>(k) * l;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) xs[i] = x[v * d + i];
+  for (int64_t i = threadIdx.x; i < nv * d; i += blockDim.x) xs[i] = x[v0 * d + i];
   __syncthreads();
   const int64_t c = t0 * k + threadIdx.x;
   if (threadIdx.x < tables * k && c < cols) {
-    float s = 0.0f;
-    for (int64_t j = 0; j < d; ++j) s = fmaf(xs[j], w[j * cols + c], s);
-    proj[threadIdx.x] = s;
+    float s[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) s[v] = 0.0f;
+    for (int64_t j = 0; j < d; ++j) {
+      const float wj = w[j * cols + c];
+#pragma unroll
+      for (int v = 0; v < V; ++v) s[v] = fmaf(xs[v * d + j], wj, s[v]);
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) proj[v * kHashThreads + threadIdx.x] = s[v];
   }
   __syncthreads();
-  const int64_t t = t0 + threadIdx.x;
-  if (threadIdx.x < tables && t < l) {
-    const float* p = proj + threadIdx.x * k;
+  for (int r = threadIdx.x; r < nv * tables; r += blockDim.x) {
+    const int v = r / tables, tt = r % tables;
+    const int64_t t = t0 + tt;
+    if (t >= l) continue;
+    const float* p = proj + v * kHashThreads + tt * k;
     unsigned code = 0;
     for (int b = 0; b < k; ++b) code |= (p[b] > 0.0f ? 1u : 0u) << b;  // strict: 0 gives bit 0
-    codes[v * l + t] = static_cast<uint16_t>(code);
+    codes[(v0 + v) * l + t] = static_cast<uint16_t>(code);
   }
+}
+
+// Thread (kv head g, dimension t): the mean over positions [begin, begin + n) of the keys'
+// dimension t, summed in float64 in position order (as backend::CentredKeys on the host: the same
+// additions, so the same bits). Rows map to positions through the view's gap.
+__global__ void KeyCentreKernel(const __half* k, int64_t n_kv, int64_t hd, int64_t begin, int64_t n,
+                                int64_t gap_begin, int64_t gap_end, float* centre) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n_kv * hd) return;
+  double sum = 0.0;
+  for (int64_t p = begin; p < begin + n; ++p) {
+    const int64_t row = p >= gap_end ? p - (gap_end - gap_begin) : p;
+    sum += static_cast<double>(__half2float(k[row * n_kv * hd + i]));
+  }
+  centre[i] = static_cast<float>(sum / static_cast<double>(n));
+}
+
+// out[i][t] = key of kv head g at position begin + i, dimension t, minus centre[g][t] (float32).
+__global__ void CentredKeysKernel(const __half* k, int64_t n_kv, int64_t hd, int64_t g,
+                                  int64_t begin, int64_t n, int64_t gap_begin, int64_t gap_end,
+                                  const float* centre, float* out) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= n * hd) return;
+  const int64_t p = begin + e / hd, t = e % hd;
+  const int64_t row = p >= gap_end ? p - (gap_end - gap_begin) : p;
+  out[e] = __fsub_rn(__half2float(k[(row * n_kv + g) * hd + t]), centre[g * hd + t]);
 }
 
 constexpr int kAttentionThreads = 128;  // keys per tile: one per thread
@@ -716,13 +756,50 @@ cudaError_t LaunchStoreKv(const float* k, const float* v, int64_t n, uint16_t* k
 
 cudaError_t LaunchSimHashCodes(const float* x, const float* w, int64_t n, int64_t d, int k, int l,
                                uint16_t* codes, cudaStream_t stream) {
-  if (k < 1 || k > 16 || d < 1 || l < 1 || n > 65535) return cudaErrorInvalidValue;
+  if (k < 1 || k > 16 || d < 1 || l < 1) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const int tables = kHashThreads / k;
-  const dim3 grid(static_cast<unsigned>((l + tables - 1) / tables), static_cast<unsigned>(n));
-  const size_t shared = static_cast<size_t>(d + kHashThreads) * sizeof(float);
+  const unsigned table_blocks = static_cast<unsigned>((l + tables - 1) / tables);
+  // Few vectors (a decode step's query heads): a block per vector, for as many blocks as there
+  // are; many (an offload's keys): kHashVectorsMany per block, each W value read once for them.
+  const bool many = n > 64;
+  const int v = many ? kHashVectorsMany : 1;
+  const int64_t groups = (n + v - 1) / v;
+  if (groups > 65535) return cudaErrorInvalidValue;
+  const size_t shared = static_cast<size_t>(v * d + v * kHashThreads) * sizeof(float);
   if (shared > 48 * 1024) return cudaErrorInvalidValue;  // the default dynamic shared memory
-  SimHashCodesKernel<<<grid, kHashThreads, shared, stream>>>(x, w, d, k, l, codes);
+  const dim3 grid(table_blocks, static_cast<unsigned>(groups));
+  if (many) {
+    SimHashCodesKernel<kHashVectorsMany>
+        <<<grid, kHashThreads, shared, stream>>>(x, w, n, d, k, l, codes);
+  } else {
+    SimHashCodesKernel<1><<<grid, kHashThreads, shared, stream>>>(x, w, n, d, k, l, codes);
+  }
+  return cudaGetLastError();
+}
+
+int64_t SimHashMaxVectorsPerLaunch() { return int64_t{65535} * kHashVectorsMany; }
+
+cudaError_t LaunchKeyCentre(const uint16_t* k, int64_t n_kv, int64_t hd, int64_t begin, int64_t n,
+                            int64_t gap_begin, int64_t gap_end, float* centre,
+                            cudaStream_t stream) {
+  if (n <= 0 || n_kv * hd == 0) return cudaSuccess;
+  const int threads = 128;
+  const int64_t blocks = (n_kv * hd + threads - 1) / threads;
+  KeyCentreKernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+      reinterpret_cast<const __half*>(k), n_kv, hd, begin, n, gap_begin, gap_end, centre);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCentredKeys(const uint16_t* k, int64_t n_kv, int64_t hd, int64_t g, int64_t begin,
+                              int64_t n, int64_t gap_begin, int64_t gap_end, const float* centre,
+                              float* out, cudaStream_t stream) {
+  if (n <= 0 || hd == 0) return cudaSuccess;
+  const int threads = 256;
+  const int64_t blocks = (n * hd + threads - 1) / threads;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  CentredKeysKernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+      reinterpret_cast<const __half*>(k), n_kv, hd, g, begin, n, gap_begin, gap_end, centre, out);
   return cudaGetLastError();
 }
 

@@ -68,9 +68,21 @@ cudaError_t LaunchStoreKv(const float* k, const float* v, int64_t n, uint16_t* k
 // (x[v] . w[:, t * k + b] > 0) << b for t < l, with w row-major [d][k * l] and the projections
 // summed in fp32 in index order. One launch, no product buffer: the cuBLAS product this replaced
 // cost ~140 us of host time per call (its fp32 pedantic path), more than a whole sparse layer's
-// device work (docs/gpu.md). Needs 1 <= k <= 16, n <= 65535 and d <= ~12K (shared memory).
+// device work (docs/gpu.md). Needs 1 <= k <= 16, n <= SimHashMaxVectorsPerLaunch() and d small
+// enough for shared memory (8 vectors of d floats plus 8 KB: d <= 1024).
 cudaError_t LaunchSimHashCodes(const float* x, const float* w, int64_t n, int64_t d, int k, int l,
                                uint16_t* codes, cudaStream_t stream);
+int64_t SimHashMaxVectorsPerLaunch();
+
+// An offload's keys on the device (CudaBackend::OffloadKeyCodes), from an fp16 cache laid out
+// [row][n_kv][hd] whose positions [gap_begin, gap_end) are not stored (KvLayerView):
+// centre[g][t] = the mean of positions [begin, begin + n) (float64 sums in position order, as
+// backend::CentredKeys), and out[i][t] = k[begin + i][g][t] - centre[g][t] for one kv head g.
+cudaError_t LaunchKeyCentre(const uint16_t* k, int64_t n_kv, int64_t hd, int64_t begin, int64_t n,
+                            int64_t gap_begin, int64_t gap_end, float* centre, cudaStream_t stream);
+cudaError_t LaunchCentredKeys(const uint16_t* k, int64_t n_kv, int64_t hd, int64_t g, int64_t begin,
+                              int64_t n, int64_t gap_begin, int64_t gap_end, const float* centre,
+                              float* out, cudaStream_t stream);
 
 // Partial attention over pieces of keys ("split-K"): block (query t, head h, piece s) attends
 // query t's head h over the keys of piece s and writes the piece's normalised output and
