@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -32,7 +33,20 @@ struct Run {
   double sampling = 0;
   double step_wall = 0;
   attention::AttentionRunner::PhaseStats estimator;
+  int64_t shard_bytes = 0;  // the batch's shards (KV rows + tables), summed over its sequences
 };
+
+// What the system could give this process now (MemAvailable), in bytes; -1 where unknown.
+int64_t AvailableHostBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
 
 // `prompts.size()` sequences prefilled one after the other, then decoded together.
 absl::StatusOr<Run> RunBatch(engine::Engine& e, const std::vector<std::vector<int32_t>>& prompts,
@@ -87,6 +101,7 @@ absl::StatusOr<Run> RunBatch(engine::Engine& e, const std::vector<std::vector<in
     run.stats.attention_phases.window += st.attention_phases.window;
     run.stats.attention_phases.shards += st.attention_phases.shards;
     run.stats.attention_phases.merge += st.attention_phases.merge;
+    run.shard_bytes += st.attention_shard_bytes;
   }
   run.prefill_tps = prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0;
   run.decode_tps = run.step_wall > 0 ? decoded / run.step_wall : 0;
@@ -165,7 +180,9 @@ std::unique_ptr<flags::FlagTable> BenchFlagTable(BenchFlags* f) {
                 int64_t{1} << 20);
   table->NumberList("batch", &f->batches,
                     "sequences decoded together (each row: that many prompts of the depth); "
-                    "a batch that does not fit is reported and larger ones skipped",
+                    "a batch that does not fit (in --gpu-kv-budget, device memory, or with "
+                    "embedded shards the host memory left, at the last batch's shard bytes per "
+                    "sequence) is reported and larger ones skipped",
                     int64_t{1}, int64_t{4096});
   table->Number("repeat", &f->repeat, "rounds per depth (the best is shown)", int64_t{1},
                 int64_t{1000});
@@ -231,9 +248,10 @@ int BenchCommand(const std::vector<std::string>& args) {
     modes.push_back(exact);
   }
   modes.push_back(options.attention);
-  std::cout << absl::StrFormat("%7s %5s %-16s %10s %10s %9s %9s %8s %8s %8s %9s %8s %8s\n", "depth",
-                               "batch", "attention", "prefill/s", "decode/s", "vs full", "MB/step",
-                               "KV MB", "rows MB", "keys %", "bound/s", "of bound", "GB/s");
+  std::cout << absl::StrFormat("%7s %5s %-16s %10s %10s %9s %9s %8s %8s %8s %9s %8s %8s %9s\n",
+                               "depth", "batch", "attention", "prefill/s", "decode/s", "vs full",
+                               "MB/step", "KV MB", "rows MB", "keys %", "bound/s", "of bound",
+                               "GB/s", "shards MB");
   // Each row leaves as soon as it is measured, so a run cut short by a time limit (the device
   // check's) keeps what it finished.
   std::cout.flush();
@@ -241,12 +259,17 @@ int BenchCommand(const std::vector<std::string>& args) {
   if (!f.csv.empty()) {
     csv.open(f.csv);
     csv << "depth,batch,attention,threads,prefill_tok_s,decode_tok_s,vs_full,step_mb,exact_kv_mb,"
-           "sampled_mb,bucket_mb,keys_sampled,bound_tok_s,probe_gb_s\n";
+           "sampled_mb,bucket_mb,keys_sampled,bound_tok_s,probe_gb_s,shard_mb\n";
   }
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> token(100, static_cast<int32_t>(c.n_vocab) - 1);
   for (int64_t depth : f.depths) {
     std::vector<bool> too_big(modes.size(), false);  // a smaller batch of the mode did not fit
+    // Embedded shards live in this process: a batch whose shards (at the last batch's bytes per
+    // sequence) would not fit in the memory the system has left is reported, not run (the kernel
+    // would kill the run instead of the batch failing).
+    std::vector<int64_t> shard_bytes_per_seq(modes.size(), 0);
+    const bool shards_here = options.attention_nodes.empty();
     for (int64_t batch : f.batches) {
       std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
       for (std::vector<int32_t>& prompt : prompts) {
@@ -256,13 +279,26 @@ int BenchCommand(const std::vector<std::string>& args) {
       std::vector<Run> best(modes.size());
       std::vector<StepBytes> step_bytes(modes.size());  // per mode, from its row (the floor's too)
       std::vector<bool> fits(modes.size(), true);
+      std::vector<std::string> why(modes.size(),
+                                   options.gpu_kv_budget > 0 ? "--gpu-kv-budget" : "memory");
       for (int64_t round = 0; round < f.repeat; ++round) {
         for (size_t m = 0; m < modes.size(); ++m) {
           if (too_big[m] || !fits[m]) continue;
+          const int64_t available = AvailableHostBytes();
+          const int64_t shards_need = shard_bytes_per_seq[m] * batch;
+          if (shards_here && batched && available > 0 && shards_need > available / 10 * 9) {
+            fits[m] = false;
+            why[m] = absl::StrFormat("host memory: %.1f GB of shards, %.1f GB available",
+                                     shards_need / 1e9, available / 1e9);
+            continue;
+          }
           absl::StatusOr<Run> r = RunBatch(e, prompts, f.decode_tokens, modes[m]);
           if (absl::IsResourceExhausted(r.status()) && batched) {
             fits[m] = false;
             continue;
+          }
+          if (r.ok()) {
+            shard_bytes_per_seq[m] = std::max(shard_bytes_per_seq[m], r->shard_bytes / batch);
           }
           if (!r.ok()) {
             std::cerr << "magicpig bench: " << r.status().message() << "\n";
@@ -277,8 +313,7 @@ int BenchCommand(const std::vector<std::string>& args) {
         if (too_big[m]) continue;
         if (!fits[m]) {
           std::cout << absl::StrFormat("%7d %5d %-16s  does not fit (%s)\n", depth, batch,
-                                       ModeName(modes[m]),
-                                       options.gpu_kv_budget > 0 ? "--gpu-kv-budget" : "memory");
+                                       ModeName(modes[m]), why[m]);
           too_big[m] = true;
           continue;
         }
@@ -300,8 +335,8 @@ int BenchCommand(const std::vector<std::string>& args) {
         // read from device memory, so a bound from it means nothing there ("-").
         const bool host_bound = e.backend().host_memory();
         std::cout << absl::StrFormat(
-            "%7d %5d %-16s %10s %10.1f %9s %9.1f %8.1f %8.1f %8s %9s %8s %8.1f\n", depth, batch,
-            ModeName(modes[m]), depth > 0 ? absl::StrFormat("%.1f", r.prefill_tps) : "-",
+            "%7d %5d %-16s %10s %10.1f %9s %9.1f %8.1f %8.1f %8s %9s %8s %8.1f %9.1f\n", depth,
+            batch, ModeName(modes[m]), depth > 0 ? absl::StrFormat("%.1f", r.prefill_tps) : "-",
             r.decode_tps, full_tps > 0 ? absl::StrFormat("%.2fx", r.decode_tps / full_tps) : "-",
             total / 1e6, n * one.exact_kv / 1e6, n * (one.sampled + one.buckets) / 1e6,
             r.stats.attention_keys_offloaded > 0
@@ -309,14 +344,14 @@ int BenchCommand(const std::vector<std::string>& args) {
                 : "-",
             host_bound ? absl::StrFormat("%.1f", bound) : "-",
             host_bound ? absl::StrFormat("%.0f%%", 100.0 * r.decode_tps / bound) : "-",
-            r.decode_tps / n * total / 1e9);
+            r.decode_tps / n * total / 1e9, r.shard_bytes / 1e6);
         if (csv.is_open()) {
           csv << depth << "," << batch << "," << ModeName(modes[m]) << "," << n_threads << ","
               << (depth > 0 ? r.prefill_tps : 0) << "," << r.decode_tps << ","
               << (full_tps > 0 ? r.decode_tps / full_tps : 0) << "," << total / 1e6 << ","
               << n * one.exact_kv / 1e6 << "," << n * one.sampled / 1e6 << ","
               << n * one.buckets / 1e6 << "," << r.stats.sampled_fraction() << "," << bound << ","
-              << probe << "\n";
+              << probe << "," << r.shard_bytes / 1e6 << "\n";
         }
       }
       if (f.breakdown) {
