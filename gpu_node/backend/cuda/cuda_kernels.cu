@@ -283,7 +283,8 @@ __global__ void SimHashCodesKernel(const float* x, const float* w, int64_t n, in
   const int tables = kHashThreads / k;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tables;
   const int64_t cols = static_cast<int64_t>(k) * l;
-  for (int64_t i = threadIdx.x; i < nv * d; i += blockDim.x) xs[i] = x[v0 * d + i];
+  for (int64_t i = threadIdx.x; i < V * d; i += blockDim.x)
+    xs[i] = i < nv * d ? x[v0 * d + i] : 0.0f;
   __syncthreads();
   const int64_t c = t0 * k + threadIdx.x;
   if (threadIdx.x < tables * k && c < cols) {
