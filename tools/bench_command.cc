@@ -379,12 +379,12 @@ int BenchCommand(const std::vector<std::string>& args) {
           const engine::AttentionPhaseSeconds& p = r.stats.attention_phases;
           const double ms = 1e3 / n;
           std::cout << absl::StrFormat(
-              "        ms/step %-16s step %.2f = dense %.2f + attention %.2f (sparse layers: hash "
-              "%.2f, window %.2f, shards %.2f [retrieve %.2f, kernel %.2f thread-ms], merge "
-              "%.2f) + sampling %.2f + other %.2f\n",
-              ModeName(modes[m]), r.step_wall * ms, r.timings.dense * ms, r.timings.attention * ms,
-              p.hash * ms, p.window * ms, p.shards * ms, r.estimator.retrieve * ms,
-              r.estimator.kernel * ms, p.merge * ms, r.sampling * ms,
+              "        ms/step %-16s step %.2f = dense %.2f (LM head and logits copy %.2f) + "
+              "attention %.2f (sparse layers: hash %.2f, window %.2f, shards %.2f [retrieve %.2f, "
+              "kernel %.2f thread-ms], merge %.2f) + sampling %.2f + other %.2f\n",
+              ModeName(modes[m]), r.step_wall * ms, r.timings.dense * ms, r.timings.logits * ms,
+              r.timings.attention * ms, p.hash * ms, p.window * ms, p.shards * ms,
+              r.estimator.retrieve * ms, r.estimator.kernel * ms, p.merge * ms, r.sampling * ms,
               (r.step_wall - r.timings.dense - r.timings.attention - r.sampling) * ms);
           if (r.timings.device_wait > 0) {
             // Device backends: what of the attention was the host waiting on the device's copies

@@ -480,7 +480,10 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
     }
     for (const Slot& s : slots) s.kv->set_size(s.first_pos + 1);
     logits->resize(n * c.n_vocab);
-    return Logits(x, n, logits->data());
+    const Clock::time_point logits_start = Clock::now();
+    const absl::Status logits_status = Logits(x, n, logits->data());
+    local.logits = Seconds(logits_start, Clock::now());
+    return logits_status;
   };
   absl::Status status = replayable ? backend_->ExecuteReplayable(step) : backend_->Execute(step);
   if (timings != nullptr) {
@@ -491,6 +494,7 @@ absl::Status Transformer::ForwardBatch(absl::Span<const DecodeItem> items,
     timings->device_window += local.device_window;
     timings->hook_start += local.hook_start;
     timings->hook_finish += local.hook_finish;
+    timings->logits += local.logits;
     timings->dense += Seconds(start, Clock::now()) - local.attention;
   }
   return status;

@@ -166,7 +166,11 @@ struct StepTimings {
   double device_window = 0;
   double hook_start = 0;
   double hook_finish = 0;
-  double dense = 0;       // everything else of the forward pass (norms, products, LM head)
+  double dense = 0;  // everything else of the forward pass (norms, products, LM head)
+  // Of `dense`: the LM head and the logits' copy to the host, which on a device backend waits
+  // for every operation queued before it, i.e. how far the device ran behind the host's launches
+  // (near the LM head's own time when the host's launching bounds the step).
+  double logits = 0;
   int micro_batches = 0;  // how Engine::Step ran the step: 1 batch or 2 micro-batches (0: none)
 };
 
