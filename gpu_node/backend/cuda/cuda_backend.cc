@@ -21,6 +21,9 @@ using cuda_internal::AttentionPieces;
 // few thousand keys then spreads over hundreds of blocks instead of a few dozen (docs/gpu.md).
 constexpr int64_t kMinPieceKeys = 64;
 constexpr int64_t kTargetBlocks = 4096;
+// CudaBackendOptions::wide_merge: rows with fewer pieces than this keep the serial merge (16 warps
+// over a handful of pieces would leave most of them idle).
+constexpr int64_t kWideMergeMinPieces = 32;
 
 // The queries and the cache of a split-K launch; the caller sets how keys split into pieces.
 AttentionPieces PiecesOver(const float* q, int64_t n_queries, int64_t n_head, float scale,
@@ -538,7 +541,8 @@ absl::Status CudaBackend::RunPieces(AttentionPieces a, float* out, float* lse, b
   if (!merge) return absl::OkStatus();
   return CudaStatus(
       cuda_internal::LaunchMergePartials(a.part_o, a.part_lse, a.n_pieces, rows, a.head_dim, out,
-                                         lse, device_->stream(), options_.wide_merge),
+                                         lse, device_->stream(),
+                                         options_.wide_merge && a.n_pieces >= kWideMergeMinPieces),
       "attention merge");
 }
 

@@ -47,8 +47,9 @@ struct CudaBackendOptions {
   CudaAttentionKernel attention_kernel = CudaAttentionKernel::kAuto;
   // Merge the attention kernels' partials with one block of 16 warps per (query, head) row
   // instead of one thread per dimension walking the pieces (LaunchMergePartials' `wide`): for
-  // deep decode steps, whose rows have hundreds of pieces. Off until a GPU run has checked and
-  // measured it (docs/gpu.md).
+  // deep decode steps, whose rows have hundreds of pieces; rows of fewer than
+  // kWideMergeMinPieces pieces (prefill chunks: a few each) keep the serial merge, which leaves no
+  // warps idle there. Off until a GPU run has checked and measured it (docs/gpu.md).
   bool wide_merge = false;
   // CudaAttentionKernel::kTensor: the most device memory its fp32 scores and fp16 probabilities
   // of one chunk of queries may take (all heads); longer chunks are cut to fit.

@@ -575,10 +575,8 @@ void CheckCausalAttention(const AttentionCase& c, const AttentionConfig& config)
 // Causal attention (prefill chunks and decode) against float64 over the fp16 cache, through the
 // split-K kernel and through the tiled one (head_dim <= 128; groups of 1 to 32 heads, the last
 // two larger than one block's 16 rows), whatever the number of queries, each with both merges of
-// the partials (the deep decode case has 187 pieces per row); through the tensor-core products
-// (chunks of 16 queries or more; with 64 KiB of scratch a chunk is cut into several, down to one
-// query each), at fp16-operand tolerance. The default (auto) picks tiled or split-K by the number
-// of queries, and the engine tests run it.
+// the partials (the wide one where a row has 32 pieces or more: the deep decode case has 188).
+// The default (auto) picks tiled or split-K by the number of queries, and the engine tests run it.
 TEST_P(CudaAttentionTest, MatchesFloat64) {
   MAGICPIG_REQUIRE_GPU();
   constexpr int64_t kScratch = int64_t{512} << 20;
@@ -587,7 +585,21 @@ TEST_P(CudaAttentionTest, MatchesFloat64) {
       {"split-K, wide merge", CudaAttentionKernel::kSplitK, true, kScratch},
       {"tiled, serial merge", CudaAttentionKernel::kTiled, false, kScratch},
       {"tiled, wide merge", CudaAttentionKernel::kTiled, true, kScratch},
-      {"tensor", CudaAttentionKernel::kTensor, false, kScratch},
+  };
+  for (const AttentionConfig& config : configs) {
+    SCOPED_TRACE(config.name);
+    CheckCausalAttention(GetParam(), config);
+  }
+}
+
+// The same cases through the tensor-core products (chunks of 16 queries or more; with 64 KiB of
+// scratch a chunk is cut into several, down to one query each), at fp16-operand tolerance. A test
+// of its own so that racecheck, which the device check runs on the attention kernels, can leave
+// cuBLAS's kernels out.
+TEST_P(CudaAttentionTest, TensorProductsMatchFloat64) {
+  MAGICPIG_REQUIRE_GPU();
+  const AttentionConfig configs[] = {
+      {"tensor", CudaAttentionKernel::kTensor, false, int64_t{512} << 20},
       {"tensor, 64 KiB scratch", CudaAttentionKernel::kTensor, false, 64 << 10},
   };
   for (const AttentionConfig& config : configs) {

@@ -318,10 +318,22 @@ __global__ void KeyCentreKernel(const __half* k, int64_t n_kv, int64_t hd, int64
                                 int64_t gap_begin, int64_t gap_end, float* centre) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n_kv * hd) return;
+  // kAhead rows loaded before they are added (in order): a thread per dimension is all the
+  // parallelism the fixed order allows, so each keeps several loads in flight.
+  constexpr int kAhead = 16;
   double sum = 0.0;
-  for (int64_t p = begin; p < begin + n; ++p) {
-    const int64_t row = p >= gap_end ? p - (gap_end - gap_begin) : p;
-    sum += static_cast<double>(__half2float(k[row * n_kv * hd + i]));
+  for (int64_t p0 = begin; p0 < begin + n; p0 += kAhead) {
+    float x[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int64_t p = p0 + j;
+      const int64_t row = p >= gap_end ? p - (gap_end - gap_begin) : p;
+      x[j] = p < begin + n ? __half2float(k[row * n_kv * hd + i]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      if (p0 + j < begin + n) sum += static_cast<double>(x[j]);
+    }
   }
   centre[i] = static_cast<float>(sum / static_cast<double>(n));
 }
@@ -809,6 +821,7 @@ cudaError_t LaunchAttentionPieces(const AttentionPieces& a, cudaStream_t stream)
     return cudaErrorInvalidValue;
   }
   if (a.n_queries * a.n_head * a.n_pieces == 0) return cudaSuccess;
+  if (a.n_pieces > 65535) return cudaErrorInvalidValue;  // the grid's second dimension
   const dim3 grid(static_cast<unsigned>(a.n_queries * a.n_head), static_cast<unsigned>(a.n_pieces));
   AttentionPiecesKernel<<<grid, kAttentionThreads, 0, stream>>>(a);
   return cudaGetLastError();
