@@ -122,29 +122,16 @@ absl::Status Invalid(std::string_view field, std::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(Av(field), ": ", Av(what)));
 }
 
-int64_t ElementBytes(KvStorage storage) { return storage == KvStorage::kF32 ? 4 : 2; }
-
-// Bytes of one table index: 16-bit while a shard holds at most LshTables::kMaxNarrowKeys keys.
-// A learned-codes shard (KvIndex::kCodes) keeps each key's L 16-bit code words instead.
-int64_t IndexBytes(const SequenceSpec& s) {
-  if (attention::SpecOf(s.estimator).index == attention::KvIndex::kCodes) return 2;
-  return s.max_tokens <= LshTables::kMaxNarrowKeys ? 2 : 4;
-}
-
 // Per key and per (layer, kv head) bytes of a stored key beyond the fixed part (see
 // EstimateSequenceBytes); pending codes (L * 2 bytes) are added for appends.
 int64_t BytesPerKey(const SequenceSpec& s) {
-  return 2 * int64_t{s.head_dim} * ElementBytes(s.storage) + 4 + int64_t{s.lsh_l} * IndexBytes(s);
+  return attention::ShardBytesPerKey(s.head_dim, s.storage, s.lsh_l,
+                                     attention::SpecOf(s.estimator).index, s.max_tokens);
 }
 
 int64_t FixedBytesPerShard(const SequenceSpec& s) {
-  // A learned-codes shard has no bucket offsets (only an empty two-table placeholder of 3 16-bit
-  // offsets each).
-  if (attention::SpecOf(s.estimator).index == attention::KvIndex::kCodes) {
-    return 2 * 3 * 2 + int64_t{s.head_dim} * 4;
-  }
-  const int64_t offset_bytes = s.max_tokens < LshTables::kMaxNarrowKeys ? 2 : 4;
-  return int64_t{s.lsh_l} * ((int64_t{1} << s.lsh_k) + 1) * offset_bytes + int64_t{s.head_dim} * 4;
+  return attention::ShardFixedBytes(s.head_dim, s.lsh_k, s.lsh_l,
+                                    attention::SpecOf(s.estimator).index, s.max_tokens);
 }
 
 // Copies n little-endian float32 values out of `bytes` (any alignment) and checks they are finite

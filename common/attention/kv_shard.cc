@@ -299,4 +299,20 @@ absl::Status KvShard::RetrieveGroup(const uint16_t* q_codes, int g, LshScratch* 
   return absl::OkStatus();
 }
 
+int64_t ShardBytesPerKey(int64_t head_dim, KvStorage storage, int lsh_l, KvIndex index,
+                         int64_t max_tokens) {
+  const int64_t element = storage == KvStorage::kF32 ? 4 : 2;
+  const int64_t index_bytes =
+      index == KvIndex::kCodes || max_tokens <= LshTables::kMaxNarrowKeys ? 2 : 4;
+  return 2 * head_dim * element + 4 + int64_t{lsh_l} * index_bytes;
+}
+
+int64_t ShardFixedBytes(int64_t head_dim, int lsh_k, int lsh_l, KvIndex index, int64_t max_tokens) {
+  // A learned-codes shard has no bucket offsets (only an empty two-table placeholder of 3 16-bit
+  // offsets each).
+  if (index == KvIndex::kCodes) return 2 * 3 * 2 + head_dim * 4;
+  const int64_t offset_bytes = max_tokens < LshTables::kMaxNarrowKeys ? 2 : 4;
+  return int64_t{lsh_l} * ((int64_t{1} << lsh_k) + 1) * offset_bytes + head_dim * 4;
+}
+
 }  // namespace magicpig::attention

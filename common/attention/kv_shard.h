@@ -181,6 +181,20 @@ class KvShard {
   LshTables tables_;
 };
 
+// What a shard of one (layer, kv head) holding up to max_tokens keys takes in memory, for
+// admission: per key its key and value rows, its norm and its index entries (L table indices of 2
+// bytes up to LshTables::kMaxNarrowKeys keys, else 4; with KvIndex::kCodes its L 16-bit code
+// words), plus a fixed part (the tables' bucket offsets and the centre). The attention node's
+// ShardStore and the compute node's embedded shards reserve this.
+int64_t ShardBytesPerKey(int64_t head_dim, KvStorage storage, int lsh_l, KvIndex index,
+                         int64_t max_tokens);
+int64_t ShardFixedBytes(int64_t head_dim, int lsh_k, int lsh_l, KvIndex index, int64_t max_tokens);
+inline int64_t EstimateShardBytes(int64_t head_dim, KvStorage storage, int lsh_k, int lsh_l,
+                                  KvIndex index, int64_t max_tokens) {
+  return max_tokens * ShardBytesPerKey(head_dim, storage, lsh_l, index, max_tokens) +
+         ShardFixedBytes(head_dim, lsh_k, lsh_l, index, max_tokens);
+}
+
 }  // namespace magicpig::attention
 
 #endif  // MAGICPIG_COMMON_ATTENTION_KV_SHARD_H_

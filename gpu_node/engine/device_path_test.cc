@@ -342,6 +342,83 @@ TEST(DevicePathTest, GpuKvBudgetQueuesWhatDoesNotFit) {
   EXPECT_EQ(peak, one);  // one at a time, never over the budget
 }
 
+// --host-kv-budget, on the CPU backend with embedded MagicPIG shards: each request is charged its
+// cache and shards at its capacity (at least what it really takes: the shards' measured bytes
+// plus the cache's), requests that do not fit beside the running ones wait in the queue (all
+// finish, the charge never exceeds the budget, and it is all given back when they finish), and
+// one that can never fit fails with RESOURCE_EXHAUSTED naming the flag.
+TEST(DevicePathTest, HostKvBudgetQueuesWhatDoesNotFit) {
+  const auto model = testing::SmallModel(3);  // 3 layers (one sparse), 2 KV heads of 16 dims
+  const int64_t prompt = 40, max_tokens = 8;
+  EngineOptions options;  // MagicPIG, embedded
+  options.attention.n_sinks = 4;
+  options.attention.n_local = 8;
+  options.attention.min_offload_keys = 1;
+  options.num_threads = 1;
+  GenerateRequest req;
+  req.prompt = std::vector<int32_t>(prompt, 50);
+  req.max_tokens = max_tokens;
+  req.ignore_eos = true;
+  int64_t one = 0;
+  {
+    auto probe = MakeEngine(model, std::make_unique<backend::CpuBackend>(1), options);
+    ASSERT_NE(probe, nullptr);
+    one = probe->HostBytesFor(req);
+    auto r = probe->Generate(req, {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_GT(r->stats.attention_shard_bytes, 0);  // the shards were built
+    EXPECT_GE(one,
+              r->stats.attention_shard_bytes + KvCache::BytesFor(3, 2, 16, prompt + max_tokens));
+  }
+  options.host_kv_budget = one + one / 4;  // room for one sequence at a time
+  auto e = MakeEngine(model, std::make_unique<backend::CpuBackend>(1), options);
+  ASSERT_NE(e, nullptr);
+  Scheduler scheduler(e.get(), SchedulerOptions{8, 64}, nullptr);
+  absl::Mutex mu;
+  int done = 0;
+  int64_t peak = 0;
+  std::vector<absl::Status> results;
+  auto callbacks = [&] {
+    RequestCallbacks cb;
+    cb.on_token = [&](const TokenOutput&) {
+      absl::MutexLock lock(&mu);
+      peak = std::max(peak, e->host_reserved_bytes());
+    };
+    cb.on_done = [&](absl::StatusOr<GenerateResult> r) {
+      absl::MutexLock lock(&mu);
+      results.push_back(r.status());
+      ++done;
+    };
+    return cb;
+  };
+  for (int i = 0; i < 3; ++i) {
+    GenerateRequest r = req;
+    r.prompt = std::vector<int32_t>(prompt, 50 + i);
+    ASSERT_TRUE(scheduler.Submit(r, callbacks()).ok());
+  }
+  GenerateRequest big = req;
+  big.prompt = std::vector<int32_t>(240, 60);  // the synthetic model's context is 256
+  ASSERT_GT(e->HostBytesFor(big), options.host_kv_budget);
+  ASSERT_TRUE(scheduler.Submit(big, callbacks()).ok());
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(
+        +[](int* d) { return *d == 4; }, &done));
+  }
+  int ok = 0, exhausted = 0;
+  for (const absl::Status& r : results) {
+    ok += r.ok();
+    exhausted += absl::IsResourceExhausted(r);
+    if (absl::IsResourceExhausted(r))
+      EXPECT_NE(r.message().find("--host-kv-budget"), r.message().npos);
+  }
+  EXPECT_EQ(ok, 3);
+  EXPECT_EQ(exhausted, 1);
+  EXPECT_EQ(peak, one);  // one at a time, never over the budget
+  e->DrainReleases();
+  EXPECT_EQ(e->host_reserved_bytes(), 0);
+}
+
 // The fake itself: host memory handed to an operation fails the batch, as a GPU would fault.
 TEST(DevicePathTest, FakeDeviceRefusesHostMemory) {
   testing::FakeDeviceBackend dev(1);

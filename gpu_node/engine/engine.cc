@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/attention/kv_shard.h"
 #include "common/attention/local_attention_shards.h"
 #include "common/status_macros.h"
 #include "gpu_node/backend/cpu/cpu_backend.h"
@@ -145,6 +146,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
     e->window_backend_ = std::make_unique<backend::CpuBackend>(options.num_threads);
     e->gpu_kv_budget_ = options.gpu_kv_budget;
   }
+  e->host_kv_budget_ = options.host_kv_budget;
   if (options.metrics_registry != nullptr) {
     auto& gpu = prometheus::BuildGauge()
                     .Name("magicpig_gpu_memory_bytes")
@@ -274,6 +276,10 @@ void Sequence::Finish(FinishReason reason) {
     std::unique_ptr<SparseAttentionRouter> router;
   };
   Held held{std::move(kv_), std::move(shards_), std::move(router_)};
+  // The host budget's share goes now, with the sequence, not when the deleter has freed the
+  // memory (milliseconds later): a scheduler with nothing running admits the next request at once
+  // (Scheduler::Admit), which must then fit.
+  host_reservation_ = HostReservation();
   if (deleter_ != nullptr) deleter_->Add(std::move(held));
 }
 
@@ -393,6 +399,7 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
     return absl::ResourceExhaustedError(fits.message());
   }
   std::unique_ptr<Sequence> seq(new Sequence());
+  seq->host_reservation_ = HostReservation(&host_reserved_, HostBytesFor(request));
   seq->request_ = request;
   seq->callbacks_ = std::move(callbacks);
   seq->capacity_ = std::min(context_length_, n_prompt + request.max_tokens);
@@ -607,22 +614,66 @@ attention::AttentionRunner::PhaseStats Engine::TakeEstimatorPhaseStats() {
 }
 
 absl::Status Engine::CheckKvBudget(const GenerateRequest& request) const {
-  if (gpu_kv_budget_ <= 0) return absl::OkStatus();
   const model::ModelConfig& c = weights_->config();
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   const int64_t capacity = std::min(context_length_, n_prompt + request.max_tokens);
-  const int64_t need = KvCache::BytesFor(c.n_layer, c.n_head_kv, c.head_dim, capacity);
-  if (need > gpu_kv_budget_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the request's KV cache (", capacity, " tokens, ", need,
-                     " bytes) exceeds --gpu-kv-budget (", gpu_kv_budget_, " bytes)"));
+  if (gpu_kv_budget_ > 0) {
+    const int64_t need = KvCache::BytesFor(c.n_layer, c.n_head_kv, c.head_dim, capacity);
+    if (need > gpu_kv_budget_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the request's KV cache (", capacity, " tokens, ", need,
+                       " bytes) exceeds --gpu-kv-budget (", gpu_kv_budget_, " bytes)"));
+    }
+    const int64_t used = kv_accounting_.device_bytes.load();
+    if (used + need > gpu_kv_budget_) {
+      return absl::UnavailableError(absl::StrCat("--gpu-kv-budget: ", need, " bytes needed, ",
+                                                 gpu_kv_budget_ - used, " free"));
+    }
   }
-  const int64_t used = kv_accounting_.device_bytes.load();
-  if (used + need > gpu_kv_budget_) {
-    return absl::UnavailableError(
-        absl::StrCat("--gpu-kv-budget: ", need, " bytes needed, ", gpu_kv_budget_ - used, " free"));
+  if (host_kv_budget_ > 0) {
+    const int64_t need = HostBytesFor(request);
+    if (need > host_kv_budget_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the request's host memory (", capacity, " tokens: ", need,
+                       " bytes of KV cache and attention shards) exceeds --host-kv-budget (",
+                       host_kv_budget_, " bytes)"));
+    }
+    const int64_t used = host_reserved_.load();
+    if (used + need > host_kv_budget_) {
+      return absl::UnavailableError(absl::StrCat("--host-kv-budget: ", need, " bytes needed, ",
+                                                 host_kv_budget_ - used, " free"));
+    }
   }
   return absl::OkStatus();
+}
+
+int64_t Engine::HostBytesFor(const GenerateRequest& request) const {
+  const model::ModelConfig& c = weights_->config();
+  const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
+  const int64_t capacity = std::min(context_length_, n_prompt + request.max_tokens);
+  const SparseAttentionOptions& attention =
+      request.attention.has_value() ? *request.attention : attention_;
+  const bool sparse = attention::SpecOf(attention.mode).sparse;
+  int64_t bytes = 0;
+  if (backend_->host_memory()) {
+    bytes += KvCache::BytesFor(c.n_layer, c.n_head_kv, c.head_dim, capacity);
+  } else if (sparse) {
+    // The mirror holds a layer's rows until its offload gives them back (one offload runs beside
+    // the next layer), and every layer's static window.
+    const int64_t row = 2 * c.n_head_kv * c.head_dim * static_cast<int64_t>(sizeof(uint16_t));
+    const int64_t window = std::min(capacity, attention.n_sinks + attention.window_budget);
+    bytes += row * (2 * capacity + c.n_layer * window);
+  }
+  if (sparse && node_pool_ == nullptr) {
+    const std::vector<bool> dense = DenseLayers(c.n_layer, attention);
+    const int64_t n_sparse = std::count(dense.begin(), dense.end(), false);
+    absl::StatusOr<ShardCodes> codes = ShardCodesFor(attention, spotlight_.get());
+    const ShardCodes shape = codes.ok() ? *codes : ShardCodes{attention.lsh_k, attention.lsh_l};
+    bytes += n_sparse * c.n_head_kv *
+             attention::EstimateShardBytes(c.head_dim, attention.storage, shape.k, shape.l,
+                                           shape.index, capacity);
+  }
+  return bytes;
 }
 
 void Engine::RefreshMemoryMetrics() {

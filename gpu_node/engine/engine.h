@@ -15,6 +15,7 @@
 #ifndef MAGICPIG_GPU_NODE_ENGINE_ENGINE_H_
 #define MAGICPIG_GPU_NODE_ENGINE_ENGINE_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -22,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -81,6 +83,12 @@ struct EngineOptions {
   // a backend that computes in host memory). A request whose cache does not fit waits in the
   // scheduler's queue until running sequences free enough (CheckKvBudget).
   int64_t gpu_kv_budget = 0;
+  // Cap on the host memory the live sequences may take in this process: a host-memory backend's
+  // KV caches, a device cache's host mirror and embedded attention shards, each request charged
+  // at its capacity (as an attention node admits: attention::EstimateShardBytes) from Start until
+  // its memory is freed. A request that does not fit waits in the scheduler's queue; one that never
+  // can fails with RESOURCE_EXHAUSTED. 0: none.
+  int64_t host_kv_budget = 0;
   // Decode-time attention: MagicPIG by default; kFull keeps every step exact.
   SparseAttentionOptions attention;
   // Attention nodes ("host:port") holding the offloaded keys; empty: in this process (embedded).
@@ -186,6 +194,35 @@ class Engine;
 // releases its attention shards.
 class SequenceRecovery;
 
+// Bytes of the engine's host budget (EngineOptions::host_kv_budget) a sequence holds, given back
+// when this is destroyed or replaced (when the sequence finishes). Move-only; thread-safe (the
+// pool is atomic).
+class HostReservation {
+ public:
+  HostReservation() = default;
+  HostReservation(std::atomic<int64_t>* pool, int64_t bytes) : pool_(pool), bytes_(bytes) {
+    if (pool_ != nullptr) *pool_ += bytes_;
+  }
+  HostReservation(HostReservation&& other) noexcept
+      : pool_(std::exchange(other.pool_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  HostReservation& operator=(HostReservation&& other) noexcept {
+    if (this != &other) {
+      if (pool_ != nullptr) *pool_ -= bytes_;
+      pool_ = std::exchange(other.pool_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  ~HostReservation() {
+    if (pool_ != nullptr) *pool_ -= bytes_;
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  std::atomic<int64_t>* pool_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
 class Sequence {
  public:
   ~Sequence();
@@ -223,6 +260,8 @@ class Sequence {
   BackgroundDeleter* deleter_ = nullptr;
   std::vector<float> logits_;  // of the next token
   int64_t capacity_ = 0;
+  // Its share of --host-kv-budget, held from Start until it finishes.
+  HostReservation host_reservation_;
   bool finished_ = false;
   absl::Status error_;
   int64_t decode_start_ns_ = 0;  // steady clock, at the first Step
@@ -263,10 +302,17 @@ class Engine {
   absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
                                           const GenerateCallbacks& callbacks);
 
-  // Whether the request's KV cache fits --gpu-kv-budget now: OK (also without a budget or on a
-  // host-memory backend); UNAVAILABLE when it does not fit beside the live caches but would
-  // alone; RESOURCE_EXHAUSTED when it never can. Thread-safe.
+  // Whether the request's KV cache fits --gpu-kv-budget, and its host memory (HostBytesFor)
+  // --host-kv-budget, now: OK (also without budgets); UNAVAILABLE when it does not fit beside the
+  // live sequences but would alone; RESOURCE_EXHAUSTED when it never can. Thread-safe.
   absl::Status CheckKvBudget(const GenerateRequest& request) const;
+  // The host memory the request is charged against --host-kv-budget: at its capacity, a
+  // host-memory backend's KV cache, a device cache's host mirror (two layers' rows, the offloaded
+  // ones given back after each layer, plus every layer's static window) and, with embedded
+  // sparse attention, its shards (attention::EstimateShardBytes per sparse layer and kv head).
+  int64_t HostBytesFor(const GenerateRequest& request) const;
+  // What the live sequences hold of --host-kv-budget now (their HostBytesFor, until freed).
+  int64_t host_reserved_bytes() const { return host_reserved_.load(); }
 
   // Validates the request, allocates its cache and shards and runs the prefill. INVALID_ARGUMENT
   // / OUT_OF_RANGE for a bad request, RESOURCE_EXHAUSTED when memory or attention capacity is
@@ -313,7 +359,9 @@ class Engine {
   // host mirror of each sequence's cache (KvCache::EnsureHostMirror). Null otherwise.
   std::unique_ptr<backend::Backend> window_backend_;
   KvAccounting kv_accounting_;
-  int64_t gpu_kv_budget_ = 0;  // 0 or a host-memory backend: no cap
+  int64_t gpu_kv_budget_ = 0;              // 0 or a host-memory backend: no cap
+  int64_t host_kv_budget_ = 0;             // 0: no cap
+  std::atomic<int64_t> host_reserved_{0};  // the live sequences' HostReservations
   // The memory gauges (null without a metrics registry).
   prometheus::Gauge* gpu_memory_in_use_ = nullptr;
   prometheus::Gauge* gpu_memory_total_ = nullptr;

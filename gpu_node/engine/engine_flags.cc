@@ -52,6 +52,11 @@ void DeclareModelFlags(flags::FlagTable& table, EngineOptions* options) {
               "cap on the GPU memory the sequences' KV caches may take (0: none; e.g. 24G to "
               "behave like a 24 GB card on a larger one); a request that does not fit waits for "
               "running ones to finish. No effect on the cpu backend");
+  table.Bytes("host-kv-budget", &options->host_kv_budget,
+              "cap on the host memory the sequences may take in this process (0: none): the cpu "
+              "backend's KV caches, a GPU cache's host mirror and embedded attention shards, each "
+              "request charged at its capacity as an attention node reserves; a request that "
+              "does not fit waits for running ones to finish, one that never can is refused");
   table.Number("ctx", &options->context_length, "context length in tokens; 0 = the model's",
                int64_t{0}, std::numeric_limits<int64_t>::max());
   table.Choice("mmap", &options->map_weights,
