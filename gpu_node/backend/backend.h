@@ -235,6 +235,15 @@ class Backend {
     Rope(q, n_tokens, n_head, head_dim, positions, params);
     Rope(k, n_tokens, n_head_kv, head_dim, positions, params);
   }
+  // RopeQk, then StoreKv(k, v, n_tokens, first_pos, cache) of the rotated k: one operation where
+  // the backend can fuse them (one launch instead of two per layer of a one-sequence step).
+  virtual void RopeQkStoreKv(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
+                             int64_t n_tokens, int64_t head_dim, const int32_t* positions,
+                             const RopeParams& params, int64_t first_pos,
+                             const KvLayerView& cache) {
+    RopeQk(q, n_head, k, n_head_kv, n_tokens, head_dim, positions, params);
+    StoreKv(k, v, n_tokens, first_pos, cache);
+  }
   // out[i] = silu(gate[i]) * up[i]
   virtual void SwiGlu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // Writes k, v ([n_tokens][n_head_kv * head_dim]) into cache rows first_pos.. (must fit).

@@ -164,7 +164,16 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
                                             {&w.wk, c.qkv_bias ? w.bk.data() : nullptr, k},
                                             {&w.wv, c.qkv_bias ? w.bv.data() : nullptr, v}};
   MAGICPIG_RETURN_IF_ERROR(b.MatMuls(qkv, xr, n, {w.attn_norm.data(), eps, norm}));
-  b.RopeQk(q, c.n_head, k, c.n_head_kv, n, c.head_dim, positions_.as<int32_t>() + row, rope_);
+  // One sequence's rows: rotated and stored in its cache by one operation (a launch fewer per
+  // layer on a GPU); several sequences' rows go to their own caches below.
+  const bool one_cache = slots.size() == 1;
+  const int32_t* positions = positions_.as<int32_t>() + row;
+  if (one_cache) {
+    b.RopeQkStoreKv(q, c.n_head, k, v, c.n_head_kv, n, c.head_dim, positions, rope_,
+                    slots[0].first_pos, slots[0].kv->layer(layer));
+  } else {
+    b.RopeQk(q, c.n_head, k, c.n_head_kv, n, c.head_dim, positions, rope_);
+  }
 
   const Clock::time_point attention_start = Clock::now();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
@@ -186,7 +195,7 @@ absl::Status Transformer::LayerPre(int64_t layer, float* x, int64_t row, int64_t
       }
     }
     const backend::KvLayerView cache = s.kv->layer(layer);
-    b.StoreKv(sk, sv, s.n, s.first_pos, cache);
+    if (!one_cache) b.StoreKv(sk, sv, s.n, s.first_pos, cache);
     const bool hooked = s.hook != nullptr && s.hook->AttendsLayer(layer);
     // A device cache's hooked layers mirror their rows to the host; q goes there (and the step
     // waits for it) only where the hook attends this step.

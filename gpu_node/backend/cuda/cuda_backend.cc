@@ -503,6 +503,26 @@ void CudaBackend::RopeQk(float* q, int64_t n_head, float* k, int64_t n_head_kv, 
                   "RoPE"));
 }
 
+void CudaBackend::RopeQkStoreKv(float* q, int64_t n_head, float* k, const float* v,
+                                int64_t n_head_kv, int64_t n_tokens, int64_t head_dim,
+                                const int32_t* positions, const RopeParams& params,
+                                int64_t first_pos, const KvLayerView& cache) {
+  if (!error_.ok()) return;
+  const int64_t row = cache.n_head_kv * cache.head_dim;
+  if (n_head_kv != cache.n_head_kv || head_dim != cache.head_dim ||
+      (cache.has_gap() && first_pos < cache.gap_end && first_pos + n_tokens > cache.gap_begin)) {
+    // Rows that are not contiguous in the cache (or another shape): the two operations.
+    return Backend::RopeQkStoreKv(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params,
+                                  first_pos, cache);
+  }
+  const int64_t at = cache.Row(first_pos);
+  Fail(CudaStatus(cuda_internal::LaunchRopeStoreKv(
+                      q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions,
+                      params.pairing == RopePairing::kAdjacent, params.n_rot, params.freq_base,
+                      cache.k + at * row, cache.v + at * row, device_->stream()),
+                  "RoPE and KV store"));
+}
+
 void CudaBackend::SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   if (!error_.ok()) return;
   Fail(CudaStatus(cuda_internal::LaunchSwiGlu(gate, up, n, out, device_->stream()), "SwiGLU"));

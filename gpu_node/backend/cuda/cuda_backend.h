@@ -116,6 +116,10 @@ class CudaBackend final : public Backend {
             const RopeParams& params) override;
   void RopeQk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
               int64_t head_dim, const int32_t* positions, const RopeParams& params) override;
+  void RopeQkStoreKv(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
+                     int64_t n_tokens, int64_t head_dim, const int32_t* positions,
+                     const RopeParams& params, int64_t first_pos,
+                     const KvLayerView& cache) override;
   void SwiGlu(const float* gate, const float* up, int64_t n, float* out) override;
   void StoreKv(const float* k, const float* v, int64_t n_tokens, int64_t first_pos,
                const KvLayerView& cache) override;

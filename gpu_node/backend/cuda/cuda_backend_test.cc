@@ -391,6 +391,38 @@ TEST(CudaBackendTest, NormRopeSwiGluAndAddsMatchTheCpuBackend) {
         ASSERT_NEAR(gk[i], ky[i], 1e-5 * (1 + std::fabs(ky[i]))) << "k " << i;
         ASSERT_EQ(gk[i], gk2[i]) << "k " << i;
       }
+      // RoPE and the KV store in one launch (RopeQkStoreKv), into rows 3.. of a cache: q and k
+      // bit for bit as RopeQk's, the cache rows as StoreKv's of them, the rows around untouched
+      // (still the poison, fp16 NaN 0x7e00).
+      const int64_t kv_row = kv_heads * hd, first = 3, rows = first + n + 2;
+      const std::vector<float> vx = Random(n * kv_row, 8);
+      float* qd3 = d.Put(x);
+      float* kd3 = d.Put(kx);
+      const float* vd3 = d.Put(vx);
+      uint16_t* ck = d.Poisoned<uint16_t>(rows * kv_row);
+      uint16_t* cv = d.Poisoned<uint16_t>(rows * kv_row);
+      const KvLayerView view{ck, cv, rows, kv_heads, hd};
+      ASSERT_TRUE(b->Execute([&] {
+                     b->RopeQkStoreKv(qd3, heads, kd3, vd3, kv_heads, n, hd, pd, params, first,
+                                      view);
+                     return absl::OkStatus();
+                   }).ok());
+      const std::vector<float> gq3 = d.Get(qd3, n * dim), gk3 = d.Get(kd3, n * kv_row);
+      const std::vector<uint16_t> hk = d.Get(static_cast<const uint16_t*>(ck), rows * kv_row);
+      const std::vector<uint16_t> hv = d.Get(static_cast<const uint16_t*>(cv), rows * kv_row);
+      for (int64_t i = 0; i < n * dim; ++i) ASSERT_EQ(gq3[i], gq[i]) << "fused q " << i;
+      for (int64_t i = 0; i < rows * kv_row; ++i) {
+        const int64_t r = i / kv_row - first;
+        if (r < 0 || r >= n) {
+          ASSERT_EQ(hk[i], 0x7e00) << "row outside the store " << i / kv_row;
+          ASSERT_EQ(hv[i], 0x7e00) << "row outside the store " << i / kv_row;
+          continue;
+        }
+        const int64_t j = r * kv_row + i % kv_row;
+        ASSERT_EQ(gk3[j], gk[j]) << "fused k " << j;
+        ASSERT_EQ(hk[i], FloatToFp16(gk[j])) << "cached k " << j;
+        ASSERT_EQ(hv[i], FloatToFp16(vx[j])) << "cached v " << j;
+      }
     }
   }
 

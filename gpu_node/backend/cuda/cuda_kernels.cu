@@ -250,6 +250,42 @@ __global__ void RopeKernel(float* x, int64_t n_heads_x, float* y, int64_t n_head
   xh[b] = __fadd_rn(__fmul_rn(xa, s), __fmul_rn(xb, c));
 }
 
+// RopeKernel's rotation of q and k, and the KV store of the rotated k and of v, in one launch:
+// thread i rotates pair i (as RopeKernel; a k pair also goes to the cache as fp16), stores value
+// element i and, where n_rot < head_dim, k element i when it lies outside the rotated dims.
+__global__ void RopeStoreKvKernel(float* q, int64_t n_head, float* k, const float* v,
+                                  int64_t n_head_kv, int64_t n_tokens, int64_t head_dim,
+                                  const int32_t* positions, bool adjacent, int64_t n_rot,
+                                  double freq_base, __half* kd, __half* vd) {
+  const int64_t half = n_rot / 2, n_heads = n_head + n_head_kv;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n_tokens * n_heads * half) {
+    const int64_t pair = i % half, head = (i / half) % n_heads, t = i / (half * n_heads);
+    const double theta = positions[t] * pow(freq_base, -2.0 * static_cast<double>(pair) / n_rot);
+    const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
+    const bool is_k = head >= n_head;
+    const int64_t offset =
+        is_k ? (t * n_head_kv + head - n_head) * head_dim : (t * n_head + head) * head_dim;
+    float* xh = (is_k ? k : q) + offset;
+    const int64_t a = adjacent ? 2 * pair : pair;
+    const int64_t b = adjacent ? 2 * pair + 1 : pair + half;
+    const float xa = xh[a], xb = xh[b];
+    const float ra = __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, s));
+    const float rb = __fadd_rn(__fmul_rn(xa, s), __fmul_rn(xb, c));
+    xh[a] = ra;
+    xh[b] = rb;
+    if (is_k) {
+      kd[offset + a] = __float2half_rn(ra);
+      kd[offset + b] = __float2half_rn(rb);
+    }
+  }
+  const int64_t kv = n_tokens * n_head_kv * head_dim;
+  if (i < kv) {
+    vd[i] = __float2half_rn(v[i]);
+    if (i % head_dim >= n_rot) kd[i] = __float2half_rn(k[i]);  // not rotated: stored as it is
+  }
+}
+
 __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, float* out) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
@@ -749,6 +785,19 @@ cudaError_t LaunchRope(float* x, int64_t n_heads_x, float* y, int64_t n_heads_y,
   if (n == 0) return cudaSuccess;
   RopeKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n_heads_x, y, n_heads_y, n_tokens, head_dim,
                                                  positions, adjacent_pairs, n_rot, freq_base);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRopeStoreKv(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
+                              int64_t n_tokens, int64_t head_dim, const int32_t* positions,
+                              bool adjacent_pairs, int64_t n_rot, double freq_base, uint16_t* k_dst,
+                              uint16_t* v_dst, cudaStream_t stream) {
+  const int64_t n =
+      max(n_tokens * (n_head + n_head_kv) * (n_rot / 2), n_tokens * n_head_kv * head_dim);
+  if (n == 0) return cudaSuccess;
+  RopeStoreKvKernel<<<Blocks(n), kThreads, 0, stream>>>(
+      q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, adjacent_pairs, n_rot, freq_base,
+      reinterpret_cast<__half*>(k_dst), reinterpret_cast<__half*>(v_dst));
   return cudaGetLastError();
 }
 

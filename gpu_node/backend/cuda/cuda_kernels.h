@@ -58,6 +58,12 @@ cudaError_t LaunchAdd(const float* x, float* y, int64_t n, cudaStream_t stream);
 cudaError_t LaunchRope(float* x, int64_t n_heads_x, float* y, int64_t n_heads_y, int64_t n_tokens,
                        int64_t head_dim, const int32_t* positions, bool adjacent_pairs,
                        int64_t n_rot, double freq_base, cudaStream_t stream);
+// LaunchRope of q and k, then LaunchStoreKv of the rotated k and v into k_dst / v_dst (the
+// cache's rows of the n_tokens positions), in one launch; the same values bit for bit.
+cudaError_t LaunchRopeStoreKv(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
+                              int64_t n_tokens, int64_t head_dim, const int32_t* positions,
+                              bool adjacent_pairs, int64_t n_rot, double freq_base, uint16_t* k_dst,
+                              uint16_t* v_dst, cudaStream_t stream);
 cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,
                          cudaStream_t stream);
 // dst[i] = fp16(src[i]) for k and v alike (n values each).
