@@ -4,6 +4,7 @@
 // bit-identical to the CPU backend's. This is what the CUDA backend relies on, checked without a
 // GPU.
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -288,6 +289,47 @@ TEST(DevicePathTest, MemoryGaugesFollowTheLiveCaches) {
   EXPECT_EQ(GaugeValue(registry, "magicpig_kv_cache_bytes", "memory", "host"), 0);
 }
 
+// What a scheduler over `e` made of `requests` (submitted at once, waited for): each one's
+// outcome, how many finished and how many were refused for capacity, and the largest value of
+// `usage` read at any token.
+struct QueuedRun {
+  std::vector<absl::Status> results;
+  int ok = 0, exhausted = 0;
+  int64_t peak = 0;
+};
+QueuedRun RunQueued(Engine* e, const std::vector<GenerateRequest>& requests,
+                    const std::function<int64_t()>& usage) {
+  absl::Mutex mu;
+  QueuedRun run;
+  Scheduler scheduler(e, SchedulerOptions{8, 64}, nullptr);  // stopped before mu and run go
+  for (const GenerateRequest& req : requests) {
+    RequestCallbacks cb;
+    cb.on_token = [&](const TokenOutput&) {
+      absl::MutexLock lock(&mu);
+      run.peak = std::max(run.peak, usage());
+    };
+    cb.on_done = [&](absl::StatusOr<GenerateResult> r) {
+      absl::MutexLock lock(&mu);
+      run.results.push_back(r.status());
+    };
+    EXPECT_TRUE(scheduler.Submit(req, std::move(cb)).ok());
+  }
+  {
+    struct Waiting {
+      const std::vector<absl::Status>* results;
+      size_t n;
+    } waiting{&run.results, requests.size()};
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(
+        +[](Waiting* w) { return w->results->size() == w->n; }, &waiting));
+  }
+  for (const absl::Status& r : run.results) {
+    run.ok += r.ok();
+    run.exhausted += absl::IsResourceExhausted(r);
+  }
+  return run;
+}
+
 // --gpu-kv-budget: requests whose caches do not fit beside the running ones wait in the queue
 // (all finish, and the device KV never exceeds the budget); one that can never fit fails.
 TEST(DevicePathTest, GpuKvBudgetQueuesWhatDoesNotFit) {
@@ -298,48 +340,17 @@ TEST(DevicePathTest, GpuKvBudgetQueuesWhatDoesNotFit) {
   options.gpu_kv_budget = one + one / 2;  // room for one sequence at a time
   auto e = MakeEngine(model, std::make_unique<testing::FakeDeviceBackend>(1), options);
   ASSERT_NE(e, nullptr);
-  Scheduler scheduler(e.get(), SchedulerOptions{8, 64}, nullptr);
-  absl::Mutex mu;
-  int done = 0;
-  int64_t peak = 0;
-  std::vector<absl::Status> results;
-  auto callbacks = [&] {
-    RequestCallbacks cb;
-    cb.on_token = [&](const TokenOutput&) {
-      absl::MutexLock lock(&mu);
-      peak = std::max(peak, e->kv_accounting().device_bytes.load());
-    };
-    cb.on_done = [&](absl::StatusOr<GenerateResult> r) {
-      absl::MutexLock lock(&mu);
-      results.push_back(r.status());
-      ++done;
-    };
-    return cb;
-  };
-  for (int i = 0; i < 3; ++i) {
-    GenerateRequest req;
-    req.prompt = std::vector<int32_t>(prompt, 50 + i);
-    req.max_tokens = max_tokens;
-    req.ignore_eos = true;
-    ASSERT_TRUE(scheduler.Submit(req, callbacks()).ok());
+  std::vector<GenerateRequest> requests(4);
+  for (int i = 0; i < 4; ++i) {
+    requests[i].prompt = std::vector<int32_t>(i < 3 ? prompt : 100, 50 + i);  // the last: too big
+    requests[i].max_tokens = max_tokens;
+    requests[i].ignore_eos = true;
   }
-  GenerateRequest big;
-  big.prompt = std::vector<int32_t>(100, 60);
-  big.max_tokens = max_tokens;
-  ASSERT_TRUE(scheduler.Submit(big, callbacks()).ok());
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(
-        +[](int* d) { return *d == 4; }, &done));
-  }
-  int ok = 0, exhausted = 0;
-  for (const absl::Status& r : results) {
-    ok += r.ok();
-    exhausted += absl::IsResourceExhausted(r);
-  }
-  EXPECT_EQ(ok, 3);
-  EXPECT_EQ(exhausted, 1);
-  EXPECT_EQ(peak, one);  // one at a time, never over the budget
+  const QueuedRun run =
+      RunQueued(e.get(), requests, [&] { return e->kv_accounting().device_bytes.load(); });
+  EXPECT_EQ(run.ok, 3);
+  EXPECT_EQ(run.exhausted, 1);
+  EXPECT_EQ(run.peak, one);  // one at a time, never over the budget
 }
 
 // --host-kv-budget, on the CPU backend with embedded MagicPIG shards: each request is charged its
@@ -355,16 +366,19 @@ TEST(DevicePathTest, HostKvBudgetQueuesWhatDoesNotFit) {
   options.attention.n_local = 8;
   options.attention.min_offload_keys = 1;
   options.num_threads = 1;
-  GenerateRequest req;
-  req.prompt = std::vector<int32_t>(prompt, 50);
-  req.max_tokens = max_tokens;
-  req.ignore_eos = true;
+  std::vector<GenerateRequest> requests(4);
+  for (int i = 0; i < 4; ++i) {
+    // The last one too big (the synthetic model's context is 256).
+    requests[i].prompt = std::vector<int32_t>(i < 3 ? prompt : 240, 50 + i);
+    requests[i].max_tokens = max_tokens;
+    requests[i].ignore_eos = true;
+  }
   int64_t one = 0;
   {
     auto probe = MakeEngine(model, std::make_unique<backend::CpuBackend>(1), options);
     ASSERT_NE(probe, nullptr);
-    one = probe->HostBytesFor(req);
-    auto r = probe->Generate(req, {});
+    one = probe->HostBytesFor(requests[0]);
+    auto r = probe->Generate(requests[0], {});
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_GT(r->stats.attention_shard_bytes, 0);  // the shards were built
     EXPECT_GE(one,
@@ -373,48 +387,15 @@ TEST(DevicePathTest, HostKvBudgetQueuesWhatDoesNotFit) {
   options.host_kv_budget = one + one / 4;  // room for one sequence at a time
   auto e = MakeEngine(model, std::make_unique<backend::CpuBackend>(1), options);
   ASSERT_NE(e, nullptr);
-  Scheduler scheduler(e.get(), SchedulerOptions{8, 64}, nullptr);
-  absl::Mutex mu;
-  int done = 0;
-  int64_t peak = 0;
-  std::vector<absl::Status> results;
-  auto callbacks = [&] {
-    RequestCallbacks cb;
-    cb.on_token = [&](const TokenOutput&) {
-      absl::MutexLock lock(&mu);
-      peak = std::max(peak, e->host_reserved_bytes());
-    };
-    cb.on_done = [&](absl::StatusOr<GenerateResult> r) {
-      absl::MutexLock lock(&mu);
-      results.push_back(r.status());
-      ++done;
-    };
-    return cb;
-  };
-  for (int i = 0; i < 3; ++i) {
-    GenerateRequest r = req;
-    r.prompt = std::vector<int32_t>(prompt, 50 + i);
-    ASSERT_TRUE(scheduler.Submit(r, callbacks()).ok());
-  }
-  GenerateRequest big = req;
-  big.prompt = std::vector<int32_t>(240, 60);  // the synthetic model's context is 256
-  ASSERT_GT(e->HostBytesFor(big), options.host_kv_budget);
-  ASSERT_TRUE(scheduler.Submit(big, callbacks()).ok());
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(
-        +[](int* d) { return *d == 4; }, &done));
-  }
-  int ok = 0, exhausted = 0;
-  for (const absl::Status& r : results) {
-    ok += r.ok();
-    exhausted += absl::IsResourceExhausted(r);
+  ASSERT_GT(e->HostBytesFor(requests[3]), options.host_kv_budget);
+  const QueuedRun run = RunQueued(e.get(), requests, [&] { return e->host_reserved_bytes(); });
+  EXPECT_EQ(run.ok, 3);
+  EXPECT_EQ(run.exhausted, 1);
+  for (const absl::Status& r : run.results) {
     if (absl::IsResourceExhausted(r))
       EXPECT_NE(r.message().find("--host-kv-budget"), r.message().npos);
   }
-  EXPECT_EQ(ok, 3);
-  EXPECT_EQ(exhausted, 1);
-  EXPECT_EQ(peak, one);  // one at a time, never over the budget
+  EXPECT_EQ(run.peak, one);  // one at a time, never over the budget
   e->DrainReleases();
   EXPECT_EQ(e->host_reserved_bytes(), 0);
 }
