@@ -298,7 +298,7 @@ bool SparseAttentionRouter::PlanDeviceWork(int64_t layer, int64_t pos, DeviceWor
 absl::StatusOr<bool> SparseAttentionRouter::PlanOffloadCodes(int64_t layer, int64_t n_tokens,
                                                              OffloadCodesPlan* plan) {
   planned_layer_ = -1;
-  if (IsDense(layer) || spot_ != nullptr || sketch_) return false;
+  if (!options_.device_key_codes || IsDense(layer) || spot_ != nullptr || sketch_) return false;
   MAGICPIG_RETURN_IF_ERROR(WaitStored());  // device_codes_ is the finished offload's
   const Layer& st = layers_[static_cast<size_t>(layer)];
   // The first offload only: a window overflow's few hundred rows are cheaper to hash here than

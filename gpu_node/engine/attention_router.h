@@ -106,6 +106,9 @@ struct SparseAttentionOptions {
   // Build a layer's shards while the next layer computes (see SparseAttentionRouter); false: in
   // OnLayerStored, before it returns.
   bool overlap_offload = true;
+  // On a device backend, the prefill's offloaded keys centred and hashed on the device
+  // (PlanOffloadCodes); false: on the host, as with a host-memory backend.
+  bool device_key_codes = true;
 
   attention::EstimatorParams estimator_params() const {
     return {.lsh_k = lsh_k,

@@ -160,6 +160,20 @@ TEST(DevicePathTest, MagicPigThroughTheHostMirrorEqualsTheCpuBackends) {
   // each sparse layer's prefill offloaded (one call per sparse layer).
   const std::vector<bool> dense = DenseLayers(dev->config().n_layer, options.attention);
   EXPECT_EQ(fake->offload_key_codes_calls(), std::count(dense.begin(), dense.end(), false));
+  // --no-device-key-codes: the host hashes them, with the same result.
+  options.attention.device_key_codes = false;
+  auto device2 = std::make_unique<testing::FakeDeviceBackend>(1);
+  testing::FakeDeviceBackend* fake2 = device2.get();
+  auto dev2 = MakeEngine(testing::SmallModel(3), std::move(device2), options);
+  ASSERT_NE(dev2, nullptr);
+  auto c = dev2->Generate(req, {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(fake2->offload_key_codes_calls(), 0);
+  EXPECT_EQ(a->tokens, c->tokens);
+  ASSERT_EQ(a->logprobs.size(), c->logprobs.size());
+  for (size_t i = 0; i < a->logprobs.size(); ++i) {
+    EXPECT_EQ(a->logprobs[i].logprob, c->logprobs[i].logprob) << "token " << i;
+  }
   EXPECT_GT(fake->simhash_calls(), 0);
   EXPECT_EQ(fake->range_attention_calls(), fake->simhash_calls());
   ASSERT_EQ(a->logprobs.size(), b->logprobs.size());

@@ -104,6 +104,11 @@ void DeclareAttentionFlags(flags::FlagTable& table, SparseAttentionOptions* atte
                "many keys; below about 3K keys the sampled path costs more than exact attention "
                "(docs/sparse-decode.md). 1: sample as soon as there is anything to sample",
                int64_t{1}, int64_t{1} << 40);
+  table.Switch("no-device-key-codes", &attention->device_key_codes,
+               "with a GPU backend, hash the prefill's offloaded keys on the host instead of on "
+               "the GPU (the same codes but where a projection is within rounding of zero; for "
+               "comparison and as a fallback)",
+               /*present_value=*/false);
   table.Number("shard-block", &attention->shard_block,
                "tokens per block of the offloaded prompt region; each block has its own KV shard "
                "and LSH tables, attended separately and merged in order (embedded and on attention "
