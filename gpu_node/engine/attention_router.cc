@@ -314,7 +314,9 @@ absl::StatusOr<bool> SparseAttentionRouter::PlanOffloadCodes(int64_t layer, int6
            .compute_centre = st.center.empty(),
            .centre = device_codes_.centre.data(),
            .codes = device_codes_.codes.data()};
-  if (!plan->compute_centre) device_codes_.centre = st.center;  // kept across a rebuild's prefill
+  // A centre already there (an earlier attempt at this offload failed after computing it) is
+  // kept: the device centres with it.
+  if (!plan->compute_centre) device_codes_.centre = st.center;
   plan->centre = device_codes_.centre.data();
   planned_layer_ = layer;
   planned_begin_ = begin;
