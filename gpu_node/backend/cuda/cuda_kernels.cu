@@ -230,8 +230,27 @@ __global__ void AddKernel(const float* x, float* y, int64_t n) {
   if (i < n) y[i] += x[i];
 }
 
-// One thread per rotated pair of the heads of x and then of y (q and k at the same positions);
-// angles in double as on the CPU: theta = pos * base^(-2i / n_rot).
+// Rotates pair `pair` of the head at xh by position pos (angles in double as on the CPU: theta =
+// pos * base^(-2 pair / n_rot)) and returns the pair's indices in the head and its new values.
+struct RotatedPair {
+  int64_t a, b;
+  float xa, xb;
+};
+__device__ RotatedPair RotatePair(float* xh, int64_t pair, int32_t pos, bool adjacent,
+                                  int64_t n_rot, double freq_base) {
+  const double theta = pos * pow(freq_base, -2.0 * static_cast<double>(pair) / n_rot);
+  const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
+  const int64_t a = adjacent ? 2 * pair : pair;
+  const int64_t b = adjacent ? 2 * pair + 1 : pair + n_rot / 2;
+  const float xa = xh[a], xb = xh[b];
+  const RotatedPair r{a, b, __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, s)),
+                      __fadd_rn(__fmul_rn(xa, s), __fmul_rn(xb, c))};
+  xh[a] = r.xa;
+  xh[b] = r.xb;
+  return r;
+}
+
+// One thread per rotated pair of the heads of x and then of y (q and k at the same positions).
 __global__ void RopeKernel(float* x, int64_t n_heads_x, float* y, int64_t n_heads_y,
                            int64_t n_tokens, int64_t head_dim, const int32_t* positions,
                            bool adjacent, int64_t n_rot, double freq_base) {
@@ -239,15 +258,9 @@ __global__ void RopeKernel(float* x, int64_t n_heads_x, float* y, int64_t n_head
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n_tokens * n_heads * half) return;
   const int64_t pair = i % half, head = (i / half) % n_heads, t = i / (half * n_heads);
-  const double theta = positions[t] * pow(freq_base, -2.0 * static_cast<double>(pair) / n_rot);
-  const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
   float* xh = head < n_heads_x ? x + (t * n_heads_x + head) * head_dim
                                : y + (t * n_heads_y + head - n_heads_x) * head_dim;
-  const int64_t a = adjacent ? 2 * pair : pair;
-  const int64_t b = adjacent ? 2 * pair + 1 : pair + half;
-  const float xa = xh[a], xb = xh[b];
-  xh[a] = __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, s));
-  xh[b] = __fadd_rn(__fmul_rn(xa, s), __fmul_rn(xb, c));
+  RotatePair(xh, pair, positions[t], adjacent, n_rot, freq_base);
 }
 
 // RopeKernel's rotation of q and k, and the KV store of the rotated k and of v, in one launch:
@@ -261,22 +274,14 @@ __global__ void RopeStoreKvKernel(float* q, int64_t n_head, float* k, const floa
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n_tokens * n_heads * half) {
     const int64_t pair = i % half, head = (i / half) % n_heads, t = i / (half * n_heads);
-    const double theta = positions[t] * pow(freq_base, -2.0 * static_cast<double>(pair) / n_rot);
-    const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
     const bool is_k = head >= n_head;
     const int64_t offset =
         is_k ? (t * n_head_kv + head - n_head) * head_dim : (t * n_head + head) * head_dim;
-    float* xh = (is_k ? k : q) + offset;
-    const int64_t a = adjacent ? 2 * pair : pair;
-    const int64_t b = adjacent ? 2 * pair + 1 : pair + half;
-    const float xa = xh[a], xb = xh[b];
-    const float ra = __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, s));
-    const float rb = __fadd_rn(__fmul_rn(xa, s), __fmul_rn(xb, c));
-    xh[a] = ra;
-    xh[b] = rb;
+    const RotatedPair r =
+        RotatePair((is_k ? k : q) + offset, pair, positions[t], adjacent, n_rot, freq_base);
     if (is_k) {
-      kd[offset + a] = __float2half_rn(ra);
-      kd[offset + b] = __float2half_rn(rb);
+      kd[offset + r.a] = __float2half_rn(r.xa);
+      kd[offset + r.b] = __float2half_rn(r.xb);
     }
   }
   const int64_t kv = n_tokens * n_head_kv * head_dim;
@@ -347,6 +352,12 @@ __global__ void SimHashCodesKernel(const float* x, const float* w, int64_t n, in
   }
 }
 
+// The cache row of position p in a view whose positions [gap_begin, gap_end) are not stored
+// (KvLayerView::Row).
+__device__ int64_t RowOf(int64_t p, int64_t gap_begin, int64_t gap_end) {
+  return p >= gap_end ? p - (gap_end - gap_begin) : p;
+}
+
 // Thread (kv head g, dimension t): the mean over positions [begin, begin + n) of the keys'
 // dimension t, summed in float64 in position order (as backend::CentredKeys on the host: the same
 // additions, so the same bits). Rows map to positions through the view's gap.
@@ -363,8 +374,7 @@ __global__ void KeyCentreKernel(const __half* k, int64_t n_kv, int64_t hd, int64
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
       const int64_t p = p0 + j;
-      const int64_t row = p >= gap_end ? p - (gap_end - gap_begin) : p;
-      x[j] = p < begin + n ? __half2float(k[row * n_kv * hd + i]) : 0.0f;
+      x[j] = p < begin + n ? __half2float(k[RowOf(p, gap_begin, gap_end) * n_kv * hd + i]) : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
@@ -380,8 +390,7 @@ __global__ void CentredKeysKernel(const __half* k, int64_t n_kv, int64_t hd, int
                                   const float* centre, float* out) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= n * hd) return;
-  const int64_t p = begin + e / hd, t = e % hd;
-  const int64_t row = p >= gap_end ? p - (gap_end - gap_begin) : p;
+  const int64_t row = RowOf(begin + e / hd, gap_begin, gap_end), t = e % hd;
   out[e] = __fsub_rn(__half2float(k[(row * n_kv + g) * hd + t]), centre[g * hd + t]);
 }
 
