@@ -394,12 +394,13 @@ absl::StatusOr<std::unique_ptr<Sequence>> Engine::Start(const GenerateRequest& r
         "sparse attention needs a head dim that is a multiple of 16; this model has ", c.head_dim));
   }
   absl::MutexLock lock(&mu_);
-  if (absl::Status fits = CheckKvBudget(request); !fits.ok()) {
+  const int64_t host_need = HostBytesFor(request);
+  if (absl::Status fits = CheckKvBudget(request, host_need); !fits.ok()) {
     // Callers that do not wait (the scheduler does) get the budget as a capacity error.
     return absl::ResourceExhaustedError(fits.message());
   }
   std::unique_ptr<Sequence> seq(new Sequence());
-  seq->host_reservation_ = HostReservation(&host_reserved_, HostBytesFor(request));
+  seq->host_reservation_ = HostReservation(&host_reserved_, host_need);
   seq->request_ = request;
   seq->callbacks_ = std::move(callbacks);
   seq->capacity_ = std::min(context_length_, n_prompt + request.max_tokens);
@@ -613,38 +614,41 @@ attention::AttentionRunner::PhaseStats Engine::TakeEstimatorPhaseStats() {
                                       : attention::AttentionRunner::PhaseStats{};
 }
 
+namespace {
+
+// One budget's admission (the GPU's or the host's): RESOURCE_EXHAUSTED when `need` alone exceeds
+// `budget`, UNAVAILABLE when it does not fit beside `used`, OK otherwise (also without a budget).
+absl::Status CheckBudget(absl::string_view flag, absl::string_view what, int64_t capacity,
+                         int64_t need, int64_t used, int64_t budget) {
+  if (budget <= 0) return absl::OkStatus();
+  if (need > budget) {
+    return absl::ResourceExhaustedError(absl::StrCat("the request's ", what, " (", capacity,
+                                                     " tokens, ", need, " bytes) exceeds ", flag,
+                                                     " (", budget, " bytes)"));
+  }
+  if (used + need > budget) {
+    return absl::UnavailableError(
+        absl::StrCat(flag, ": ", need, " bytes needed, ", budget - used, " free"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Engine::CheckKvBudget(const GenerateRequest& request) const {
+  return CheckKvBudget(request, host_kv_budget_ > 0 ? HostBytesFor(request) : 0);
+}
+
+absl::Status Engine::CheckKvBudget(const GenerateRequest& request, int64_t host_need) const {
   const model::ModelConfig& c = weights_->config();
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   const int64_t capacity = std::min(context_length_, n_prompt + request.max_tokens);
-  if (gpu_kv_budget_ > 0) {
-    const int64_t need = KvCache::BytesFor(c.n_layer, c.n_head_kv, c.head_dim, capacity);
-    if (need > gpu_kv_budget_) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the request's KV cache (", capacity, " tokens, ", need,
-                       " bytes) exceeds --gpu-kv-budget (", gpu_kv_budget_, " bytes)"));
-    }
-    const int64_t used = kv_accounting_.device_bytes.load();
-    if (used + need > gpu_kv_budget_) {
-      return absl::UnavailableError(absl::StrCat("--gpu-kv-budget: ", need, " bytes needed, ",
-                                                 gpu_kv_budget_ - used, " free"));
-    }
-  }
-  if (host_kv_budget_ > 0) {
-    const int64_t need = HostBytesFor(request);
-    if (need > host_kv_budget_) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the request's host memory (", capacity, " tokens: ", need,
-                       " bytes of KV cache and attention shards) exceeds --host-kv-budget (",
-                       host_kv_budget_, " bytes)"));
-    }
-    const int64_t used = host_reserved_.load();
-    if (used + need > host_kv_budget_) {
-      return absl::UnavailableError(absl::StrCat("--host-kv-budget: ", need, " bytes needed, ",
-                                                 host_kv_budget_ - used, " free"));
-    }
-  }
-  return absl::OkStatus();
+  MAGICPIG_RETURN_IF_ERROR(
+      CheckBudget("--gpu-kv-budget", "KV cache", capacity,
+                  KvCache::BytesFor(c.n_layer, c.n_head_kv, c.head_dim, capacity),
+                  kv_accounting_.device_bytes.load(), gpu_kv_budget_));
+  return CheckBudget("--host-kv-budget", "host memory for its KV cache and attention shards",
+                     capacity, host_need, host_reserved_.load(), host_kv_budget_);
 }
 
 int64_t Engine::HostBytesFor(const GenerateRequest& request) const {

@@ -353,6 +353,8 @@ class Engine {
   // Samples seq's next token, records it and its logprobs, runs the callbacks and finishes the
   // sequence when a stop condition holds. Returns true when the sequence goes on.
   bool SampleNext(Sequence& seq);
+  // CheckKvBudget with the request's HostBytesFor already computed (Start charges it next).
+  absl::Status CheckKvBudget(const GenerateRequest& request, int64_t host_need) const;
 
   std::unique_ptr<backend::Backend> backend_;
   // With a device backend: the CPU backend that attends sparse layers' static windows on the
