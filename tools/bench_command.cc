@@ -48,6 +48,17 @@ int64_t AvailableHostBytes() {
   return -1;
 }
 
+// The request RunBatch starts for one prompt.
+engine::GenerateRequest BenchRequest(const std::vector<int32_t>& prompt, int64_t decode_tokens,
+                                     const engine::SparseAttentionOptions& attention) {
+  engine::GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = decode_tokens + 1;
+  req.ignore_eos = true;
+  req.attention = attention;
+  return req;
+}
+
 // `prompts.size()` sequences prefilled one after the other, then decoded together.
 absl::StatusOr<Run> RunBatch(engine::Engine& e, const std::vector<std::vector<int32_t>>& prompts,
                              int64_t decode_tokens,
@@ -58,11 +69,7 @@ absl::StatusOr<Run> RunBatch(engine::Engine& e, const std::vector<std::vector<in
   int64_t prompt_tokens = 0;
   double prefill_seconds = 0;
   for (const std::vector<int32_t>& prompt : prompts) {
-    engine::GenerateRequest req;
-    req.prompt = prompt;
-    req.max_tokens = decode_tokens + 1;
-    req.ignore_eos = true;
-    req.attention = attention;
+    const engine::GenerateRequest req = BenchRequest(prompt, decode_tokens, attention);
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<engine::Sequence>> seq = e.Start(req, {});
     if (!seq.ok()) return seq.status();
@@ -180,9 +187,9 @@ std::unique_ptr<flags::FlagTable> BenchFlagTable(BenchFlags* f) {
                 int64_t{1} << 20);
   table->NumberList("batch", &f->batches,
                     "sequences decoded together (each row: that many prompts of the depth); "
-                    "a batch that does not fit (in --gpu-kv-budget, device memory, or with "
-                    "embedded shards the host memory left, at the last batch's shard bytes per "
-                    "sequence) is reported and larger ones skipped",
+                    "a batch that does not fit (in --gpu-kv-budget, device memory, or "
+                    "--host-kv-budget, by default 90% of the host memory left when the run "
+                    "starts) is reported and larger ones skipped",
                     int64_t{1}, int64_t{4096});
   table->Number("repeat", &f->repeat, "rounds per depth (the best is shown)", int64_t{1},
                 int64_t{1000});
@@ -216,6 +223,13 @@ int BenchCommand(const std::vector<std::string>& args) {
   for (int64_t d : f.depths) max_depth = std::max(max_depth, d);
   const bool batched = f.batches.size() > 1 || f.batches[0] != 1;
   if (options.context_length == 0) options.context_length = max_depth + f.decode_tokens + 1;
+  // Embedded shards live in this process: unless told otherwise, the engine admits sequences into
+  // 90% of the memory the system has left (--host-kv-budget), so that a batch too large for it is
+  // reported as not fitting instead of the kernel killing the run.
+  if (options.host_kv_budget == 0 && options.attention_nodes.empty()) {
+    const int64_t available = AvailableHostBytes();
+    if (available > 0) options.host_kv_budget = available / 10 * 9;
+  }
   auto loaded = engine::Engine::Load(options);
   if (!loaded.ok()) {
     std::cerr << "magicpig bench: " << loaded.status().message() << "\n";
@@ -282,11 +296,6 @@ int BenchCommand(const std::vector<std::string>& args) {
   }
   for (int64_t depth : f.depths) {
     std::vector<bool> too_big(modes.size(), false);  // a smaller batch of the mode did not fit
-    // Embedded shards live in this process: a batch whose shards (at the last batch's bytes per
-    // sequence) would not fit in the memory the system has left is reported, not run (the kernel
-    // would kill the run instead of the batch failing).
-    std::vector<int64_t> shard_bytes_per_seq(modes.size(), 0);
-    const bool shards_here = options.attention_nodes.empty();
     for (int64_t batch : f.batches) {
       std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
       for (std::vector<int32_t>& prompt : prompts) {
@@ -301,21 +310,20 @@ int BenchCommand(const std::vector<std::string>& args) {
       for (int64_t round = 0; round < f.repeat; ++round) {
         for (size_t m = 0; m < modes.size(); ++m) {
           if (too_big[m] || !fits[m]) continue;
-          const int64_t available = AvailableHostBytes();
-          const int64_t shards_need = shard_bytes_per_seq[m] * batch;
-          if (shards_here && batched && available > 0 && shards_need > available / 10 * 9) {
+          // The engine would admit the batch's first sequences and refuse the rest: what the
+          // whole batch is charged, known before any prefill, says so at once.
+          const int64_t host_need =
+              batch * e.HostBytesFor(BenchRequest(prompts[0], f.decode_tokens, modes[m]));
+          if (batched && options.host_kv_budget > 0 && host_need > options.host_kv_budget) {
             fits[m] = false;
-            why[m] = absl::StrFormat("host memory: %.1f GB of shards, %.1f GB available",
-                                     shards_need / 1e9, available / 1e9);
+            why[m] = absl::StrFormat("--host-kv-budget: %.1f GB for the batch, %.1f GB allowed",
+                                     host_need / 1e9, options.host_kv_budget / 1e9);
             continue;
           }
           absl::StatusOr<Run> r = RunBatch(e, prompts, f.decode_tokens, modes[m]);
           if (absl::IsResourceExhausted(r.status()) && batched) {
             fits[m] = false;
             continue;
-          }
-          if (r.ok()) {
-            shard_bytes_per_seq[m] = std::max(shard_bytes_per_seq[m], r->shard_bytes / batch);
           }
           if (!r.ok()) {
             std::cerr << "magicpig bench: " << r.status().message() << "\n";
