@@ -121,6 +121,12 @@ absl::Status Backend::OffloadKeyCodes(const attention::SimHash& hash, const KvLa
     return absl::UnimplementedError(absl::StrCat(
         std::string(name()), " backend: OffloadKeyCodes over device memory is not implemented"));
   }
+  return CentredKeyCodes(hash, cache, begin, end, compute_centre, centre, codes);
+}
+
+absl::Status CentredKeyCodes(const attention::SimHash& hash, const KvLayerView& cache,
+                             int64_t begin, int64_t end, bool compute_centre, float* centre,
+                             uint16_t* codes) {
   const int64_t n = end - begin;
   if (n <= 0) return absl::OkStatus();
   std::vector<float> keys(static_cast<size_t>(cache.n_head_kv * n * cache.head_dim));

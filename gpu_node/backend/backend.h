@@ -81,6 +81,11 @@ std::vector<std::pair<int64_t, int64_t>> RangesAsRows(
 // Runs on the caller's oneTBB arena.
 void CentredKeys(const KvLayerView& cache, int64_t begin, int64_t end, bool compute_centre,
                  float* centre, float* keys_out, float* values_out);
+// CentredKeys' keys hashed with `hash` into codes [n_head_kv * (end - begin)][hash.l()]: what
+// Backend::OffloadKeyCodes computes, here on the host from a cache in host memory.
+absl::Status CentredKeyCodes(const attention::SimHash& hash, const KvLayerView& cache,
+                             int64_t begin, int64_t end, bool compute_centre, float* centre,
+                             uint16_t* codes);
 
 // Memory allocated by a backend in its own address space; gives it back when destroyed.
 // Move-only. Thread-safety: none (owned by one user).

@@ -256,10 +256,9 @@ absl::Status FakeDeviceBackend::OffloadKeyCodes(const attention::SimHash& hash,
   if (n == 0) return absl::OkStatus();
   // The CPU arithmetic on the "device" copy; both outputs arrive as CopyOutLater's data does.
   std::vector<float> c(centre, centre + n_kv * hd);
-  std::vector<float> keys(static_cast<size_t>(n_kv * n * hd));
-  backend::CentredKeys(cache, begin, end, compute_centre, c.data(), keys.data(), nullptr);
   std::vector<uint16_t> computed(static_cast<size_t>(n_kv * n * hash.l()));
-  MAGICPIG_RETURN_IF_ERROR(hash.Codes(keys.data(), n_kv * n, hd, computed.data()));
+  MAGICPIG_RETURN_IF_ERROR(
+      backend::CentredKeyCodes(hash, cache, begin, end, compute_centre, c.data(), computed.data()));
   if (compute_centre) Queue(centre, c.data(), n_kv * hd * 4);
   Queue(codes, computed.data(), n_kv * n * hash.l() * 2);
   return absl::OkStatus();
