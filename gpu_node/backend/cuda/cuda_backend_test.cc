@@ -465,6 +465,31 @@ TEST(CudaBackendTest, UnpreparedVectorFailsTheBatch) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 }
 
+// GPU SimHash codes `got` of the n vectors x ([n][hash.dim()]) against the reference `want`: every
+// code below 2^K and every differing bit one whose projection (in float64) is within 1e-4 of
+// zero. *differing counts those bits.
+void ExpectCodesUpToZeroProjections(const attention::SimHash& hash, const float* x, int64_t n,
+                                    const std::vector<uint16_t>& got,
+                                    const std::vector<uint16_t>& want, int64_t* differing) {
+  const int64_t d = hash.dim(), k = hash.k(), l = hash.l(), cols = k * l;
+  const std::vector<float>& w = hash.projection();
+  for (int64_t v = 0; v < n; ++v) {
+    for (int64_t t = 0; t < l; ++t) {
+      const uint16_t diff = got[v * l + t] ^ want[v * l + t];
+      ASSERT_LT(got[v * l + t], 1u << k) << "vector " << v;
+      for (int64_t bit = 0; bit < k; ++bit) {
+        if (((diff >> bit) & 1) == 0) continue;
+        ++*differing;
+        double proj = 0;
+        for (int64_t i = 0; i < d; ++i) {
+          proj += static_cast<double>(x[v * d + i]) * w[i * cols + t * k + bit];
+        }
+        ASSERT_LT(std::fabs(proj), 1e-4) << "vector " << v << " table " << t << " bit " << bit;
+      }
+    }
+  }
+}
+
 // SimHash codes on the GPU (one fused projection and sign-packing kernel) against the float64
 // reference, bit for bit except where a projection is within rounding of zero.
 TEST(CudaBackendTest, SimHashCodesMatchTheReference) {
@@ -488,22 +513,9 @@ TEST(CudaBackendTest, SimHashCodesMatchTheReference) {
     std::vector<uint16_t> got(n * shape.l, 0xffff), want(n * shape.l);
     ASSERT_TRUE(b->Execute([&] { return b->SimHashCodes(*hash, xd, n, got.data()); }).ok());
     ASSERT_TRUE(hash->CodesReference(x.data(), n, shape.d, want.data()).ok());
-    const std::vector<float>& w = hash->projection();
-    const int64_t cols = static_cast<int64_t>(shape.k) * shape.l;
-    for (int64_t v = 0; v < n; ++v) {
-      for (int t = 0; t < shape.l; ++t) {
-        const uint16_t diff = got[v * shape.l + t] ^ want[v * shape.l + t];
-        ASSERT_LT(got[v * shape.l + t], 1u << shape.k);
-        for (int bit = 0; bit < shape.k; ++bit) {
-          if (((diff >> bit) & 1) == 0) continue;
-          double proj = 0;
-          for (int64_t i = 0; i < shape.d; ++i) {
-            proj += static_cast<double>(x[v * shape.d + i]) * w[i * cols + t * shape.k + bit];
-          }
-          EXPECT_LT(std::fabs(proj), 1e-4) << "vector " << v << " table " << t << " bit " << bit;
-        }
-      }
-    }
+    int64_t differing = 0;
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectCodesUpToZeroProjections(*hash, x.data(), n, got, want, &differing));
   }
 }
 
@@ -555,24 +567,9 @@ TEST(CudaBackendTest, OffloadKeyCodesMatchTheHosts) {
     });
     ASSERT_TRUE(s.ok()) << s;
     ASSERT_EQ(0, std::memcmp(got_centre.data(), want_centre.data(), row * sizeof(float)));
-    const std::vector<float>& w = hash->projection();
-    const int64_t cols = static_cast<int64_t>(c.k) * c.l;
     int64_t differing = 0;
-    for (int64_t v = 0; v < n * c.n_kv; ++v) {
-      for (int t = 0; t < c.l; ++t) {
-        const uint16_t diff = got[v * c.l + t] ^ want[v * c.l + t];
-        ASSERT_LT(got[v * c.l + t], 1u << c.k) << "vector " << v;
-        for (int bit = 0; bit < c.k; ++bit) {
-          if (((diff >> bit) & 1) == 0) continue;
-          ++differing;
-          double proj = 0;
-          for (int64_t i = 0; i < c.hd; ++i) {
-            proj += static_cast<double>(centred[v * c.hd + i]) * w[i * cols + t * c.k + bit];
-          }
-          ASSERT_LT(std::fabs(proj), 1e-4) << "vector " << v << " table " << t << " bit " << bit;
-        }
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectCodesUpToZeroProjections(*hash, centred.data(), n * c.n_kv, got, want, &differing));
     EXPECT_LE(differing, n * c.n_kv * c.l * c.k / 10000 + 1);
   }
   // Positions that are not rows of the cache (inside the gap) are refused, nothing is computed.
