@@ -137,7 +137,7 @@ int Run(const Flags& flags) {
     std::vector<float> keys = Randn(static_cast<size_t>(kKv * n * kD), rng);
     std::vector<float> values = Randn(keys.size(), rng);
     std::vector<uint16_t> codes(static_cast<size_t>(kKv * n * kL));
-    if (!hash->Codes(keys.data(), kKv * n, kD, codes.data()).ok()) return 1;
+    if (!hash->KeyCodes(keys.data(), kKv * n, kD, codes.data()).ok()) return 1;
     remote::RemoteAttentionShards shards({&node}, "rtt-shards", Shape(), 0, 0);
     absl::Status s = shards.Append(0, 0, n, keys.data(), values.data(), codes.data());
     std::vector<PartialAttention> out(kHeads);

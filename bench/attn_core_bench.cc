@@ -49,8 +49,10 @@
 //                              same keys (bf16, read with the probe's sum on the shards' buffers),
 //                              after one untimed build (first_build_ms: the process's first large
 //                              allocations wait for the kernel's huge pages).
-//   KeyHash/K/L/threads        SimHash::Codes of those 64K x 8 centred keys (the other half of a
-//                              shard's build, for reference).
+//   KeyHash/K/L/threads        SimHash::KeyCodes of those 64K x 8 centred keys (the other half of
+//                              a shard's build: the bf16 kernel where the CPU has AVX512_BF16),
+//                              Mkeys/s and GFLOP/s (2 d K L per key); KeyHashFp32 the same keys
+//                              through SimHash::Codes (the fp32 kernel), for comparison.
 //   Full/n/threads             FullEstimator over all n keys of the 8 kv heads, GB/s and the
 //                              fraction of the probe.
 //   TopK/n, Oracle/n           the baselines (budget n / 50 per head, one thread) through
@@ -1054,7 +1056,7 @@ void BM_Spotlight(benchmark::State& state, int64_t n, int bits, double fraction,
         coded = sketch.status();
       }
     } else {
-      coded = hash->Codes(keys.data(), n, kDim, codes.data());
+      coded = hash->KeyCodes(keys.data(), n, kDim, codes.data());
     }
     absl::StatusOr<KvShard> shard =
         coded.ok() ? KvShard::CreateFromCodes(kDim, 16, words, keys.data(), codes.data(),
@@ -1286,7 +1288,7 @@ void BM_TableBuild(benchmark::State& state, int k, int l, int threads) {
       static_cast<double>(ds->shards[0].tables().bytes()) * kKvHeads / (1 << 20);
 }
 
-void BM_KeyHash(benchmark::State& state, int k, int l, int threads) {
+void BM_KeyHash(benchmark::State& state, int k, int l, int threads, bool fp32) {
   const DataSet* ds = GetDataSet(kTableBuildN, k, l);
   if (ds == nullptr) {
     state.SkipWithError("data set build failed");
@@ -1308,7 +1310,8 @@ void BM_KeyHash(benchmark::State& state, int k, int l, int threads) {
     const auto t0 = Clock::now();
     arena.execute([&] {
       for (int g = 0; g < kKvHeads && st.ok(); ++g) {
-        st = ds->hash->Codes(keys[g].data(), kTableBuildN, kDim, codes.data());
+        st = fp32 ? ds->hash->Codes(keys[g].data(), kTableBuildN, kDim, codes.data())
+                  : ds->hash->KeyCodes(keys[g].data(), kTableBuildN, kDim, codes.data());
       }
     });
     seconds += Seconds(t0, Clock::now());
@@ -1320,8 +1323,9 @@ void BM_KeyHash(benchmark::State& state, int k, int l, int threads) {
     benchmark::DoNotOptimize(codes.data());
   }
   if (iter > 0) {
-    state.counters["Mkeys_per_s"] =
-        static_cast<double>(kTableBuildN) * kKvHeads * iter / seconds * 1e-6;
+    const double keys_per_s = static_cast<double>(kTableBuildN) * kKvHeads * iter / seconds;
+    state.counters["Mkeys_per_s"] = keys_per_s * 1e-6;
+    state.counters["GFLOP_per_s"] = keys_per_s * 2.0 * kDim * k * l * 1e-9;
   }
 }
 
@@ -1456,11 +1460,14 @@ void RegisterAll() {
               ->Unit(benchmark::kMillisecond)
               ->UseManualTime();
         }
-        for (int t : {1, 2}) {
-          RegisterBenchmark(("KeyHash" + kl + "/threads:" + std::to_string(t)).c_str(), BM_KeyHash,
-                            c.k, c.l, t)
-              ->Unit(benchmark::kMillisecond)
-              ->UseRealTime();
+        for (const bool fp32 : {false, true}) {
+          for (int t : {1, 2}) {
+            RegisterBenchmark(
+                ((fp32 ? "KeyHashFp32" : "KeyHash") + kl + "/threads:" + std::to_string(t)).c_str(),
+                BM_KeyHash, c.k, c.l, t, fp32)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+          }
         }
       }
     }

@@ -13,6 +13,7 @@ struct CpuFlags {
   bool avx512 = false;
   bool avx512_vnni = false;
   bool avx512_vpopcntdq = false;
+  bool avx512_bf16 = false;
 };
 
 uint64_t ReadXcr0() {
@@ -42,6 +43,10 @@ CpuFlags QueryCpu() {
   flags.avx512 = flags.avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
   flags.avx512_vnni = flags.avx512 && (ecx & (1u << 11));
   flags.avx512_vpopcntdq = flags.avx512 && (ecx & (1u << 14));
+  // AVX512_BF16 is reported in leaf 7, sub-leaf 1, EAX bit 5.
+  if (flags.avx512 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
+    flags.avx512_bf16 = eax & (1u << 5);
+  }
   return flags;
 }
 
@@ -103,5 +108,7 @@ std::vector<SimdLevel> SupportedSimdLevels() {
 bool CpuHasAvx512Vnni() { return Flags().avx512_vnni; }
 
 bool CpuHasAvx512Vpopcntdq() { return Flags().avx512_vpopcntdq; }
+
+bool CpuHasAvx512Bf16() { return Flags().avx512_bf16; }
 
 }  // namespace magicpig

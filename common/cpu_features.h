@@ -42,6 +42,10 @@ bool CpuHasAvx512Vnni();
 // kAvx512 set; kernels at kAvx512 may use it, and fall back to their AVX2 path without it.
 bool CpuHasAvx512Vpopcntdq();
 
+// True when the CPU has AVX512_BF16 (vdpbf16ps: pairs of bf16 products summed into fp32) on top of
+// the kAvx512 set; kernels at kAvx512 may use it.
+bool CpuHasAvx512Bf16();
+
 }  // namespace magicpig
 
 #endif  // MAGICPIG_COMMON_CPU_FEATURES_H_

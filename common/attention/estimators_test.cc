@@ -210,7 +210,7 @@ PartialAttention MagicPigReference(const SimHash& hash, const std::vector<float>
   const int64_t n = static_cast<int64_t>(centred.size()) / d;
   const int l = hash.l();
   std::vector<uint16_t> kc(n * l);
-  EXPECT_TRUE(hash.Codes(centred.data(), n, d, kc.data()).ok());
+  EXPECT_TRUE(hash.KeyCodes(centred.data(), n, d, kc.data()).ok());
   const std::vector<uint16_t> qc = QueryCodes(hash, q);
   const double qn = std::sqrt(Dot(q.data(), q.data(), d));
   std::vector<int64_t> idx;

@@ -415,7 +415,7 @@ TEST(AppendSegmentTest, CreateFromCodesEqualsCreate) {
   for (int64_t i = 0; i < n + m; ++i)
     for (int64_t t = 0; t < d; ++t) centred[i * d + t] -= center[t];
   std::vector<uint16_t> codes((n + m) * l);
-  ASSERT_TRUE(hash->Codes(centred.data(), n + m, d, codes.data()).ok());
+  ASSERT_TRUE(hash->KeyCodes(centred.data(), n + m, d, codes.data()).ok());
   auto a = KvShard::Create(*hash, keys.data(), center.data(), values.data(), n);
   auto b = KvShard::CreateFromCodes(d, k, l, centred.data(), codes.data(), values.data(), n);
   ASSERT_TRUE(a.ok() && b.ok());

@@ -63,9 +63,9 @@ absl::StatusOr<KvShard> KvShard::Create(const SimHash& hash, const float* keys, 
   std::vector<float> k(static_cast<size_t>(n * d));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < d; ++j) k[i * d + j] = keys[i * d + j] - c[j];
-  // Codes (and hence tables) always come from the float32 centred keys.
+  // Codes (and hence tables) are the keys' bf16 values' (SimHash::KeyCodes), for either storage.
   std::vector<uint16_t> codes(static_cast<size_t>(n) * hash.l());
-  if (n > 0) MAGICPIG_RETURN_IF_ERROR(hash.Codes(k.data(), n, d, codes.data()));
+  if (n > 0) MAGICPIG_RETURN_IF_ERROR(hash.KeyCodes(k.data(), n, d, codes.data()));
   return FromCentred(d, hash.k(), hash.l(), std::move(c), std::move(k), codes.data(), values, n,
                      storage);
 }
@@ -206,7 +206,7 @@ absl::Status KvShard::Append(const SimHash& hash, const float* keys, const float
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < d_; ++j) k[i * d_ + j] = keys[i * d_ + j] - center_[j];
   }
-  MAGICPIG_RETURN_IF_ERROR(hash.Codes(k.data(), m, d_, codes.data()));
+  MAGICPIG_RETURN_IF_ERROR(hash.KeyCodes(k.data(), m, d_, codes.data()));
   return AppendWithCodes(k.data(), codes.data(), values, m);
 }
 

@@ -4,10 +4,11 @@
 //
 // Storage: centred keys [n][d] and values [n][d] are held as float32 (KvStorage::kF32, default) or
 // bfloat16 (KvStorage::kBf16: round-to-nearest-even via FloatToBf16, 2 bytes per element). With
-// bf16 storage the norms are still float32 computed (in float64) from the float32 centred keys, and
-// the SimHash codes / LSH tables are built from the float32 centred keys; only the stored k̄ and v
-// are rounded. Callers go through the storage-agnostic accessors (KeyDot, KeyNorm, CopyKey,
-// CopyValue, AccumulateValue), which read either layout and return / accumulate float values.
+// bf16 storage the norms are still float32 computed (in float64) from the float32 centred keys; the
+// SimHash codes / LSH tables are SimHash::KeyCodes of the centred keys (their bf16 values, for
+// either storage); only the stored k̄ and v are rounded. Callers go through the storage-agnostic
+// accessors (KeyDot, KeyNorm, CopyKey, CopyValue, AccumulateValue), which read either layout and
+// return / accumulate float values.
 //
 // Append segment (docs/architecture.md §6.4): keys that arrive after the build (tokens leaving the
 // compute node's static window) are centred with the same c, hashed, and kept with their codes in a
@@ -52,8 +53,8 @@ class KvShard {
   // keys, values: [n][d] row-major float32, d = hash.dim(). center: [d] (the mean key c of the
   // offloaded region) or nullptr when the keys are already centred. The shard stores
   // k̄_i = keys_i - center, |k̄_i| (computed in float64, stored as float32), and LshTables built
-  // with hash.k(), hash.l() from hash.Codes(k̄). INVALID_ARGUMENT for n < 0, n > INT32_MAX, or null
-  // keys/values with n > 0. n = 0 is a valid empty shard. `storage` selects how k̄ and v are
+  // with hash.k(), hash.l() from hash.KeyCodes(k̄). INVALID_ARGUMENT for n < 0, n > INT32_MAX, or
+  // null keys/values with n > 0. n = 0 is a valid empty shard. `storage` selects how k̄ and v are
   // held (see the file comment); norms and tables are identical for both storages.
   static absl::StatusOr<KvShard> Create(const SimHash& hash, const float* keys, const float* center,
                                         const float* values, int64_t n,

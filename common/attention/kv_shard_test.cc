@@ -43,7 +43,7 @@ TEST(KvShardTest, StoresCentredKeysNormsAndTables) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < d; ++j) centred[i * d + j] = keys[i * d + j] - center[j];
   std::vector<uint16_t> codes(n * l);
-  ASSERT_TRUE(hash->Codes(centred.data(), n, d, codes.data()).ok());
+  ASSERT_TRUE(hash->KeyCodes(centred.data(), n, d, codes.data()).ok());
 
   std::vector<float> row(d);
   const std::vector<float> q = Randn(d, rng);
@@ -212,7 +212,7 @@ TEST(KvShardTest, PendingSegmentIsCappedAndRetrievalMatchesBruteForce) {
   const std::vector<float> keys = Randn(total * d, rng, 1.0f);
   const std::vector<float> values = Randn(total * d, rng);
   std::vector<uint16_t> key_codes(static_cast<size_t>(total * l));
-  ASSERT_TRUE(hash->Codes(keys.data(), total, d, key_codes.data()).ok());
+  ASSERT_TRUE(hash->KeyCodes(keys.data(), total, d, key_codes.data()).ok());
   auto shard = KvShard::Create(*hash, keys.data(), nullptr, values.data(), n);
   ASSERT_TRUE(shard.ok());
   ASSERT_GT(n / 8, KvShard::kMaxMergeRows);  // the cap, not indexed / 8, decides here
@@ -222,8 +222,9 @@ TEST(KvShardTest, PendingSegmentIsCappedAndRetrievalMatchesBruteForce) {
   LshScratch scratch;
   for (int64_t added = 0; added <= 6 * step; added += step) {
     if (added > 0) {
-      ASSERT_TRUE(shard->Append(*hash, keys.data() + (n + added - step) * d,
-                                values.data() + (n + added - step) * d, step)
+      ASSERT_TRUE(shard
+                      ->Append(*hash, keys.data() + (n + added - step) * d,
+                               values.data() + (n + added - step) * d, step)
                       .ok());
     }
     const int64_t pending_want = added < 600 ? added : 0;  // 600 >= 512: merged at that append

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/attention/kernels/simhash_kernel.h"
+#include "common/half.h"
 #include "common/status_macros.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
@@ -32,14 +33,22 @@ absl::StatusOr<SimHash> SimHash::Create(int64_t d, int k, int l, uint64_t seed) 
   std::vector<float> w(static_cast<size_t>(d * cols));
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
-  for (float& v : w) v = static_cast<float>(normal(rng));
+  for (float& v : w) v = Bf16ToFloat(FloatToBf16(static_cast<float>(normal(rng))));
   const int64_t block = internal::kProjectColBlock;
   const int64_t padded = (cols + block - 1) / block * block;
   std::vector<float> wp(static_cast<size_t>(d * padded), 0.0f);
   for (int64_t i = 0; i < d; ++i) {
     std::copy(w.begin() + i * cols, w.begin() + (i + 1) * cols, wp.begin() + i * padded);
   }
-  return SimHash(d, k, l, seed, std::move(w), std::move(wp), padded);
+  const int64_t d2 = (d + 1) / 2 * 2;
+  std::vector<uint16_t> pairs(static_cast<size_t>(d2 * padded), 0);
+  for (int64_t i = 0; i < d; ++i) {
+    for (int64_t j = 0; j < padded; ++j) {
+      pairs[static_cast<size_t>(((i / 2) * padded + j) * 2 + i % 2)] =
+          FloatToBf16(wp[i * padded + j]);
+    }
+  }
+  return SimHash(d, k, l, seed, std::move(w), std::move(wp), std::move(pairs), padded);
 }
 
 namespace {
@@ -77,6 +86,21 @@ absl::Status SimHash::Codes(const float* x, int64_t n, int64_t d, uint16_t* code
 
 absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_t* codes,
                                    SimdLevel level) const {
+  return Hash(x, n, d, codes, level, Input::kFloat);
+}
+
+absl::Status SimHash::KeyCodes(const float* x, int64_t n, int64_t d, uint16_t* codes) const {
+  return KeyCodesAtLevel(x, n, d, codes, ActiveSimdLevel());
+}
+
+absl::Status SimHash::KeyCodesAtLevel(const float* x, int64_t n, int64_t d, uint16_t* codes,
+                                      SimdLevel level) const {
+  const bool bf16 = level == SimdLevel::kAvx512 && CpuHasAvx512Bf16();
+  return Hash(x, n, d, codes, level, bf16 ? Input::kBf16 : Input::kRoundedFloat);
+}
+
+absl::Status SimHash::Hash(const float* x, int64_t n, int64_t d, uint16_t* codes, SimdLevel level,
+                           Input input) const {
   MAGICPIG_RETURN_IF_ERROR(CheckCodesArgs(d_, d, n));
   void (*project)(const internal::ProjectArgs&) =
       level == SimdLevel::kAvx512 ? internal::ProjectAvx512
@@ -87,25 +111,58 @@ absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_
   const int64_t n_blocks = (n + kVectors - 1) / kVectors;
   // Two spare words per vector: the 32-bit read of the last code may run past cols_padded_ bits.
   const int64_t stride = cols_padded_ / 16 + 2;
-  // Every column of vectors [v0, v0 + nv), their sign bits into `bits`.
-  auto args_for = [&](int64_t v0, int64_t nv, uint16_t* bits) {
+  const int64_t d2 = (d_ + 1) / 2 * 2;
+  // Vectors [v0, v0 + nv), columns [col_begin, col_end), their sign bits into `bits`; `staged`
+  // holds the rounded vectors (the caller's buffer of at least nv * d2 elements, as floats or
+  // bf16 bits) unless the input goes as it is.
+  auto project_block = [&](int64_t v0, int64_t nv, int64_t col_begin, int64_t col_end,
+                           uint16_t* bits, std::vector<float>& staged_f,
+                           std::vector<uint16_t>& staged_b) {
+    const float* xv = x + v0 * d_;
+    if (input == Input::kBf16) {
+      staged_b.assign(static_cast<size_t>(nv * d2), 0);
+      for (int64_t v = 0; v < nv; ++v) {
+        for (int64_t i = 0; i < d_; ++i) staged_b[v * d2 + i] = FloatToBf16(xv[v * d_ + i]);
+      }
+      internal::ProjectBf16Args a;
+      a.x = staged_b.data();
+      a.n = nv;
+      a.d2 = d2;
+      a.w = w_pairs_.data();
+      a.cols = cols_padded_;
+      a.col_begin = col_begin;
+      a.col_end = col_end;
+      a.bits = bits;
+      a.bits_stride = stride;
+      internal::ProjectBf16Avx512(a);
+      return;
+    }
+    if (input == Input::kRoundedFloat) {
+      staged_f.resize(static_cast<size_t>(nv * d_));
+      for (int64_t i = 0; i < nv * d_; ++i) staged_f[i] = Bf16ToFloat(FloatToBf16(xv[i]));
+      xv = staged_f.data();
+    }
     internal::ProjectArgs a;
-    a.x = x + v0 * d_;
+    a.x = xv;
     a.n = nv;
     a.d = d_;
     a.w = w_padded_.data();
     a.cols = cols_padded_;
+    a.col_begin = col_begin;
+    a.col_end = col_end;
     a.bits = bits;
     a.bits_stride = stride;
-    return a;
+    project(a);
   };
   auto run_blocks = [&](int64_t b0, int64_t b1) {
     std::vector<uint16_t> bits(static_cast<size_t>(std::min(kVectors, n - b0 * kVectors) * stride),
                                0);
+    std::vector<float> staged_f;
+    std::vector<uint16_t> staged_b;
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t v0 = b * kVectors;
       const int64_t nv = std::min(kVectors, n - v0);
-      project(args_for(v0, nv, bits.data()));
+      project_block(v0, nv, 0, 0, bits.data(), staged_f, staged_b);
       CutCodes(bits.data(), stride, nv, codes + v0 * l_);
     }
   };
@@ -119,10 +176,11 @@ absl::Status SimHash::CodesAtLevel(const float* x, int64_t n, int64_t d, uint16_
     const int64_t parts = std::min(threads, col_blocks / kMinColBlocksPerThread);
     std::vector<uint16_t> bits(static_cast<size_t>(n * stride), 0);
     tbb::parallel_for(int64_t{0}, parts, [&](int64_t part) {
-      internal::ProjectArgs a = args_for(0, n, bits.data());
-      a.col_begin = col_blocks * part / parts * internal::kProjectColBlock;
-      a.col_end = col_blocks * (part + 1) / parts * internal::kProjectColBlock;
-      project(a);
+      std::vector<float> staged_f;
+      std::vector<uint16_t> staged_b;
+      project_block(0, n, col_blocks * part / parts * internal::kProjectColBlock,
+                    col_blocks * (part + 1) / parts * internal::kProjectColBlock, bits.data(),
+                    staged_f, staged_b);
     });
     CutCodes(bits.data(), stride, n, codes);
     return absl::OkStatus();
@@ -158,6 +216,14 @@ absl::Status SimHash::CodesReference(const float* x, int64_t n, int64_t d, uint1
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status SimHash::KeyCodesReference(const float* x, int64_t n, int64_t d,
+                                        uint16_t* codes) const {
+  MAGICPIG_RETURN_IF_ERROR(CheckCodesArgs(d_, d, n));
+  std::vector<float> rounded(static_cast<size_t>(n * d_));
+  for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = Bf16ToFloat(FloatToBf16(x[i]));
+  return CodesReference(rounded.data(), n, d, codes);
 }
 
 }  // namespace magicpig::attention

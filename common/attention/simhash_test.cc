@@ -12,6 +12,7 @@
 
 #include "common/attention/inclusion_probability.h"
 #include "common/cpu_features.h"
+#include "common/half.h"
 #include "gtest/gtest.h"
 #include "tbb/task_arena.h"
 
@@ -46,10 +47,14 @@ TEST(SimHashTest, ProjectionIsDeterministicPerSeedAndStandardNormal) {
   EXPECT_EQ(a->projection(), b->projection());
   EXPECT_NE(a->projection(), c->projection());
   ASSERT_EQ(a->projection().size(), 64u * 1500u);
-  // Row-major fill order from std::mt19937_64(seed) + std::normal_distribution<double>.
+  // Row-major fill order from std::mt19937_64(seed) + std::normal_distribution<double>, each
+  // draw rounded to float, then to bf16 (nearest even).
   std::mt19937_64 rng(42);
   std::normal_distribution<double> normal(0.0, 1.0);
-  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(a->projection()[i], static_cast<float>(normal(rng)));
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(a->projection()[i], Bf16ToFloat(FloatToBf16(static_cast<float>(normal(rng)))));
+  }
+  for (float v : a->projection()) ASSERT_EQ(v, Bf16ToFloat(FloatToBf16(v)));
   double sum = 0, sum2 = 0;
   for (float v : a->projection()) {
     sum += v;
@@ -185,6 +190,87 @@ TEST(SimHashTest, FastPathMatchesFloat64ForEveryBlockTailAndLongCodes) {
       }
     }
   }
+}
+
+// Key codes: the vectors rounded to bf16, then hashed. At every level and width (at kAvx512 on a
+// CPU with AVX512_BF16 the bf16 kernel, elsewhere the fp32 kernels on the rounded values), for
+// block tails, an odd d (the bf16 kernel's last pair padded) and long codes, against the float64
+// sign of the rounded vector's projection (within fp32 rounding of 0 skipped, at most 1%); and
+// KeyCodesReference exactly that sign.
+TEST(SimHashTest, KeyCodesHashTheBf16RoundedVectorsAtEveryLevel) {
+  struct Case {
+    int64_t d;
+    int k, l;
+  };
+  if (!CpuHasAvx512Bf16()) GTEST_LOG_(INFO) << "no AVX512_BF16 here: the bf16 kernel is not run";
+  for (const Case c : {Case{40, 10, 150}, Case{37, 7, 33}, Case{128, 16, 512}, Case{1, 3, 2}}) {
+    auto h = SimHash::Create(c.d, c.k, c.l, 300 + c.d);
+    ASSERT_TRUE(h.ok());
+    const std::vector<float>& w = h->projection();
+    const int64_t d = c.d, cols = static_cast<int64_t>(c.k) * c.l;
+    std::mt19937 rng(static_cast<unsigned>(c.d));
+    std::normal_distribution<float> normal;
+    for (int64_t n : {1, 5, 6, 7, 13, 64, 65, 135}) {
+      std::vector<float> x(static_cast<size_t>(n * d)), rounded(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = normal(rng) * 3.0f;
+        rounded[i] = Bf16ToFloat(FloatToBf16(x[i]));
+      }
+      // Float64 projections of the rounded vectors: the sign, and how close to 0 it is.
+      std::vector<double> dot(static_cast<size_t>(n * cols)), mag(dot.size());
+      for (int64_t v = 0; v < n; ++v) {
+        for (int64_t j = 0; j < cols; ++j) {
+          double s = 0, m = 0;
+          for (int64_t i = 0; i < d; ++i) {
+            const double term = static_cast<double>(rounded[v * d + i]) * w[i * cols + j];
+            s += term;
+            m += std::fabs(term);
+          }
+          dot[v * cols + j] = s;
+          mag[v * cols + j] = m;
+        }
+      }
+      auto check = [&](const std::vector<uint16_t>& codes, double close_call,
+                       const std::string& what) {
+        int64_t checked = 0;
+        for (int64_t v = 0; v < n; ++v) {
+          for (int t = 0; t < c.l; ++t) {
+            const uint32_t code = codes[static_cast<size_t>(v * c.l + t)];
+            ASSERT_LT(code, 1u << c.k) << what;
+            for (int b = 0; b < c.k; ++b) {
+              const int64_t j = static_cast<int64_t>(t) * c.k + b;
+              if (std::fabs(dot[v * cols + j]) <= close_call * mag[v * cols + j]) continue;
+              ASSERT_EQ((code >> b) & 1, dot[v * cols + j] > 0.0 ? 1u : 0u)
+                  << what << " d=" << d << " k=" << c.k << " n=" << n << " v=" << v << " t=" << t
+                  << " b=" << b;
+              ++checked;
+            }
+          }
+        }
+        EXPECT_GE(checked, n * cols * 99 / 100) << what;
+      };
+      std::vector<uint16_t> ref(static_cast<size_t>(n * c.l), 0xFFFF);
+      ASSERT_TRUE(h->KeyCodesReference(x.data(), n, d, ref.data()).ok());
+      ASSERT_NO_FATAL_FAILURE(check(ref, 1e-12, "reference"));
+      for (const auto& [level, width] : LevelsAndWidths()) {
+        std::vector<uint16_t> codes(static_cast<size_t>(n * c.l), 0xFFFF);
+        absl::Status status;
+        tbb::task_arena(width).execute(
+            [&] { status = h->KeyCodesAtLevel(x.data(), n, d, codes.data(), level); });
+        ASSERT_TRUE(status.ok()) << status;
+        ASSERT_NO_FATAL_FAILURE(check(
+            codes, 1e-5, std::string(SimdLevelName(level)) + " width " + std::to_string(width)));
+      }
+    }
+  }
+  // Wrong d is refused, as by Codes.
+  auto h = SimHash::Create(8, 4, 4, 1);
+  ASSERT_TRUE(h.ok());
+  std::vector<float> x(16, 1.0f);
+  std::vector<uint16_t> codes(8);
+  EXPECT_EQ(h->KeyCodes(x.data(), 2, 7, codes.data()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h->KeyCodesReference(x.data(), 2, 7, codes.data()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SimHashTest, NegatedVectorGetsComplementCodes) {

@@ -131,7 +131,7 @@ absl::Status CentredKeyCodes(const attention::SimHash& hash, const KvLayerView& 
   if (n <= 0) return absl::OkStatus();
   std::vector<float> keys(static_cast<size_t>(cache.n_head_kv * n * cache.head_dim));
   CentredKeys(cache, begin, end, compute_centre, centre, keys.data(), nullptr);
-  return hash.Codes(keys.data(), cache.n_head_kv * n, cache.head_dim, codes);
+  return hash.KeyCodes(keys.data(), cache.n_head_kv * n, cache.head_dim, codes);
 }
 
 const float* Backend::Normalised(const float* x, int64_t n_tokens, int64_t cols,

@@ -273,10 +273,10 @@ class Backend {
   // layer on a device backend, so that the host need not hash them): CentredKeys' keys of
   // positions [begin, end) of `cache` (compute_centre: the centre is computed into `centre`
   // first, else read from it; host memory, [n_head_kv][head_dim]) hashed with `hash` into host
-  // codes [n_head_kv * (end - begin)][hash.l()], what hash.Codes gives for CentredKeys' keys_out.
-  // A device's bits may differ only where a projection is within rounding of zero; its centre is
-  // the same. The outputs arrive as CopyOutLater's data does (read them after FlushCopies).
-  // Default: on the host, for a cache in host memory.
+  // codes [n_head_kv * (end - begin)][hash.l()], what hash.KeyCodes gives for CentredKeys'
+  // keys_out. A device's bits may differ only where a projection is within rounding of zero; its
+  // centre is the same. The outputs arrive as CopyOutLater's data does (read them after
+  // FlushCopies). Default: on the host, for a cache in host memory.
   virtual absl::Status OffloadKeyCodes(const attention::SimHash& hash, const KvLayerView& cache,
                                        int64_t begin, int64_t end, bool compute_centre,
                                        float* centre, uint16_t* codes);

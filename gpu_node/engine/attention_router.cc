@@ -142,7 +142,7 @@ absl::Status SparseAttentionRouter::Offload(int64_t layer, const backend::KvLaye
     }
   } else {
     key_codes_.resize(static_cast<size_t>(n_kv * n * hash_->l()));
-    MAGICPIG_RETURN_IF_ERROR(hash_->Codes(keys_.data(), n_kv * n, hd, key_codes_.data()));
+    MAGICPIG_RETURN_IF_ERROR(hash_->KeyCodes(keys_.data(), n_kv * n, hd, key_codes_.data()));
   }
   if (device_codes == nullptr) codes = key_codes_.data();  // the branches above may have grown it
   MAGICPIG_RETURN_IF_ERROR(shards_->Append(layer, begin, n, keys_.data(), values_.data(), codes));

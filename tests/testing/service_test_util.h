@@ -59,7 +59,7 @@ inline LayerData MakeLayer(const attention::SimHash& hash, int n_kv, int n, uint
         data.keys[(int64_t{h} * n + t) * d + j] -= static_cast<float>(mean[j]);
   }
   data.codes.resize(static_cast<size_t>(n_kv) * n * data.l);
-  EXPECT_TRUE(hash.Codes(data.keys.data(), int64_t{n_kv} * n, d, data.codes.data()).ok());
+  EXPECT_TRUE(hash.KeyCodes(data.keys.data(), int64_t{n_kv} * n, d, data.codes.data()).ok());
   return data;
 }
 

@@ -35,6 +35,26 @@ void ProjectScalar(const ProjectArgs& args);
 void ProjectAvx2(const ProjectArgs& args);
 void ProjectAvx512(const ProjectArgs& args);
 
+// The same projection of bf16 vectors against a bf16 W, for CPUs with AVX512_BF16 (vdpbf16ps adds
+// two exact bf16 x bf16 products to each fp32 lane per instruction: twice the fp32 FMA kernel's
+// rate). Every product is exact in fp32, so the signs agree with the fp32 kernel on the same
+// values except within accumulation rounding of 0 (the instruction also treats bf16 subnormals as
+// zero). Layouts, with d2 = d rounded up to even (a zero element pads an odd d):
+struct ProjectBf16Args {
+  const uint16_t* x = nullptr;  // [n][d2] bf16 bits
+  int64_t n = 0;
+  int64_t d2 = 0;
+  const uint16_t* w = nullptr;  // [d2 / 2][cols][2] bf16 bits: W[2p][j], W[2p + 1][j] adjacent
+  int64_t cols = 0;             // a multiple of kProjectColBlock
+  int64_t col_begin = 0;        // as in ProjectArgs
+  int64_t col_end = 0;
+  uint16_t* bits = nullptr;  // as in ProjectArgs
+  int64_t bits_stride = 0;
+};
+
+// Only where CpuHasAvx512Bf16().
+void ProjectBf16Avx512(const ProjectBf16Args& args);
+
 }  // namespace magicpig::attention::internal
 
 #endif  // MAGICPIG_COMMON_ATTENTION_KERNELS_SIMHASH_KERNEL_H_

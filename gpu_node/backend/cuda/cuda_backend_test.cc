@@ -520,7 +520,7 @@ TEST(CudaBackendTest, SimHashCodesMatchTheReference) {
 }
 
 // An offload's key codes on the GPU (the centre, the centred keys and their codes) against the
-// host's (backend::CentredKeys, then SimHash::Codes): the centre bit for bit (the same float64
+// host's (backend::CentredKeys, then SimHash::KeyCodes): the centre bit for bit (the same float64
 // sums in the same order), the codes bit for bit except where the centred key's projection is
 // within rounding of zero. Cases: the centre computed; the centre given; positions after a gap
 // (rows of a cache that dropped an offloaded region); enough positions for several chunks.
@@ -554,7 +554,9 @@ TEST(CudaBackendTest, OffloadKeyCodesMatchTheHosts) {
     CentredKeys(host, c.begin, c.end, c.compute_centre, want_centre.data(), centred.data(),
                 nullptr);
     std::vector<uint16_t> want(n * c.n_kv * c.l);
-    ASSERT_TRUE(hash->Codes(centred.data(), n * c.n_kv, c.hd, want.data()).ok());
+    ASSERT_TRUE(hash->KeyCodes(centred.data(), n * c.n_kv, c.hd, want.data()).ok());
+    // What KeyCodes hashed: the centred keys' bf16 values (the zero-projection check needs them).
+    for (float& x : centred) x = Bf16ToFloat(FloatToBf16(x));
 
     DeviceData d(b.get());
     const KvLayerView dev{d.Put(k16), d.Put(v16), c.rows, c.n_kv, c.hd, c.gap_begin, c.gap_end};

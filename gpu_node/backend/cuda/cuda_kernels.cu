@@ -1,6 +1,7 @@
 // The CUDA backend's kernels. Simple, checked versions first: each is compared with the CPU
 // backend by cuda_backend_test on a GPU machine (scripts/device-check); speed work comes after
 // measurements there.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <array>
@@ -391,7 +392,10 @@ __global__ void CentredKeysKernel(const __half* k, int64_t n_kv, int64_t hd, int
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= n * hd) return;
   const int64_t row = RowOf(begin + e / hd, gap_begin, gap_end), t = e % hd;
-  out[e] = __fsub_rn(__half2float(k[(row * n_kv + g) * hd + t]), centre[g * hd + t]);
+  // Rounded to bf16 as SimHash::KeyCodes rounds the host's centred keys (the same fp32 difference,
+  // then round to nearest even).
+  out[e] = __bfloat162float(__float2bfloat16_rn(
+      __fsub_rn(__half2float(k[(row * n_kv + g) * hd + t]), centre[g * hd + t])));
 }
 
 constexpr int kAttentionThreads = 128;  // keys per tile: one per thread

@@ -83,7 +83,8 @@ int64_t SimHashMaxVectorsPerLaunch();
 // An offload's keys on the device (CudaBackend::OffloadKeyCodes), from an fp16 cache laid out
 // [row][n_kv][hd] whose positions [gap_begin, gap_end) are not stored (KvLayerView):
 // centre[g][t] = the mean of positions [begin, begin + n) (float64 sums in position order, as
-// backend::CentredKeys), and out[i][t] = k[begin + i][g][t] - centre[g][t] for one kv head g.
+// backend::CentredKeys), and out[i][t] = k[begin + i][g][t] - centre[g][t] for one kv head g,
+// rounded to bf16 (nearest even) and kept as a float: the values SimHash::KeyCodes hashes.
 cudaError_t LaunchKeyCentre(const uint16_t* k, int64_t n_kv, int64_t hd, int64_t begin, int64_t n,
                             int64_t gap_begin, int64_t gap_end, float* centre, cudaStream_t stream);
 cudaError_t LaunchCentredKeys(const uint16_t* k, int64_t n_kv, int64_t hd, int64_t g, int64_t begin,
