@@ -118,6 +118,15 @@ absl::Status SimHash::Hash(const float* x, int64_t n, int64_t d, uint16_t* codes
   auto project_block = [&](int64_t v0, int64_t nv, int64_t col_begin, int64_t col_end,
                            uint16_t* bits, std::vector<float>& staged_f,
                            std::vector<uint16_t>& staged_b) {
+    // The fields both kernels' arguments share.
+    auto common = [&](auto& a) {
+      a.n = nv;
+      a.cols = cols_padded_;
+      a.col_begin = col_begin;
+      a.col_end = col_end;
+      a.bits = bits;
+      a.bits_stride = stride;
+    };
     const float* xv = x + v0 * d_;
     if (input == Input::kBf16) {
       staged_b.assign(static_cast<size_t>(nv * d2), 0);
@@ -125,15 +134,10 @@ absl::Status SimHash::Hash(const float* x, int64_t n, int64_t d, uint16_t* codes
         for (int64_t i = 0; i < d_; ++i) staged_b[v * d2 + i] = FloatToBf16(xv[v * d_ + i]);
       }
       internal::ProjectBf16Args a;
+      common(a);
       a.x = staged_b.data();
-      a.n = nv;
       a.d2 = d2;
       a.w = w_pairs_.data();
-      a.cols = cols_padded_;
-      a.col_begin = col_begin;
-      a.col_end = col_end;
-      a.bits = bits;
-      a.bits_stride = stride;
       internal::ProjectBf16Avx512(a);
       return;
     }
@@ -143,15 +147,10 @@ absl::Status SimHash::Hash(const float* x, int64_t n, int64_t d, uint16_t* codes
       xv = staged_f.data();
     }
     internal::ProjectArgs a;
+    common(a);
     a.x = xv;
-    a.n = nv;
     a.d = d_;
     a.w = w_padded_.data();
-    a.cols = cols_padded_;
-    a.col_begin = col_begin;
-    a.col_end = col_end;
-    a.bits = bits;
-    a.bits_stride = stride;
     project(a);
   };
   auto run_blocks = [&](int64_t b0, int64_t b1) {
