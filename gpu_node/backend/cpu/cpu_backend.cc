@@ -89,8 +89,15 @@ CpuBackend::CpuBackend(int num_threads, SimdLevel level, bool float_activations)
 CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::Describe() const {
-  return absl::StrCat("cpu (", std::string(SimdLevelName(level_)), ", ", num_threads_, " threads",
-                      float_activations_ ? ", float activations" : "", ")");
+  // The AVX-512 extensions that change which kernels run (int8 products, the bf16 key hash), so
+  // that a benchmark's header says what its host could use.
+  std::string extensions;
+  if (level_ == SimdLevel::kAvx512) {
+    if (CpuHasAvx512Vnni()) extensions += "+vnni";
+    if (CpuHasAvx512Bf16()) extensions += "+bf16";
+  }
+  return absl::StrCat("cpu (", std::string(SimdLevelName(level_)), extensions, ", ", num_threads_,
+                      " threads", float_activations_ ? ", float activations" : "", ")");
 }
 
 absl::Status CpuBackend::Execute(absl::FunctionRef<absl::Status()> batch) {
