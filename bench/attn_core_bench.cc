@@ -52,7 +52,7 @@
 //   KeyHash/K/L/threads        SimHash::KeyCodes of those 64K x 8 centred keys (the other half of
 //                              a shard's build: the bf16 kernel where the CPU has AVX512_BF16),
 //                              Mkeys/s and GFLOP/s (2 d K L per key); KeyHashFp32 the same keys
-//                              through SimHash::Codes (the fp32 kernel), for comparison.
+//                              through the fp32 kernel (what CPUs without AVX512_BF16 run).
 //   Full/n/threads             FullEstimator over all n keys of the 8 kv heads, GB/s and the
 //                              fraction of the probe.
 //   TopK/n, Oracle/n           the baselines (budget n / 50 per head, one thread) through
@@ -1310,8 +1310,8 @@ void BM_KeyHash(benchmark::State& state, int k, int l, int threads, bool fp32) {
     const auto t0 = Clock::now();
     arena.execute([&] {
       for (int g = 0; g < kKvHeads && st.ok(); ++g) {
-        st = fp32 ? ds->hash->Codes(keys[g].data(), kTableBuildN, kDim, codes.data())
-                  : ds->hash->KeyCodes(keys[g].data(), kTableBuildN, kDim, codes.data());
+        st = ds->hash->KeyCodesAtLevel(keys[g].data(), kTableBuildN, kDim, codes.data(),
+                                       ActiveSimdLevel(), /*bf16_kernel=*/!fp32);
       }
     });
     seconds += Seconds(t0, Clock::now());

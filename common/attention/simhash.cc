@@ -94,8 +94,8 @@ absl::Status SimHash::KeyCodes(const float* x, int64_t n, int64_t d, uint16_t* c
 }
 
 absl::Status SimHash::KeyCodesAtLevel(const float* x, int64_t n, int64_t d, uint16_t* codes,
-                                      SimdLevel level) const {
-  const bool bf16 = level == SimdLevel::kAvx512 && CpuHasAvx512Bf16();
+                                      SimdLevel level, bool bf16_kernel) const {
+  const bool bf16 = bf16_kernel && level == SimdLevel::kAvx512 && CpuHasAvx512Bf16();
   return Hash(x, n, d, codes, level, bf16 ? Input::kBf16 : Input::kRoundedFloat);
 }
 

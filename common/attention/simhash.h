@@ -55,10 +55,11 @@ class SimHash {
 
   // Codes of x rounded to bf16 element by element (what a bf16 shard stores of a centred key):
   // the same contract as Codes. At kAvx512 on a CPU with AVX512_BF16 the bf16 kernel runs;
-  // otherwise the rounded vectors go through the fp32 kernel of `level`.
+  // otherwise, or with bf16_kernel = false (what such CPUs run; tests and benchmarks cover it
+  // everywhere this way), the rounded vectors go through the fp32 kernel of `level`.
   absl::Status KeyCodes(const float* x, int64_t n, int64_t d, uint16_t* codes) const;
   absl::Status KeyCodesAtLevel(const float* x, int64_t n, int64_t d, uint16_t* codes,
-                               SimdLevel level) const;
+                               SimdLevel level, bool bf16_kernel = true) const;
   absl::Status KeyCodesReference(const float* x, int64_t n, int64_t d, uint16_t* codes) const;
 
   int64_t dim() const { return d_; }

@@ -193,7 +193,7 @@ TEST(SimHashTest, FastPathMatchesFloat64ForEveryBlockTailAndLongCodes) {
 }
 
 // Key codes: the vectors rounded to bf16, then hashed. At every level and width (at kAvx512 on a
-// CPU with AVX512_BF16 the bf16 kernel, elsewhere the fp32 kernels on the rounded values), for
+// CPU with AVX512_BF16 the bf16 kernel, and each level's fp32 kernel on the rounded values), for
 // block tails, an odd d (the bf16 kernel's last pair padded) and long codes, against the float64
 // sign of the rounded vector's projection (within fp32 rounding of 0 skipped, at most 1%); and
 // KeyCodesReference exactly that sign.
@@ -253,13 +253,20 @@ TEST(SimHashTest, KeyCodesHashTheBf16RoundedVectorsAtEveryLevel) {
       ASSERT_TRUE(h->KeyCodesReference(x.data(), n, d, ref.data()).ok());
       ASSERT_NO_FATAL_FAILURE(check(ref, 1e-12, "reference"));
       for (const auto& [level, width] : LevelsAndWidths()) {
-        std::vector<uint16_t> codes(static_cast<size_t>(n * c.l), 0xFFFF);
-        absl::Status status;
-        tbb::task_arena(width).execute(
-            [&] { status = h->KeyCodesAtLevel(x.data(), n, d, codes.data(), level); });
-        ASSERT_TRUE(status.ok()) << status;
-        ASSERT_NO_FATAL_FAILURE(check(
-            codes, 1e-5, std::string(SimdLevelName(level)) + " width " + std::to_string(width)));
+        // With and without the bf16 kernel: the fp32 kernels on the rounded values are what CPUs
+        // without AVX512_BF16 run at this level.
+        for (const bool bf16_kernel : {true, false}) {
+          std::vector<uint16_t> codes(static_cast<size_t>(n * c.l), 0xFFFF);
+          absl::Status status;
+          tbb::task_arena(width).execute([&] {
+            status = h->KeyCodesAtLevel(x.data(), n, d, codes.data(), level, bf16_kernel);
+          });
+          ASSERT_TRUE(status.ok()) << status;
+          ASSERT_NO_FATAL_FAILURE(check(codes, 1e-5,
+                                        std::string(SimdLevelName(level)) + " width " +
+                                            std::to_string(width) +
+                                            (bf16_kernel ? "" : " fp32 kernel")));
+        }
       }
     }
   }
