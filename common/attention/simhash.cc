@@ -40,18 +40,27 @@ absl::StatusOr<SimHash> SimHash::Create(int64_t d, int k, int l, uint64_t seed) 
   for (int64_t i = 0; i < d; ++i) {
     std::copy(w.begin() + i * cols, w.begin() + (i + 1) * cols, wp.begin() + i * padded);
   }
-  const int64_t d2 = (d + 1) / 2 * 2;
-  std::vector<uint16_t> pairs(static_cast<size_t>(d2 * padded), 0);
-  for (int64_t i = 0; i < d; ++i) {
-    for (int64_t j = 0; j < padded; ++j) {
-      pairs[static_cast<size_t>(((i / 2) * padded + j) * 2 + i % 2)] =
-          FloatToBf16(wp[i * padded + j]);
+  // The bf16 kernel's layout, only where that kernel can run.
+  std::vector<uint16_t> pairs;
+  if (CpuHasAvx512Bf16()) {
+    const int64_t d2 = (d + 1) / 2 * 2;
+    pairs.assign(static_cast<size_t>(d2 * padded), 0);
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t j = 0; j < padded; ++j) {
+        pairs[static_cast<size_t>(((i / 2) * padded + j) * 2 + i % 2)] =
+            FloatToBf16(wp[i * padded + j]);
+      }
     }
   }
   return SimHash(d, k, l, seed, std::move(w), std::move(wp), std::move(pairs), padded);
 }
 
 namespace {
+
+// out[i] = in[i] rounded to bf16 (nearest even), as a float, for i < n.
+void RoundToBf16(const float* in, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(FloatToBf16(in[i]));
+}
 
 absl::Status CheckCodesArgs(int64_t d_expected, int64_t d, int64_t n) {
   if (d != d_expected) {
@@ -112,12 +121,30 @@ absl::Status SimHash::Hash(const float* x, int64_t n, int64_t d, uint16_t* codes
   // Two spare words per vector: the 32-bit read of the last code may run past cols_padded_ bits.
   const int64_t stride = cols_padded_ / 16 + 2;
   const int64_t d2 = (d_ + 1) / 2 * 2;
-  // Vectors [v0, v0 + nv), columns [col_begin, col_end), their sign bits into `bits`; `staged`
-  // holds the rounded vectors (the caller's buffer of at least nv * d2 elements, as floats or
-  // bf16 bits) unless the input goes as it is.
-  auto project_block = [&](int64_t v0, int64_t nv, int64_t col_begin, int64_t col_end,
-                           uint16_t* bits, std::vector<float>& staged_f,
-                           std::vector<uint16_t>& staged_b) {
+  // The kernel's input for vectors [v0, v0 + nv): x itself (Input::kFloat), or the vectors
+  // rounded to bf16 in `staged` (as floats for the fp32 kernel, as bf16 bits, d2 per vector, for
+  // the bf16 kernel).
+  struct Staged {
+    std::vector<float> f;
+    std::vector<uint16_t> b;
+  };
+  auto stage = [&](int64_t v0, int64_t nv, Staged& staged) -> const void* {
+    const float* xv = x + v0 * d_;
+    if (input == Input::kFloat) return xv;
+    if (input == Input::kRoundedFloat) {
+      staged.f.resize(static_cast<size_t>(nv * d_));
+      RoundToBf16(xv, nv * d_, staged.f.data());
+      return staged.f.data();
+    }
+    staged.b.assign(static_cast<size_t>(nv * d2), 0);
+    for (int64_t v = 0; v < nv; ++v) {
+      for (int64_t i = 0; i < d_; ++i) staged.b[v * d2 + i] = FloatToBf16(xv[v * d_ + i]);
+    }
+    return staged.b.data();
+  };
+  // nv staged vectors' columns [col_begin, col_end) (0, 0: all), their sign bits into `bits`.
+  auto project_block = [&](const void* in, int64_t nv, int64_t col_begin, int64_t col_end,
+                           uint16_t* bits) {
     // The fields both kernels' arguments share.
     auto common = [&](auto& a) {
       a.n = nv;
@@ -127,28 +154,18 @@ absl::Status SimHash::Hash(const float* x, int64_t n, int64_t d, uint16_t* codes
       a.bits = bits;
       a.bits_stride = stride;
     };
-    const float* xv = x + v0 * d_;
     if (input == Input::kBf16) {
-      staged_b.assign(static_cast<size_t>(nv * d2), 0);
-      for (int64_t v = 0; v < nv; ++v) {
-        for (int64_t i = 0; i < d_; ++i) staged_b[v * d2 + i] = FloatToBf16(xv[v * d_ + i]);
-      }
       internal::ProjectBf16Args a;
       common(a);
-      a.x = staged_b.data();
+      a.x = static_cast<const uint16_t*>(in);
       a.d2 = d2;
       a.w = w_pairs_.data();
       internal::ProjectBf16Avx512(a);
       return;
     }
-    if (input == Input::kRoundedFloat) {
-      staged_f.resize(static_cast<size_t>(nv * d_));
-      for (int64_t i = 0; i < nv * d_; ++i) staged_f[i] = Bf16ToFloat(FloatToBf16(xv[i]));
-      xv = staged_f.data();
-    }
     internal::ProjectArgs a;
     common(a);
-    a.x = xv;
+    a.x = static_cast<const float*>(in);
     a.d = d_;
     a.w = w_padded_.data();
     project(a);
@@ -156,12 +173,11 @@ absl::Status SimHash::Hash(const float* x, int64_t n, int64_t d, uint16_t* codes
   auto run_blocks = [&](int64_t b0, int64_t b1) {
     std::vector<uint16_t> bits(static_cast<size_t>(std::min(kVectors, n - b0 * kVectors) * stride),
                                0);
-    std::vector<float> staged_f;
-    std::vector<uint16_t> staged_b;
+    Staged staged;
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t v0 = b * kVectors;
       const int64_t nv = std::min(kVectors, n - v0);
-      project_block(v0, nv, 0, 0, bits.data(), staged_f, staged_b);
+      project_block(stage(v0, nv, staged), nv, 0, 0, bits.data());
       CutCodes(bits.data(), stride, nv, codes + v0 * l_);
     }
   };
@@ -174,12 +190,11 @@ absl::Status SimHash::Hash(const float* x, int64_t n, int64_t d, uint16_t* codes
   if (n_blocks == 1 && threads > 1 && col_blocks >= 2 * kMinColBlocksPerThread) {
     const int64_t parts = std::min(threads, col_blocks / kMinColBlocksPerThread);
     std::vector<uint16_t> bits(static_cast<size_t>(n * stride), 0);
+    Staged staged;
+    const void* in = stage(0, n, staged);  // once, for every part
     tbb::parallel_for(int64_t{0}, parts, [&](int64_t part) {
-      std::vector<float> staged_f;
-      std::vector<uint16_t> staged_b;
-      project_block(0, n, col_blocks * part / parts * internal::kProjectColBlock,
-                    col_blocks * (part + 1) / parts * internal::kProjectColBlock, bits.data(),
-                    staged_f, staged_b);
+      project_block(in, n, col_blocks * part / parts * internal::kProjectColBlock,
+                    col_blocks * (part + 1) / parts * internal::kProjectColBlock, bits.data());
     });
     CutCodes(bits.data(), stride, n, codes);
     return absl::OkStatus();
@@ -221,7 +236,7 @@ absl::Status SimHash::KeyCodesReference(const float* x, int64_t n, int64_t d,
                                         uint16_t* codes) const {
   MAGICPIG_RETURN_IF_ERROR(CheckCodesArgs(d_, d, n));
   std::vector<float> rounded(static_cast<size_t>(n * d_));
-  for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = Bf16ToFloat(FloatToBf16(x[i]));
+  RoundToBf16(x, n * d_, rounded.data());
   return CodesReference(rounded.data(), n, d, codes);
 }
 

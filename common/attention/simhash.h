@@ -98,7 +98,8 @@ class SimHash {
   std::vector<float> w_;
   std::vector<float> w_padded_;  // [d][cols_padded_]: W with zero columns up to the kernel block
   // W_padded as bf16 pairs of rows, [d2 / 2][cols_padded_][2] (d2 = d rounded up to even; an odd
-  // d's last pair is padded with 0): the bf16 kernel's layout.
+  // d's last pair is padded with 0): the bf16 kernel's layout, built only where the CPU has
+  // AVX512_BF16 (the only place that kernel runs; empty elsewhere).
   std::vector<uint16_t> w_pairs_;
   int64_t cols_padded_;
 };
