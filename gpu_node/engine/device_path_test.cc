@@ -406,8 +406,9 @@ TEST(DevicePathTest, HostKvBudgetQueuesWhatDoesNotFit) {
   EXPECT_EQ(run.ok, 3);
   EXPECT_EQ(run.exhausted, 1);
   for (const absl::Status& r : run.results) {
-    if (absl::IsResourceExhausted(r))
+    if (absl::IsResourceExhausted(r)) {
       EXPECT_NE(r.message().find("--host-kv-budget"), r.message().npos);
+    }
   }
   EXPECT_EQ(run.peak, one);  // one at a time, never over the budget
   e->DrainReleases();
