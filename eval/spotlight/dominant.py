@@ -84,7 +84,8 @@ def main():
     mass = {name: 0.0 for name in names}  # softmax weight held, summed over queries
     dense = qkdata.engine_dense_layers(d0.n_layer_model)
     for doc in docs:
-        for layer in (layer for layer in d0.layers if layer not in dense):
+        for layer in (layer for layer in d0.layers
+                      if layer not in dense and (sp is None or layer in sp.layers)):
             keys = doc.centred_region_keys(layer).astype(np.float64)  # [kv][R][d]
             queries = doc.queries(layer)[::args.query_stride].astype(np.float64)  # [Q][H][d]
             slot = sp.layers.index(layer) if sp is not None else -1
