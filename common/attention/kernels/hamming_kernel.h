@@ -34,9 +34,11 @@ void HammingDistances(SimdLevel level, const uint16_t* query_code, const uint16_
 // Replaces *out with the indices of the m keys with the smallest distances[i] (ties broken by the
 // lower index), in increasing index order; m is clamped to [0, n]. O(n + max_distance) with a
 // histogram of the distances: a distance above max_distance counts as max_distance + 1 (all such
-// keys tie, so pass the code length in bits to make the selection exact).
+// keys tie, so pass the code length in bits to make the selection exact; it is clamped to
+// [0, 32766]). The collecting pass runs at `level` (nearest_collect.h; every level selects the
+// same keys).
 void SelectNearest(const uint16_t* distances, int64_t n, int64_t m, int max_distance,
-                   std::vector<int32_t>* out);
+                   std::vector<int32_t>* out, SimdLevel level = ActiveSimdLevel());
 
 namespace internal {
 

@@ -1,6 +1,7 @@
 // Tests for the Hamming kernels: every SIMD level against a bit-by-bit loop for every code length
 // the kernels special-case (and odd ones) and for key counts around their vector steps, and
-// SelectNearest against a stable sort by distance with many ties.
+// SelectNearest against a stable sort by distance with many ties, at every level of its collecting
+// pass, and each collecting pass against brute force.
 #include "common/attention/kernels/hamming_kernel.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "common/attention/kernels/nearest_collect.h"
 #include "common/cpu_features.h"
 #include "gtest/gtest.h"
 
@@ -91,16 +93,26 @@ std::vector<int32_t> SelectBySort(const std::vector<uint16_t>& d, int64_t m) {
   return idx;
 }
 
-TEST(HammingKernelTest, SelectNearestMatchesAStableSortWithTies) {
+// Every level's collecting pass, with key counts around the vector steps (16 and 32) and the
+// distances of real codes (around half the bits, the selection in the low tail) as well as
+// heavily tied ones.
+TEST(HammingKernelTest, SelectNearestMatchesAStableSortWithTiesAtEveryLevel) {
   std::mt19937 rng(17);
-  for (int range : {1, 3, 8, 65}) {  // distances in [0, range): many ties for small ranges
-    for (int64_t n : {0, 1, 7, 33, 1000}) {
+  std::binomial_distribution<int> code_distance(64, 0.5);
+  for (int range : {1, 3, 8, 65, 0}) {  // distances in [0, range) (many ties when small); 0: codes
+    for (int64_t n : {0, 1, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000, 4099}) {
       std::vector<uint16_t> d(static_cast<size_t>(n));
-      for (uint16_t& v : d) v = static_cast<uint16_t>(rng() % range);
-      for (int64_t m : {int64_t{0}, int64_t{1}, n / 3, n, n + 5, int64_t{-2}}) {
-        std::vector<int32_t> out = {42};
-        SelectNearest(d.data(), n, m, 64, &out);
-        EXPECT_EQ(out, SelectBySort(d, m)) << "range=" << range << " n=" << n << " m=" << m;
+      for (uint16_t& v : d) {
+        v = static_cast<uint16_t>(range > 0 ? rng() % range : code_distance(rng));
+      }
+      for (int64_t m : {int64_t{0}, int64_t{1}, n / 50, n / 3, n - 1, n, n + 5, int64_t{-2}}) {
+        const std::vector<int32_t> expected = SelectBySort(d, m);
+        for (SimdLevel level : SupportedSimdLevels()) {
+          std::vector<int32_t> out = {42};
+          SelectNearest(d.data(), n, m, 64, &out, level);
+          EXPECT_EQ(out, expected)
+              << SimdLevelName(level) << " range=" << range << " n=" << n << " m=" << m;
+        }
       }
     }
   }
@@ -108,11 +120,65 @@ TEST(HammingKernelTest, SelectNearestMatchesAStableSortWithTies) {
 
 TEST(HammingKernelTest, SelectNearestTreatsDistancesAboveTheMaximumAsTied) {
   const std::vector<uint16_t> d = {9, 2, 7, 2, 8, 0};
-  std::vector<int32_t> out;
-  SelectNearest(d.data(), 6, 4, 4, &out);  // 0, 2, 2, then the first of {9, 7, 8}: index 0
-  EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 3, 5}));
-  SelectNearest(d.data(), 6, 4, 256, &out);  // exact: 0, 2, 2, 7
-  EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 3, 5}));
+  for (SimdLevel level : SupportedSimdLevels()) {
+    std::vector<int32_t> out;
+    SelectNearest(d.data(), 6, 4, 4, &out, level);  // 0, 2, 2, then the first of {9, 7, 8}: 0
+    EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 3, 5})) << SimdLevelName(level);
+    SelectNearest(d.data(), 6, 4, 256, &out, level);  // exact: 0, 2, 2, 7
+    EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 3, 5})) << SimdLevelName(level);
+  }
+  // Distances of 65,535 (above any clamp) against a maximum of 0: all tie at 1 but the zeros.
+  const std::vector<uint16_t> far = {65535, 0, 65535, 65535, 0};
+  for (SimdLevel level : SupportedSimdLevels()) {
+    std::vector<int32_t> out;
+    SelectNearest(far.data(), 5, 3, 0, &out, level);
+    EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 4})) << SimdLevelName(level);
+  }
+}
+
+// The pass itself, each kernel directly: it stops after `want` indices even when more keys
+// qualify (never writing past them), and takes ties in index order.
+TEST(HammingKernelTest, EachCollectingPassStopsAtWantAndTakesTiesInOrder) {
+  std::mt19937 rng(23);
+  for (int64_t n : {1, 16, 40, 100, 333}) {
+    std::vector<uint16_t> d(static_cast<size_t>(n));
+    for (uint16_t& v : d) v = static_cast<uint16_t>(rng() % 6);
+    for (int t : {0, 2, 5}) {
+      for (int64_t ties : {0, 1, 3, 1000}) {
+        for (int64_t want : {int64_t{0}, int64_t{1}, int64_t{5}, n}) {
+          internal::NearestCollect a;
+          a.distances = d.data();
+          a.n = n;
+          a.t = t;
+          a.top = 4;  // distance 5 counts as 4
+          a.ties = ties;
+          a.want = want;
+          // Brute force: below t, then ties at t in index order, cut at want.
+          std::vector<int32_t> expected;
+          int64_t left = ties;
+          for (int64_t i = 0; i < n && static_cast<int64_t>(expected.size()) < want; ++i) {
+            const int v = std::min<int>(d[i], 4);
+            if (v < t || (v == t && left-- > 0)) expected.push_back(static_cast<int32_t>(i));
+          }
+          std::vector<int64_t (*)(const internal::NearestCollect&, int32_t*)> kernels = {
+              internal::CollectNearestScalar};
+          if (DetectedSimdLevel() >= SimdLevel::kAvx2)
+            kernels.push_back(internal::CollectNearestAvx2);
+          if (DetectedSimdLevel() == SimdLevel::kAvx512) {
+            kernels.push_back(internal::CollectNearestAvx512);
+          }
+          for (size_t k = 0; k < kernels.size(); ++k) {
+            std::vector<int32_t> out(static_cast<size_t>(want) + 1, -7);  // + a guard
+            const int64_t c = kernels[k](a, out.data());
+            EXPECT_EQ(out.back(), -7) << "kernel " << k << " wrote past want";
+            out.resize(static_cast<size_t>(c));
+            EXPECT_EQ(out, expected) << "kernel " << k << " n=" << n << " t=" << t
+                                     << " ties=" << ties << " want=" << want;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

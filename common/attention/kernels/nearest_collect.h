@@ -1,0 +1,59 @@
+// The second pass of SelectNearest (hamming_kernel.h): with the threshold distance t known from the
+// histogram, collect the indices of the keys closer than t and the first `ties` keys at t, in
+// increasing index order. Spotlight's retrieval runs it over every key of a shard per query head
+// (a 64K-key shard at 2% keeps 1 key in 50), so the pass is a compare per key: per ISA, 16
+// (AVX2) or 32 (AVX-512 BW) distances per compare, the selected lanes emitted from the compare's
+// bit mask; the scalar loop is the reference. Every level gives the same indices (integer work).
+//
+// Thread-safety: pure functions of their arguments.
+#ifndef MAGICPIG_COMMON_ATTENTION_KERNELS_NEAREST_COLLECT_H_
+#define MAGICPIG_COMMON_ATTENTION_KERNELS_NEAREST_COLLECT_H_
+
+#include <cstdint>
+
+#include "common/cpu_features.h"
+
+namespace magicpig::attention::internal {
+
+// What the pass keeps: d = min(distances[i], top) for i < n; every i with d < t, and the first
+// `ties` i (by index) with d == t; it stops once `want` indices are written to out (which needs
+// room for want of them; want is the number of keys with d < t plus ties, which the caller knows
+// from its histogram). Returns the count written. Distances are at most 65,535, t <= top <=
+// 32,767.
+struct NearestCollect {
+  const uint16_t* distances = nullptr;
+  int64_t n = 0;
+  int t = 0;
+  int top = 0;
+  int64_t ties = 0;
+  int64_t want = 0;
+};
+
+// A level above the CPU's is clamped to it.
+int64_t CollectNearest(SimdLevel level, const NearestCollect& a, int32_t* out);
+
+// The per-ISA passes (same contract).
+int64_t CollectNearestScalar(const NearestCollect& a, int32_t* out);
+int64_t CollectNearestAvx2(const NearestCollect& a, int32_t* out);
+int64_t CollectNearestAvx512(const NearestCollect& a, int32_t* out);
+
+// Shared by the vector passes: emits i0 + (lane of each set bit of lt | the lowest *ties set bits
+// of eq) in increasing order, consuming *ties, while c < want; returns the new count.
+inline int64_t EmitLanes(uint64_t lt, uint64_t eq, int64_t i0, int64_t* ties, int32_t* out,
+                         int64_t c, int64_t want) {
+  if (eq != 0 && *ties > 0) {
+    uint64_t keep = 0;
+    for (; eq != 0 && *ties > 0; --*ties) {
+      keep |= eq & (~eq + 1);  // the lowest remaining tie
+      eq &= eq - 1;
+    }
+    lt |= keep;
+  }
+  for (; lt != 0 && c < want; lt &= lt - 1)
+    out[c++] = static_cast<int32_t>(i0 + __builtin_ctzll(lt));
+  return c;
+}
+
+}  // namespace magicpig::attention::internal
+
+#endif  // MAGICPIG_COMMON_ATTENTION_KERNELS_NEAREST_COLLECT_H_

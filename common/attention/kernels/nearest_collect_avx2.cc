@@ -1,0 +1,54 @@
+// AVX2 build (compiled with those flags only here) of CollectNearest: 16 distances per compare
+// (clamped to top with vpminuw; signed 16-bit compares are exact as every value is <= 32,767 after
+// the clamp), the selected lanes emitted from vpmovmskb's mask (two bits per lane); the last n % 16
+// distances go through the scalar loop.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "common/attention/kernels/nearest_collect.h"
+
+namespace magicpig::attention::internal {
+namespace {
+
+// Bit 2j of a vpmovmskb mask of 16-bit lanes, moved to bit j (16 lanes).
+inline uint64_t LaneBits(uint32_t byte_mask) {
+  uint64_t m = byte_mask & 0x55555555u;  // one bit per lane, at even positions
+  m = (m | (m >> 1)) & 0x33333333u;
+  m = (m | (m >> 2)) & 0x0f0f0f0fu;
+  m = (m | (m >> 4)) & 0x00ff00ffu;
+  m = (m | (m >> 8)) & 0x0000ffffu;
+  return m;
+}
+
+}  // namespace
+
+int64_t CollectNearestAvx2(const NearestCollect& a, int32_t* out) {
+  const __m256i vt = _mm256_set1_epi16(static_cast<int16_t>(a.t));
+  const __m256i vtop = _mm256_set1_epi16(static_cast<int16_t>(a.top));
+  int64_t c = 0;
+  int64_t ties = a.ties;
+  int64_t i = 0;
+  for (; i + 16 <= a.n && c < a.want; i += 16) {
+    const __m256i x = _mm256_min_epu16(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.distances + i)), vtop);
+    const uint32_t lt = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi16(vt, x)));
+    const uint32_t eq =
+        ties > 0 ? static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi16(x, vt))) : 0;
+    if ((lt | eq) == 0) continue;
+    c = EmitLanes(LaneBits(lt), LaneBits(eq), i, &ties, out, c, a.want);
+  }
+  if (i < a.n && c < a.want) {
+    NearestCollect rest = a;
+    rest.distances = a.distances + i;
+    rest.n = a.n - i;
+    rest.ties = ties;
+    rest.want = a.want - c;
+    const int64_t tail = CollectNearestScalar(rest, out + c);
+    for (int64_t j = c; j < c + tail; ++j) out[j] += static_cast<int32_t>(i);
+    c += tail;
+  }
+  return c;
+}
+
+}  // namespace magicpig::attention::internal
