@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/attention/kernels/nearest_collect.h"
@@ -134,6 +135,45 @@ TEST(HammingKernelTest, SelectNearestTreatsDistancesAboveTheMaximumAsTied) {
     SelectNearest(far.data(), 5, 3, 0, &out, level);
     EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 4})) << SimdLevelName(level);
   }
+}
+
+// The window counts, each kernel directly against a loop, including runs long enough for a lane's
+// 16-bit counter to pass 2^15 and 2^16 (every distance the same, 32 lanes: 2.2M keys).
+TEST(HammingKernelTest, EachWindowCountMatchesALoop) {
+  std::mt19937 rng(29);
+  std::vector<internal::WindowCounts (*)(const uint16_t*, int64_t, int, int)> kernels = {
+      internal::CountWindowScalar};
+  if (DetectedSimdLevel() >= SimdLevel::kAvx2) kernels.push_back(internal::CountWindowAvx2);
+  if (DetectedSimdLevel() == SimdLevel::kAvx512) kernels.push_back(internal::CountWindowAvx512);
+  auto check = [&](const std::vector<uint16_t>& d, int top, int lo, const std::string& what) {
+    internal::WindowCounts expected;
+    for (uint16_t x : d) {
+      const int v = std::min<int>(x, top);
+      if (v < lo) ++expected.below;
+      if (v >= lo && v < lo + internal::kWindow) ++expected.at[v - lo];
+    }
+    for (size_t k = 0; k < kernels.size(); ++k) {
+      const internal::WindowCounts got =
+          kernels[k](d.data(), static_cast<int64_t>(d.size()), top, lo);
+      EXPECT_EQ(got.below, expected.below) << "kernel " << k << " " << what;
+      for (int j = 0; j < internal::kWindow; ++j) {
+        EXPECT_EQ(got.at[j], expected.at[j]) << "kernel " << k << " j=" << j << " " << what;
+      }
+    }
+  };
+  for (int64_t n : {0, 1, 15, 16, 17, 31, 32, 33, 1000, 4099}) {
+    std::vector<uint16_t> d(static_cast<size_t>(n));
+    for (uint16_t& v : d) v = static_cast<uint16_t>(rng() % 70);
+    if (d.size() > 3) {
+      d[0] = 65535;  // above top
+      d[1] = 0;
+    }
+    for (int lo : {0, 5, 28, 60}) check(d, 64, lo, "n=" + std::to_string(n));
+  }
+  const std::vector<uint16_t> same(2'200'000, 9);
+  check(same, 64, 9, "2.2M at lo");
+  check(same, 64, 2, "2.2M inside");
+  check(same, 64, 20, "2.2M below");
 }
 
 // The pass itself, each kernel directly: it stops after `want` indices even when more keys

@@ -1,9 +1,13 @@
-// The second pass of SelectNearest (hamming_kernel.h): with the threshold distance t known from the
-// histogram, collect the indices of the keys closer than t and the first `ties` keys at t, in
-// increasing index order. Spotlight's retrieval runs it over every key of a shard per query head
-// (a 64K-key shard at 2% keeps 1 key in 50), so the pass is a compare per key: per ISA, 16
-// (AVX2) or 32 (AVX-512 BW) distances per compare, the selected lanes emitted from the compare's
-// bit mask; the scalar loop is the reference. Every level gives the same indices (integer work).
+// The two passes of SelectNearest (hamming_kernel.h) over every key's distance, per query head in
+// Spotlight's retrieval (a 64K-key shard at 2% keeps 1 key in 50):
+// - CountWindow finds the threshold distance t: exact counts of the distances below a window of
+//   kWindow values and at each of them (the window placed by a histogram of a sample, so one
+//   vector pass replaces a histogram of every key, whose increments of the same bucket wait on
+//   each other through memory);
+// - CollectNearest then collects the indices of the keys closer than t and the first `ties` keys
+//   at t, in increasing index order.
+// Per ISA 16 (AVX2) or 32 (AVX-512 BW) distances per compare; the scalar loops are the references.
+// Every level gives the same counts and indices (integer work).
 //
 // Thread-safety: pure functions of their arguments.
 #ifndef MAGICPIG_COMMON_ATTENTION_KERNELS_NEAREST_COLLECT_H_
@@ -31,6 +35,18 @@ struct NearestCollect {
 
 // A level above the CPU's is clamped to it.
 int64_t CollectNearest(SimdLevel level, const NearestCollect& a, int32_t* out);
+
+// With d = min(distances[i], top) for i < n: below = #{d < lo}, at[j] = #{d == lo + j}.
+inline constexpr int kWindow = 8;
+struct WindowCounts {
+  int64_t below = 0;
+  int64_t at[kWindow] = {};
+};
+// 0 <= lo, top <= 32,767. A level above the CPU's is clamped to it.
+WindowCounts CountWindow(SimdLevel level, const uint16_t* distances, int64_t n, int top, int lo);
+WindowCounts CountWindowScalar(const uint16_t* distances, int64_t n, int top, int lo);
+WindowCounts CountWindowAvx2(const uint16_t* distances, int64_t n, int top, int lo);
+WindowCounts CountWindowAvx512(const uint16_t* distances, int64_t n, int top, int lo);
 
 // The per-ISA passes (same contract).
 int64_t CollectNearestScalar(const NearestCollect& a, int32_t* out);

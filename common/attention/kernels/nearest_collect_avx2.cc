@@ -1,7 +1,7 @@
-// AVX2 build (compiled with those flags only here) of CollectNearest: 16 distances per compare
-// (clamped to top with vpminuw; signed 16-bit compares are exact as every value is <= 32,767 after
-// the clamp), the selected lanes emitted from vpmovmskb's mask (two bits per lane); the last n % 16
-// distances go through the scalar loop.
+// AVX2 build (compiled with those flags only here) of CountWindow and CollectNearest: 16
+// distances per compare (clamped to top with vpminuw; signed 16-bit compares are exact as every
+// value is <= 32,767 after the clamp), counts kept per lane, the selected lanes emitted from
+// vpmovmskb's mask (two bits per lane); the last n % 16 distances go through the scalar loops.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -22,6 +22,47 @@ inline uint64_t LaneBits(uint32_t byte_mask) {
 }
 
 }  // namespace
+
+WindowCounts CountWindowAvx2(const uint16_t* distances, int64_t n, int top, int lo) {
+  // Per-lane 16-bit counters (a compare's -1 lanes subtracted), added into the 64-bit totals every
+  // kFlush vectors, while every lane is below 2^15 (vpmaddwd sums them as signed).
+  constexpr int64_t kFlush = 32767;
+  const __m256i vtop = _mm256_set1_epi16(static_cast<int16_t>(top));
+  const __m256i vlo = _mm256_set1_epi16(static_cast<int16_t>(lo));
+  WindowCounts w;
+  auto lane_sum = [](__m256i c) {
+    const __m256i pairs = _mm256_madd_epi16(c, _mm256_set1_epi16(1));
+    alignas(32) int32_t s[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(s), pairs);
+    int64_t sum = 0;
+    for (int32_t x : s) sum += x;
+    return sum;
+  };
+  int64_t i = 0;
+  while (i + 16 <= n) {
+    __m256i below = _mm256_setzero_si256();
+    __m256i at[kWindow];
+    __m256i v[kWindow];
+    for (int j = 0; j < kWindow; ++j) {
+      at[j] = _mm256_setzero_si256();
+      v[j] = _mm256_set1_epi16(static_cast<int16_t>(lo + j));
+    }
+    for (int64_t steps = 0; i + 16 <= n && steps < kFlush; i += 16, ++steps) {
+      const __m256i x = _mm256_min_epu16(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(distances + i)), vtop);
+      below = _mm256_sub_epi16(below, _mm256_cmpgt_epi16(vlo, x));
+      for (int j = 0; j < kWindow; ++j) {
+        at[j] = _mm256_sub_epi16(at[j], _mm256_cmpeq_epi16(x, v[j]));
+      }
+    }
+    w.below += lane_sum(below);
+    for (int j = 0; j < kWindow; ++j) w.at[j] += lane_sum(at[j]);
+  }
+  const WindowCounts tail = CountWindowScalar(distances + i, n - i, top, lo);
+  w.below += tail.below;
+  for (int j = 0; j < kWindow; ++j) w.at[j] += tail.at[j];
+  return w;
+}
 
 int64_t CollectNearestAvx2(const NearestCollect& a, int32_t* out) {
   const __m256i vt = _mm256_set1_epi16(static_cast<int16_t>(a.t));
