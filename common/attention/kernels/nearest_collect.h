@@ -35,6 +35,10 @@ struct NearestCollect {
 
 // A level above the CPU's is clamped to it.
 int64_t CollectNearest(SimdLevel level, const NearestCollect& a, int32_t* out);
+// The per-ISA passes (same contract).
+int64_t CollectNearestScalar(const NearestCollect& a, int32_t* out);
+int64_t CollectNearestAvx2(const NearestCollect& a, int32_t* out);
+int64_t CollectNearestAvx512(const NearestCollect& a, int32_t* out);
 
 // With d = min(distances[i], top) for i < n: below = #{d < lo}, at[j] = #{d == lo + j}.
 inline constexpr int kWindow = 8;
@@ -44,31 +48,10 @@ struct WindowCounts {
 };
 // 0 <= lo, top <= 32,767. A level above the CPU's is clamped to it.
 WindowCounts CountWindow(SimdLevel level, const uint16_t* distances, int64_t n, int top, int lo);
+// The per-ISA counts (same contract).
 WindowCounts CountWindowScalar(const uint16_t* distances, int64_t n, int top, int lo);
 WindowCounts CountWindowAvx2(const uint16_t* distances, int64_t n, int top, int lo);
 WindowCounts CountWindowAvx512(const uint16_t* distances, int64_t n, int top, int lo);
-
-// The per-ISA passes (same contract).
-int64_t CollectNearestScalar(const NearestCollect& a, int32_t* out);
-int64_t CollectNearestAvx2(const NearestCollect& a, int32_t* out);
-int64_t CollectNearestAvx512(const NearestCollect& a, int32_t* out);
-
-// Shared by the vector passes: emits i0 + (lane of each set bit of lt | the lowest *ties set bits
-// of eq) in increasing order, consuming *ties, while c < want; returns the new count.
-inline int64_t EmitLanes(uint64_t lt, uint64_t eq, int64_t i0, int64_t* ties, int32_t* out,
-                         int64_t c, int64_t want) {
-  if (eq != 0 && *ties > 0) {
-    uint64_t keep = 0;
-    for (; eq != 0 && *ties > 0; --*ties) {
-      keep |= eq & (~eq + 1);  // the lowest remaining tie
-      eq &= eq - 1;
-    }
-    lt |= keep;
-  }
-  for (; lt != 0 && c < want; lt &= lt - 1)
-    out[c++] = static_cast<int32_t>(i0 + __builtin_ctzll(lt));
-  return c;
-}
 
 }  // namespace magicpig::attention::internal
 

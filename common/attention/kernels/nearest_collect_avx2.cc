@@ -21,6 +21,23 @@ inline uint64_t LaneBits(uint32_t byte_mask) {
   return m;
 }
 
+// Emits i0 + (lane of each set bit of lt | the lowest *ties set bits of eq) in increasing order,
+// consuming *ties, while c < want; returns the new count.
+inline int64_t EmitLanes(uint64_t lt, uint64_t eq, int64_t i0, int64_t* ties, int32_t* out,
+                         int64_t c, int64_t want) {
+  if (eq != 0 && *ties > 0) {
+    uint64_t keep = 0;
+    for (; eq != 0 && *ties > 0; --*ties) {
+      keep |= eq & (~eq + 1);  // the lowest remaining tie
+      eq &= eq - 1;
+    }
+    lt |= keep;
+  }
+  for (; lt != 0 && c < want; lt &= lt - 1)
+    out[c++] = static_cast<int32_t>(i0 + __builtin_ctzll(lt));
+  return c;
+}
+
 }  // namespace
 
 WindowCounts CountWindowAvx2(const uint16_t* distances, int64_t n, int top, int lo) {
